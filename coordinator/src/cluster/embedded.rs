@@ -1,0 +1,401 @@
+//! The embedded simulated cluster: an in-memory API server for Nodes and Pods
+//! with resourceVersions, list + watch, Bindings and pod status conditions.
+//! The default backend, so Flotilla runs on a machine with no cluster.
+//!
+//! Every write bumps one global resourceVersion and appends to an in-memory
+//! history, so a watch from any earlier resourceVersion replays exactly what
+//! it missed. There is no kubelet: bound pods stay `Pending` with
+//! `PodScheduled=True` unless a caller changes their phase.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use futures::StreamExt as _;
+use futures::stream::BoxStream;
+use k8s_openapi::api::core::v1::{Node, Pod, PodCondition, PodStatus};
+use parking_lot::Mutex;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+
+use super::{Cluster, ClusterError, ClusterList, PodRef, WatchEvent};
+
+#[derive(Debug, Default)]
+struct State {
+    nodes: BTreeMap<String, Arc<Node>>,
+    pods: HashMap<(String, String), Arc<Pod>>,
+    /// Pod keys in creation order (lists come back in that order).
+    pod_order: Vec<(String, String)>,
+    resource_version: u64,
+    history: Vec<(u64, WatchEvent)>,
+    watchers: Vec<mpsc::UnboundedSender<Result<WatchEvent, ClusterError>>>,
+    bind_count: u64,
+    status_writes: u64,
+}
+
+impl State {
+    fn emit(&mut self, ev: WatchEvent) {
+        self.history.push((self.resource_version, ev.clone()));
+        self.watchers.retain(|w| w.send(Ok(ev.clone())).is_ok());
+    }
+
+    fn next_rv(&mut self) -> String {
+        self.resource_version += 1;
+        self.resource_version.to_string()
+    }
+}
+
+/// Errors of the embedded cluster's admin calls (creating objects).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AdminError {
+    /// The object has no `metadata.name`.
+    #[error("{kind}: metadata.name is required")]
+    MissingName {
+        /// `Node` or `Pod`.
+        kind: &'static str,
+    },
+    /// An object with that name exists.
+    #[error("{kind} {name} already exists")]
+    AlreadyExists {
+        /// `Node` or `Pod`.
+        kind: &'static str,
+        /// Its name.
+        name: String,
+    },
+    /// No such object.
+    #[error("{kind} {name} not found")]
+    NotFound {
+        /// `Node` or `Pod`.
+        kind: &'static str,
+        /// Its name.
+        name: String,
+    },
+}
+
+/// The embedded cluster. Cheap to share (`Arc<EmbeddedCluster>`).
+#[derive(Debug, Default)]
+pub struct EmbeddedCluster {
+    state: Mutex<State>,
+}
+
+fn pod_key(p: &Pod) -> (String, String) {
+    (
+        p.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
+        p.metadata.name.clone().unwrap_or_default(),
+    )
+}
+
+impl EmbeddedCluster {
+    /// An empty cluster.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Creates or replaces a node (like `kubectl apply`).
+    ///
+    /// # Errors
+    /// [`AdminError::MissingName`].
+    pub fn apply_node(&self, mut node: Node) -> Result<(), AdminError> {
+        let name = node
+            .metadata
+            .name
+            .clone()
+            .ok_or(AdminError::MissingName { kind: "Node" })?;
+        let mut st = self.state.lock();
+        node.metadata.resource_version = Some(st.next_rv());
+        let node = Arc::new(node);
+        st.nodes.insert(name, node.clone());
+        st.emit(WatchEvent::NodeApplied(node));
+        Ok(())
+    }
+
+    /// Deletes a node. Pods bound to it stay (as in Kubernetes, until garbage
+    /// collected).
+    ///
+    /// # Errors
+    /// [`AdminError::NotFound`].
+    pub fn delete_node(&self, name: &str) -> Result<(), AdminError> {
+        let mut st = self.state.lock();
+        let node = st.nodes.remove(name).ok_or_else(|| AdminError::NotFound {
+            kind: "Node",
+            name: name.into(),
+        })?;
+        st.next_rv();
+        st.emit(WatchEvent::NodeDeleted(node));
+        Ok(())
+    }
+
+    /// Creates a pod. A missing namespace becomes `default`, a missing uid is
+    /// generated.
+    ///
+    /// # Errors
+    /// [`AdminError::MissingName`], [`AdminError::AlreadyExists`].
+    pub fn create_pod(&self, mut pod: Pod) -> Result<(), AdminError> {
+        if pod.metadata.name.is_none() {
+            return Err(AdminError::MissingName { kind: "Pod" });
+        }
+        pod.metadata.namespace.get_or_insert_with(|| "default".into());
+        let key = pod_key(&pod);
+        let mut st = self.state.lock();
+        if st.pods.contains_key(&key) {
+            return Err(AdminError::AlreadyExists {
+                kind: "Pod",
+                name: format!("{}/{}", key.0, key.1),
+            });
+        }
+        let rv = st.next_rv();
+        if pod.metadata.uid.as_deref().is_none_or(str::is_empty) {
+            pod.metadata.uid = Some(format!("embedded-{rv}"));
+        }
+        pod.metadata.resource_version = Some(rv);
+        let pod = Arc::new(pod);
+        st.pods.insert(key.clone(), pod.clone());
+        st.pod_order.push(key);
+        st.emit(WatchEvent::PodApplied(pod));
+        Ok(())
+    }
+
+    /// Deletes a pod.
+    ///
+    /// # Errors
+    /// [`AdminError::NotFound`].
+    pub fn delete_pod(&self, namespace: &str, name: &str) -> Result<(), AdminError> {
+        let mut st = self.state.lock();
+        let key = (namespace.to_owned(), name.to_owned());
+        let pod = st.pods.remove(&key).ok_or_else(|| AdminError::NotFound {
+            kind: "Pod",
+            name: format!("{namespace}/{name}"),
+        })?;
+        st.pod_order.retain(|k| k != &key);
+        st.next_rv();
+        st.emit(WatchEvent::PodDeleted(pod));
+        Ok(())
+    }
+
+    /// The current pod, if it exists.
+    #[must_use]
+    pub fn pod(&self, namespace: &str, name: &str) -> Option<Arc<Pod>> {
+        self.state
+            .lock()
+            .pods
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .cloned()
+    }
+
+    /// Every pod, in creation order.
+    #[must_use]
+    pub fn pods(&self) -> Vec<Arc<Pod>> {
+        let st = self.state.lock();
+        st.pod_order
+            .iter()
+            .filter_map(|k| st.pods.get(k).cloned())
+            .collect()
+    }
+
+    /// Every node, by name.
+    #[must_use]
+    pub fn nodes(&self) -> Vec<Arc<Node>> {
+        self.state.lock().nodes.values().cloned().collect()
+    }
+
+    /// (Bindings written, pod status writes) so far: the API writes a real
+    /// server would have served.
+    #[must_use]
+    pub fn write_counts(&self) -> (u64, u64) {
+        let st = self.state.lock();
+        (st.bind_count, st.status_writes)
+    }
+
+    fn update_pod(
+        st: &mut State,
+        pod: &PodRef,
+        f: impl FnOnce(&mut Pod) -> Result<(), ClusterError>,
+    ) -> Result<(), ClusterError> {
+        let key = (pod.namespace.clone(), pod.name.clone());
+        let cur = st
+            .pods
+            .get(&key)
+            .ok_or_else(|| ClusterError::PodNotFound(pod.to_string()))?;
+        if !pod.uid.is_empty() && cur.metadata.uid.as_deref() != Some(pod.uid.as_str()) {
+            return Err(ClusterError::PodNotFound(format!("{pod} (uid {})", pod.uid)));
+        }
+        let mut next = (**cur).clone();
+        f(&mut next)?;
+        next.metadata.resource_version = Some(st.next_rv());
+        let next = Arc::new(next);
+        st.pods.insert(key, next.clone());
+        st.emit(WatchEvent::PodApplied(next));
+        Ok(())
+    }
+}
+
+fn set_condition(pod: &mut Pod, status: &str, reason: Option<&str>, message: Option<&str>) -> bool {
+    let st = pod.status.get_or_insert_with(PodStatus::default);
+    let conds = st.conditions.get_or_insert_with(Vec::new);
+    let new = PodCondition {
+        type_: "PodScheduled".into(),
+        status: status.into(),
+        reason: reason.map(str::to_owned),
+        message: message.map(str::to_owned),
+        ..Default::default()
+    };
+    match conds.iter_mut().find(|c| c.type_ == "PodScheduled") {
+        Some(c) if c.status == new.status && c.reason == new.reason && c.message == new.message => {
+            false
+        }
+        Some(c) => {
+            *c = new;
+            true
+        }
+        None => {
+            conds.push(new);
+            true
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl Cluster for EmbeddedCluster {
+    async fn list(&self) -> Result<ClusterList, ClusterError> {
+        let st = self.state.lock();
+        Ok(ClusterList {
+            nodes: st.nodes.values().cloned().collect(),
+            pods: st
+                .pod_order
+                .iter()
+                .filter_map(|k| st.pods.get(k).cloned())
+                .collect(),
+            resource_version: st.resource_version,
+        })
+    }
+
+    fn watch(&self, resource_version: u64) -> BoxStream<'static, Result<WatchEvent, ClusterError>> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut st = self.state.lock();
+        let start = st.history.partition_point(|(rv, _)| *rv <= resource_version);
+        for (_, ev) in &st.history[start..] {
+            // The receiver is alive: it is in our hands.
+            let _ = tx.send(Ok(ev.clone()));
+        }
+        st.watchers.push(tx);
+        UnboundedReceiverStream::new(rx).boxed()
+    }
+
+    async fn bind(&self, pod: &PodRef, node: &str) -> Result<(), ClusterError> {
+        let mut st = self.state.lock();
+        if !st.nodes.contains_key(node) {
+            return Err(ClusterError::NodeNotFound(node.to_owned()));
+        }
+        let name = pod.to_string();
+        Self::update_pod(&mut st, pod, |p| {
+            let spec = p.spec.get_or_insert_with(Default::default);
+            if let Some(bound) = spec.node_name.as_deref().filter(|n| !n.is_empty()) {
+                return Err(ClusterError::AlreadyBound {
+                    pod: name,
+                    node: bound.to_owned(),
+                });
+            }
+            spec.node_name = Some(node.to_owned());
+            set_condition(p, "True", None, None);
+            Ok(())
+        })?;
+        st.bind_count += 1;
+        Ok(())
+    }
+
+    async fn mark_unschedulable(&self, pod: &PodRef, message: &str) -> Result<(), ClusterError> {
+        let mut st = self.state.lock();
+        let key = (pod.namespace.clone(), pod.name.clone());
+        // Skip the write when nothing changes (a real server would too, with
+        // a patch that changes nothing; it keeps resourceVersions quiet).
+        if let Some(cur) = st.pods.get(&key) {
+            let mut probe = (**cur).clone();
+            if !set_condition(&mut probe, "False", Some("Unschedulable"), Some(message)) {
+                return Ok(());
+            }
+        }
+        Self::update_pod(&mut st, pod, |p| {
+            set_condition(p, "False", Some("Unschedulable"), Some(message));
+            Ok(())
+        })?;
+        st.status_writes += 1;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flotilla_shared::testing::{NodeBuilder, PodBuilder};
+
+    fn pref(name: &str) -> PodRef {
+        PodRef {
+            namespace: "default".into(),
+            name: name.into(),
+            uid: format!("uid-{name}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn bind_sets_node_and_condition_and_fails_clearly_when_it_cannot() {
+        let c = EmbeddedCluster::new();
+        c.apply_node(NodeBuilder::new("n1").build()).unwrap();
+        c.create_pod(PodBuilder::new("a").build()).unwrap();
+        c.bind(&pref("a"), "n1").await.unwrap();
+        let p = c.pod("default", "a").unwrap();
+        assert_eq!(p.spec.as_ref().unwrap().node_name.as_deref(), Some("n1"));
+        assert_eq!(
+            c.bind(&pref("a"), "n1").await,
+            Err(ClusterError::AlreadyBound {
+                pod: "default/a".into(),
+                node: "n1".into()
+            })
+        );
+        c.create_pod(PodBuilder::new("b").build()).unwrap();
+        assert_eq!(
+            c.bind(&pref("b"), "nx").await,
+            Err(ClusterError::NodeNotFound("nx".into()))
+        );
+        c.delete_pod("default", "b").unwrap();
+        assert!(matches!(
+            c.bind(&pref("b"), "n1").await,
+            Err(ClusterError::PodNotFound(_))
+        ));
+        let mut stale = pref("a");
+        stale.uid = "other".into();
+        assert!(matches!(
+            c.bind(&stale, "n1").await,
+            Err(ClusterError::PodNotFound(_))
+        ));
+        assert_eq!(c.write_counts().0, 1);
+    }
+
+    #[tokio::test]
+    async fn watch_from_a_list_misses_nothing_and_resource_versions_grow() {
+        let c = EmbeddedCluster::new();
+        c.apply_node(NodeBuilder::new("n1").build()).unwrap();
+        let list = c.list().await.unwrap();
+        assert_eq!(list.nodes.len(), 1);
+        c.create_pod(PodBuilder::new("a").build()).unwrap();
+        let mut w = c.watch(list.resource_version);
+        c.mark_unschedulable(&pref("a"), "0/1 nodes are available: 1 Insufficient cpu.")
+            .await
+            .unwrap();
+        let first = w.next().await.unwrap().unwrap();
+        let second = w.next().await.unwrap().unwrap();
+        let (WatchEvent::PodApplied(p1), WatchEvent::PodApplied(p2)) = (first, second) else {
+            panic!("expected two pod events");
+        };
+        let rv = |p: &Pod| p.metadata.resource_version.clone().unwrap().parse::<u64>().unwrap();
+        assert!(rv(&p2) > rv(&p1));
+        let cond = &p2.status.as_ref().unwrap().conditions.as_ref().unwrap()[0];
+        assert_eq!(cond.type_, "PodScheduled");
+        assert_eq!(cond.status, "False");
+        assert_eq!(cond.reason.as_deref(), Some("Unschedulable"));
+        // The same message again writes nothing.
+        c.mark_unschedulable(&pref("a"), "0/1 nodes are available: 1 Insufficient cpu.")
+            .await
+            .unwrap();
+        assert_eq!(c.write_counts().1, 1);
+    }
+}

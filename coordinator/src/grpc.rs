@@ -1,0 +1,158 @@
+//! The `flotilla.v1.Coordinator` gRPC service: validates requests, converts
+//! wire types, and delegates to [`Coordinator`]. Nothing else speaks proto.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures::Stream;
+use tokio::sync::mpsc;
+use tonic::{Request, Response, Status};
+
+use flotilla_proto::v1 as pb;
+use flotilla_proto::v1::coordinator_server::{Coordinator as CoordinatorApi, CoordinatorServer};
+use flotilla_shared::WorkloadClass;
+
+use crate::cluster::PodRef;
+use crate::partition::WorkerId;
+use crate::state::{Coordinator, Decision};
+
+/// The service.
+#[derive(Debug, Clone)]
+pub struct CoordinatorService {
+    coordinator: Arc<Coordinator>,
+}
+
+impl CoordinatorService {
+    /// Wraps a coordinator.
+    #[must_use]
+    pub fn new(coordinator: Arc<Coordinator>) -> Self {
+        CoordinatorService { coordinator }
+    }
+
+    /// The tonic server for this service.
+    #[must_use]
+    pub fn into_server(self) -> CoordinatorServer<Self> {
+        CoordinatorServer::new(self)
+            .max_decoding_message_size(64 * 1024 * 1024)
+            .max_encoding_message_size(64 * 1024 * 1024)
+    }
+}
+
+fn parse_worker_id(s: &str) -> Result<WorkerId, Status> {
+    s.parse()
+        .map_err(|_| Status::invalid_argument(format!("worker_id: {s:?} is not a worker id")))
+}
+
+fn parse_pod(p: Option<pb::PodRef>) -> Result<PodRef, Status> {
+    let p = p.ok_or_else(|| Status::invalid_argument("pod: required"))?;
+    if p.name.is_empty() || p.uid.is_empty() {
+        return Err(Status::invalid_argument("pod: name and uid are required"));
+    }
+    Ok(PodRef {
+        namespace: if p.namespace.is_empty() {
+            "default".into()
+        } else {
+            p.namespace
+        },
+        name: p.name,
+        uid: p.uid,
+    })
+}
+
+/// A worker's event stream; dropping it (client gone) detaches the worker.
+struct WorkerStream {
+    rx: mpsc::UnboundedReceiver<pb::WatchEvent>,
+    coordinator: Arc<Coordinator>,
+    id: WorkerId,
+}
+
+impl Stream for WorkerStream {
+    type Item = Result<pb::WatchEvent, Status>;
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.rx.poll_recv(cx).map(|o| o.map(Ok))
+    }
+}
+
+impl Drop for WorkerStream {
+    fn drop(&mut self) {
+        self.coordinator.detach(self.id);
+    }
+}
+
+#[tonic::async_trait]
+impl CoordinatorApi for CoordinatorService {
+    async fn register(
+        &self,
+        req: Request<pb::RegisterRequest>,
+    ) -> Result<Response<pb::RegisterResponse>, Status> {
+        let r = req.into_inner();
+        let class = match pb::WorkloadClass::try_from(r.workload_class) {
+            Ok(pb::WorkloadClass::Online) => WorkloadClass::Online,
+            Ok(pb::WorkloadClass::Batch) => WorkloadClass::Batch,
+            _ => {
+                return Err(Status::invalid_argument(
+                    "workload_class: must be ONLINE or BATCH",
+                ));
+            }
+        };
+        let name = if r.worker_name.is_empty() {
+            format!("{class}-worker")
+        } else {
+            r.worker_name
+        };
+        let (id, epoch) = self.coordinator.register(&name, class);
+        Ok(Response::new(pb::RegisterResponse {
+            worker_id: id.to_string(),
+            epoch,
+        }))
+    }
+
+    type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchEvent, Status>> + Send>>;
+
+    async fn watch(
+        &self,
+        req: Request<pb::WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        let id = parse_worker_id(&req.into_inner().worker_id)?;
+        let rx = self.coordinator.attach(id).map_err(Status::not_found)?;
+        Ok(Response::new(Box::pin(WorkerStream {
+            rx,
+            coordinator: self.coordinator.clone(),
+            id,
+        })))
+    }
+
+    async fn propose_bind(
+        &self,
+        req: Request<pb::BindProposal>,
+    ) -> Result<Response<pb::BindDecision>, Status> {
+        let r = req.into_inner();
+        let id = parse_worker_id(&r.worker_id)?;
+        let pod = parse_pod(r.pod)?;
+        if r.node_name.is_empty() {
+            return Err(Status::invalid_argument("node_name: required"));
+        }
+        let (outcome, reason) = match self.coordinator.propose(id, &pod, &r.node_name).await {
+            Decision::Bound => (pb::BindOutcome::Bound, String::new()),
+            Decision::Conflict(m) => (pb::BindOutcome::Conflict, m),
+            Decision::PodGone(m) => (pb::BindOutcome::PodGone, m),
+            Decision::Error(m) => (pb::BindOutcome::Error, m),
+        };
+        Ok(Response::new(pb::BindDecision {
+            outcome: outcome.into(),
+            reason,
+        }))
+    }
+
+    async fn report_unschedulable(
+        &self,
+        req: Request<pb::UnschedulableReport>,
+    ) -> Result<Response<pb::ReportAck>, Status> {
+        let r = req.into_inner();
+        parse_worker_id(&r.worker_id)?;
+        let pod = parse_pod(r.pod)?;
+        self.coordinator.report_unschedulable(&pod, &r.message).await;
+        Ok(Response::new(pb::ReportAck {}))
+    }
+}

@@ -1,0 +1,17 @@
+//! Flotilla coordinator: the one component that talks to the cluster.
+//!
+//! # Layout
+//! - [`cluster`]: the `Cluster` trait and the embedded simulated cluster.
+//! - [`partition`]: rendezvous-hash node partitioning per worker pool.
+//! - [`state`]: the authoritative view, pod dispatch by workload class, and
+//!   bind arbitration (`Coordinator::propose`).
+//! - [`grpc`]: the `flotilla.v1.Coordinator` service over [`state`].
+//! - [`server`]: serving it on a TCP listener with graceful shutdown.
+
+pub mod cluster;
+pub mod grpc;
+pub mod partition;
+pub mod server;
+pub mod state;
+
+pub use state::{Coordinator, Decision, PodPhase, PodRecord, Summary};

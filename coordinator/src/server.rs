@@ -1,0 +1,82 @@
+//! Runs the coordinator: cluster sync + watch, and the gRPC service.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tokio_util::sync::CancellationToken;
+
+use crate::grpc::CoordinatorService;
+use crate::state::Coordinator;
+
+/// Errors starting or running the coordinator.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// Binding the listen address failed.
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        /// The address.
+        addr: String,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The gRPC server failed.
+    #[error("gRPC server: {0}")]
+    Transport(#[from] tonic::transport::Error),
+    /// The cluster could not be listed.
+    #[error("cluster: {0}")]
+    Cluster(#[from] crate::cluster::ClusterError),
+}
+
+/// A running coordinator.
+#[derive(Debug)]
+pub struct RunningCoordinator {
+    /// The address the gRPC service listens on.
+    pub addr: SocketAddr,
+    /// The coordinator (for summaries).
+    pub coordinator: Arc<Coordinator>,
+    /// Resolves once the cluster is listed and loaded.
+    pub synced: tokio::sync::oneshot::Receiver<()>,
+    /// Completes when the server stops.
+    pub handle: tokio::task::JoinHandle<Result<(), ServeError>>,
+}
+
+/// Binds `addr` (use port 0 for an ephemeral port), syncs the cluster and
+/// serves until `shutdown` fires.
+///
+/// # Errors
+/// [`ServeError::Listen`] when the address cannot be bound.
+pub async fn start(
+    coordinator: Arc<Coordinator>,
+    addr: &str,
+    shutdown: CancellationToken,
+) -> Result<RunningCoordinator, ServeError> {
+    let listener = TcpListener::bind(addr).await.map_err(|source| ServeError::Listen {
+        addr: addr.to_owned(),
+        source,
+    })?;
+    let local = listener.local_addr().map_err(|source| ServeError::Listen {
+        addr: addr.to_owned(),
+        source,
+    })?;
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let sync = tokio::spawn(coordinator.clone().sync_and_watch(shutdown.clone(), tx));
+    let svc = CoordinatorService::new(coordinator.clone()).into_server();
+    let token = shutdown.clone();
+    let handle = tokio::spawn(async move {
+        tonic::transport::Server::builder()
+            .add_service(svc)
+            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), token.cancelled_owned())
+            .await?;
+        sync.abort();
+        Ok(())
+    });
+    Ok(RunningCoordinator {
+        addr: local,
+        coordinator,
+        synced: rx,
+        handle,
+    })
+}

@@ -1,0 +1,758 @@
+//! The coordinator's authoritative view and its three jobs: fan the cluster
+//! out to workers, dispatch pending pods by workload class, and arbitrate
+//! bind proposals.
+//!
+//! # Data flow
+//! ```text
+//! Cluster watch ──▶ apply_event ──▶ nodes / pod records ──▶ per-worker streams
+//! worker ProposeBind ──▶ propose (check + grant under the lock) ──▶ Cluster::bind
+//! ```
+//! # Locking
+//! One `parking_lot::Mutex` guards [`Inner`]. It is never held across an
+//! `.await`: `propose` grants under the lock, releases it for the Binding
+//! call, then re-takes it to settle. Sends to worker streams happen under the
+//! lock (unbounded channels never block), which keeps each worker's stream in
+//! the order the coordinator applied changes.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::Instant;
+
+use k8s_openapi::api::core::v1::Pod;
+use parking_lot::Mutex;
+use tokio::sync::mpsc;
+use tracing::{debug, info, warn};
+
+use flotilla_proto::v1 as pb;
+use flotilla_shared::fit;
+use flotilla_shared::node_info::{NodeInfo, NodeSpec};
+use flotilla_shared::pod_info::PodInfo;
+use flotilla_shared::{PodKey, WorkloadClass};
+
+use crate::cluster::{Cluster, ClusterError, PodRef, WatchEvent};
+use crate::partition::{self, WorkerId};
+
+/// Sender half of a worker's event stream.
+pub type WorkerTx = mpsc::UnboundedSender<pb::WatchEvent>;
+
+/// Where a pod stands, from the coordinator's point of view.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PodPhase {
+    /// Waiting to be placed, by this worker (None: no worker yet).
+    Pending(Option<WorkerId>),
+    /// The arbiter granted `node`; the Binding is being written.
+    Granted(Arc<str>),
+    /// Bound to `node` (by us or anyone else).
+    Bound(Arc<str>),
+}
+
+/// What the coordinator knows about one pod.
+#[derive(Debug, Clone)]
+pub struct PodRecord {
+    /// The compiled pod.
+    pub info: Arc<PodInfo>,
+    /// Phase.
+    pub phase: PodPhase,
+    /// When the coordinator first saw it pending (latency starts here).
+    pub first_seen: Instant,
+    /// When its Binding succeeded (set by our binds only).
+    pub bound_at: Option<Instant>,
+    /// Name of the worker whose proposal bound it.
+    pub bound_by: Option<Arc<str>>,
+    /// Last FitError message reported for it (cleared when it binds).
+    pub unschedulable: Option<String>,
+}
+
+#[derive(Debug)]
+struct WorkerEntry {
+    name: Arc<str>,
+    class: WorkloadClass,
+    tx: Option<WorkerTx>,
+    assigned: HashSet<Arc<str>>,
+    partition: Vec<Arc<str>>,
+    bound: u64,
+}
+
+/// Counters for reports and metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Bind proposals received.
+    pub proposals: u64,
+    /// Proposals granted (Binding attempted).
+    pub grants: u64,
+    /// Proposals rejected because the room was taken or the node changed.
+    pub conflicts: u64,
+    /// Bindings that failed at the cluster.
+    pub bind_errors: u64,
+    /// Unschedulable reports received.
+    pub unschedulable_reports: u64,
+    /// Pods that could not be read (bad input).
+    pub invalid_pods: u64,
+    /// Nodes that could not be read (bad input).
+    pub invalid_nodes: u64,
+}
+
+/// A consistent summary of the coordinator's view.
+#[derive(Debug, Clone, Default)]
+pub struct Summary {
+    /// Pending pods known (including unschedulable), plus bound ones.
+    pub pods_total: usize,
+    /// Pods bound.
+    pub bound: usize,
+    /// Pending pods whose last attempt found no node.
+    pub unschedulable: usize,
+    /// Pending pods not reported unschedulable (queued, backing off, in flight).
+    pub pending: usize,
+    /// Grants whose Binding is still being written.
+    pub granting: usize,
+    /// Counters.
+    pub counters: Counters,
+    /// When the last proposal or report arrived.
+    pub last_activity: Option<Instant>,
+    /// (worker name, class, pods bound through it), by worker id.
+    pub workers: Vec<(Arc<str>, WorkloadClass, u64)>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    nodes: HashMap<Arc<str>, NodeInfo>,
+    pods: HashMap<Arc<str>, PodRecord>,
+    workers: BTreeMap<WorkerId, WorkerEntry>,
+    next_worker_id: WorkerId,
+    epoch: u64,
+    undispatched: VecDeque<Arc<str>>,
+    counters: Counters,
+    last_activity: Option<Instant>,
+    partition_dirty: bool,
+    /// Workers that left, for the final report.
+    departed: Vec<(Arc<str>, WorkloadClass, u64)>,
+    /// Pods removed that never bound (deleted while pending): not counted.
+    scheduler_names: HashSet<String>,
+}
+
+/// The coordinator. Share it as `Arc<Coordinator>`.
+pub struct Coordinator {
+    cluster: Arc<dyn Cluster>,
+    inner: Mutex<Inner>,
+}
+
+impl std::fmt::Debug for Coordinator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Coordinator").finish_non_exhaustive()
+    }
+}
+
+/// Outcome of a bind proposal (mirrors `pb::BindOutcome`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Granted and bound.
+    Bound,
+    /// Room taken or node changed; re-queue with backoff.
+    Conflict(String),
+    /// Pod gone or bound elsewhere; forget it.
+    PodGone(String),
+    /// Binding failed transiently; re-queue with backoff.
+    Error(String),
+}
+
+fn raw(obj: &impl serde::Serialize) -> pb::RawObject {
+    pb::RawObject {
+        // Serializing a k8s-openapi object to JSON cannot fail.
+        json: serde_json::to_vec(obj).unwrap_or_default(),
+    }
+}
+
+fn ev(e: pb::watch_event::Event) -> pb::WatchEvent {
+    pb::WatchEvent { event: Some(e) }
+}
+
+fn pb_pod_ref(p: &PodInfo) -> pb::PodRef {
+    pb::PodRef {
+        namespace: p.key.namespace.to_string(),
+        name: p.key.name.to_string(),
+        uid: p.uid.to_string(),
+    }
+}
+
+impl Inner {
+    fn broadcast(&self, e: &pb::WatchEvent) {
+        for w in self.workers.values() {
+            if let Some(tx) = &w.tx {
+                let _ = tx.send(e.clone());
+            }
+        }
+    }
+
+    fn send_to(&self, worker: WorkerId, e: pb::WatchEvent) -> bool {
+        self.workers
+            .get(&worker)
+            .and_then(|w| w.tx.as_ref())
+            .is_some_and(|tx| tx.send(e).is_ok())
+    }
+
+    /// Picks the live worker for a class: its own pool if any, else any
+    /// pool; least assigned pods first, then lowest id.
+    fn pick_worker(&self, class: WorkloadClass) -> Option<WorkerId> {
+        let live = |w: &&WorkerEntry| w.tx.is_some();
+        let best = |same_class: bool| {
+            self.workers
+                .iter()
+                .filter(|(_, w)| live(w) && (!same_class || w.class == class))
+                .min_by_key(|(id, w)| (w.assigned.len(), **id))
+                .map(|(id, _)| *id)
+        };
+        best(true).or_else(|| best(false))
+    }
+
+    fn dispatch(&mut self, uid: &Arc<str>) {
+        let Some(rec) = self.pods.get(uid) else { return };
+        if !matches!(rec.phase, PodPhase::Pending(_)) {
+            return;
+        }
+        let class = rec.info.class;
+        let msg = ev(pb::watch_event::Event::AssignedPod(raw(&*rec.info.pod)));
+        let Some(w) = self.pick_worker(class) else {
+            if let Some(rec) = self.pods.get_mut(uid) {
+                rec.phase = PodPhase::Pending(None);
+            }
+            self.undispatched.push_back(uid.clone());
+            return;
+        };
+        if let Some(rec) = self.pods.get_mut(uid) {
+            rec.phase = PodPhase::Pending(Some(w));
+        }
+        if let Some(entry) = self.workers.get_mut(&w) {
+            entry.assigned.insert(uid.clone());
+        }
+        if !self.send_to(w, msg) {
+            warn!(worker = w, "worker stream closed while dispatching");
+        }
+    }
+
+    fn unassign(&mut self, uid: &Arc<str>) {
+        let Some(rec) = self.pods.get(uid) else { return };
+        if let PodPhase::Pending(Some(w)) = rec.phase {
+            let msg = ev(pb::watch_event::Event::UnassignedPod(pb_pod_ref(&rec.info)));
+            if let Some(entry) = self.workers.get_mut(&w) {
+                entry.assigned.remove(uid);
+            }
+            self.send_to(w, msg);
+        }
+    }
+
+    fn repartition(&mut self) {
+        self.partition_dirty = false;
+        let mut pools: BTreeMap<WorkloadClass, Vec<WorkerId>> = BTreeMap::new();
+        for (id, w) in &self.workers {
+            if w.tx.is_some() {
+                pools.entry(w.class).or_default().push(*id);
+            }
+        }
+        let parts = partition::partition(self.nodes.keys(), &pools);
+        let epoch = self.epoch;
+        for (id, names) in parts {
+            let Some(w) = self.workers.get_mut(&id) else { continue };
+            if w.partition == names {
+                continue;
+            }
+            w.partition = names;
+            let msg = ev(pb::watch_event::Event::Partition(pb::Partition {
+                epoch,
+                node_names: w.partition.iter().map(ToString::to_string).collect(),
+            }));
+            if let Some(tx) = &w.tx {
+                let _ = tx.send(msg);
+            }
+        }
+    }
+
+    fn place(&mut self, node: &Arc<str>, info: &Arc<PodInfo>) {
+        if let Some(n) = self.nodes.get_mut(node) {
+            n.add_pod(info.clone());
+        }
+    }
+
+    fn unplace(&mut self, node: &Arc<str>, uid: &str) {
+        if let Some(n) = self.nodes.get_mut(node) {
+            n.remove_pod(uid);
+        }
+    }
+}
+
+impl Coordinator {
+    /// A coordinator over `cluster` scheduling pods whose `spec.schedulerName`
+    /// is one of `scheduler_names`.
+    #[must_use]
+    pub fn new(cluster: Arc<dyn Cluster>, scheduler_names: &[&str]) -> Self {
+        Coordinator {
+            cluster,
+            inner: Mutex::new(Inner {
+                next_worker_id: 1,
+                scheduler_names: scheduler_names.iter().map(|s| (*s).to_owned()).collect(),
+                ..Inner::default()
+            }),
+        }
+    }
+
+    /// The backend.
+    #[must_use]
+    pub fn cluster(&self) -> &Arc<dyn Cluster> {
+        &self.cluster
+    }
+
+    /// Lists the cluster and loads it, then follows its watch until the
+    /// stream ends or `shutdown` fires. An expired watch relists.
+    ///
+    /// # Errors
+    /// A list that fails with anything but `Unavailable` (which is retried).
+    pub async fn sync_and_watch(
+        self: Arc<Self>,
+        shutdown: tokio_util::sync::CancellationToken,
+        synced: tokio::sync::oneshot::Sender<()>,
+    ) -> Result<(), ClusterError> {
+        use futures::{FutureExt as _, StreamExt as _};
+        let mut synced = Some(synced);
+        let mut delay = std::time::Duration::from_millis(200);
+        loop {
+            let list = match self.cluster.list().await {
+                Ok(l) => l,
+                Err(ClusterError::Unavailable(e)) => {
+                    warn!(error = %e, "list failed; retrying");
+                    tokio::select! {
+                        () = shutdown.cancelled() => return Ok(()),
+                        () = tokio::time::sleep(delay) => {}
+                    }
+                    delay = (delay * 2).min(std::time::Duration::from_secs(10));
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let rv = list.resource_version;
+            {
+                let mut inner = self.inner.lock();
+                for n in list.nodes {
+                    Self::apply_locked(&mut inner, WatchEvent::NodeApplied(n));
+                }
+                for p in list.pods {
+                    Self::apply_locked(&mut inner, WatchEvent::PodApplied(p));
+                }
+                if inner.partition_dirty {
+                    inner.repartition();
+                }
+            }
+            info!(resource_version = rv, "coordinator cache synced");
+            if let Some(tx) = synced.take() {
+                let _ = tx.send(());
+            }
+            let mut watch = self.cluster.watch(rv);
+            let mut carried = None;
+            loop {
+                let next = match carried.take() {
+                    Some(n) => n,
+                    None => tokio::select! {
+                        () = shutdown.cancelled() => return Ok(()),
+                        n = watch.next() => n,
+                    },
+                };
+                match next {
+                    None => return Ok(()),
+                    Some(Ok(e)) => {
+                        let mut inner = self.inner.lock();
+                        Self::apply_locked(&mut inner, e);
+                        // Apply what is already there before repartitioning.
+                        loop {
+                            match watch.next().now_or_never() {
+                                Some(Some(Ok(e))) => Self::apply_locked(&mut inner, e),
+                                Some(other) => {
+                                    carried = Some(other);
+                                    break;
+                                }
+                                None => break,
+                            }
+                        }
+                        if inner.partition_dirty {
+                            inner.repartition();
+                        }
+                    }
+                    Some(Err(ClusterError::Expired(_))) => break,
+                    Some(Err(e)) => {
+                        warn!(error = %e, "watch error; relisting");
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Applies one cluster change (exposed for tests and the list phase).
+    pub fn apply(&self, e: WatchEvent) {
+        let mut inner = self.inner.lock();
+        Self::apply_locked(&mut inner, e);
+        if inner.partition_dirty {
+            inner.repartition();
+        }
+    }
+
+    fn apply_locked(inner: &mut Inner, e: WatchEvent) {
+        match e {
+            WatchEvent::NodeApplied(node) => {
+                let spec = match NodeSpec::from_node(node.clone()) {
+                    Ok(s) => Arc::new(s),
+                    Err(err) => {
+                        inner.counters.invalid_nodes += 1;
+                        warn!(error = %err, "ignoring node that cannot be read");
+                        return;
+                    }
+                };
+                let name = spec.name.clone();
+                match inner.nodes.get_mut(&name) {
+                    Some(n) => n.set_spec(spec),
+                    None => {
+                        inner.nodes.insert(name, NodeInfo::new(spec));
+                        inner.partition_dirty = true;
+                    }
+                }
+                inner.broadcast(&ev(pb::watch_event::Event::NodeUpsert(raw(&*node))));
+            }
+            WatchEvent::NodeDeleted(node) => {
+                let Some(name) = node.metadata.name.as_deref() else { return };
+                if inner.nodes.remove(name).is_some() {
+                    inner.partition_dirty = true;
+                    inner.broadcast(&ev(pb::watch_event::Event::NodeDeleted(pb::NodeDeleted {
+                        name: name.to_owned(),
+                    })));
+                }
+            }
+            WatchEvent::PodApplied(pod) => Self::apply_pod(inner, pod),
+            WatchEvent::PodDeleted(pod) => {
+                let Some(uid) = pod.metadata.uid.as_deref() else { return };
+                let Some((uid, _)) = inner.pods.get_key_value(uid) else { return };
+                let uid = uid.clone();
+                inner.unassign(&uid);
+                let rec = inner.pods.remove(&uid).expect("present");
+                if let PodPhase::Granted(n) | PodPhase::Bound(n) = &rec.phase {
+                    inner.unplace(n, &uid);
+                }
+                inner.undispatched.retain(|u| *u != uid);
+                inner.broadcast(&ev(pb::watch_event::Event::PodDeleted(pb_pod_ref(&rec.info))));
+            }
+        }
+    }
+
+    fn apply_pod(inner: &mut Inner, pod: Arc<Pod>) {
+        let info = match PodInfo::from_pod(pod.clone()) {
+            Ok(i) => Arc::new(i),
+            Err(err) => {
+                inner.counters.invalid_pods += 1;
+                warn!(error = %err, "ignoring pod that cannot be read");
+                return;
+            }
+        };
+        let uid = info.uid.clone();
+        let existing = inner.pods.get(&uid).cloned();
+        if info.terminal {
+            if let Some(rec) = existing {
+                inner.unassign(&uid);
+                if let PodPhase::Granted(n) | PodPhase::Bound(n) = &rec.phase {
+                    inner.unplace(n, &uid);
+                    inner.broadcast(&ev(pb::watch_event::Event::PodDeleted(pb_pod_ref(&info))));
+                }
+                inner.pods.remove(&uid);
+            }
+            return;
+        }
+        if let Some(node) = info.node_name.clone() {
+            // Bound in the cluster.
+            let mut rec = existing.unwrap_or_else(|| PodRecord {
+                info: info.clone(),
+                phase: PodPhase::Pending(None),
+                first_seen: Instant::now(),
+                bound_at: None,
+                bound_by: None,
+                unschedulable: None,
+            });
+            match &rec.phase {
+                PodPhase::Granted(n) | PodPhase::Bound(n) if *n == node => {}
+                PodPhase::Granted(n) | PodPhase::Bound(n) => {
+                    let n = n.clone();
+                    inner.unplace(&n, &uid);
+                    inner.place(&node, &info);
+                }
+                PodPhase::Pending(_) => {
+                    inner.pods.insert(uid.clone(), rec.clone());
+                    inner.unassign(&uid);
+                    inner.undispatched.retain(|u| *u != uid);
+                    inner.place(&node, &info);
+                }
+            }
+            rec.phase = PodPhase::Bound(node);
+            rec.unschedulable = None;
+            rec.info = info.clone();
+            inner.pods.insert(uid, rec);
+            inner.broadcast(&ev(pb::watch_event::Event::BoundPod(raw(&*pod))));
+            return;
+        }
+        if !inner.scheduler_names.contains(&*info.scheduler_name) {
+            return;
+        }
+        match existing {
+            None => {
+                inner.pods.insert(
+                    uid.clone(),
+                    PodRecord {
+                        info,
+                        phase: PodPhase::Pending(None),
+                        first_seen: Instant::now(),
+                        bound_at: None,
+                        bound_by: None,
+                        unschedulable: None,
+                    },
+                );
+                inner.dispatch(&uid);
+            }
+            Some(rec) => {
+                let changed = rec.info.pod.spec != pod.spec
+                    || rec.info.pod.metadata.labels != pod.metadata.labels;
+                if let Some(r) = inner.pods.get_mut(&uid) {
+                    r.info = info;
+                }
+                if changed {
+                    if let PodPhase::Pending(Some(w)) = rec.phase {
+                        inner.send_to(w, ev(pb::watch_event::Event::AssignedPod(raw(&*pod))));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Registers a worker of `class`; returns (id, epoch). It receives work
+    /// once it opens its stream with [`Coordinator::attach`].
+    pub fn register(&self, name: &str, class: WorkloadClass) -> (WorkerId, u64) {
+        let mut inner = self.inner.lock();
+        let id = inner.next_worker_id;
+        inner.next_worker_id += 1;
+        inner.epoch += 1;
+        inner.workers.insert(
+            id,
+            WorkerEntry {
+                name: Arc::from(name),
+                class,
+                tx: None,
+                assigned: HashSet::new(),
+                partition: Vec::new(),
+                bound: 0,
+            },
+        );
+        info!(worker = id, name, %class, "worker registered");
+        (id, inner.epoch)
+    }
+
+    /// Opens worker `id`'s event stream: replays nodes, bound pods and its
+    /// partition, dispatches waiting pods, then sends `SyncDone`.
+    ///
+    /// # Errors
+    /// The id is unknown (never registered, or already gone).
+    pub fn attach(&self, id: WorkerId) -> Result<mpsc::UnboundedReceiver<pb::WatchEvent>, String> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut inner = self.inner.lock();
+        if !inner.workers.contains_key(&id) {
+            return Err(format!("worker {id} is not registered"));
+        }
+        for n in inner.nodes.values() {
+            let _ = tx.send(ev(pb::watch_event::Event::NodeUpsert(raw(&*n.spec.node))));
+        }
+        for rec in inner.pods.values() {
+            if let PodPhase::Bound(_) = rec.phase {
+                let _ = tx.send(ev(pb::watch_event::Event::BoundPod(raw(&*rec.info.pod))));
+            }
+        }
+        if let Some(w) = inner.workers.get_mut(&id) {
+            w.tx = Some(tx.clone());
+        }
+        inner.epoch += 1;
+        inner.repartition();
+        let waiting: Vec<Arc<str>> = inner.undispatched.drain(..).collect();
+        for uid in &waiting {
+            inner.dispatch(uid);
+        }
+        let _ = tx.send(ev(pb::watch_event::Event::Synced(pb::SyncDone {})));
+        Ok(rx)
+    }
+
+    /// Worker `id` went away: its pending pods go to other workers and the
+    /// nodes are repartitioned.
+    pub fn detach(&self, id: WorkerId) {
+        let mut inner = self.inner.lock();
+        let Some(w) = inner.workers.remove(&id) else { return };
+        info!(worker = id, name = %w.name, pods = w.assigned.len(), "worker left; re-dispatching its pods");
+        inner.departed.push((w.name.clone(), w.class, w.bound));
+        inner.epoch += 1;
+        inner.repartition();
+        for uid in &w.assigned {
+            if let Some(rec) = inner.pods.get_mut(uid) {
+                if rec.phase == PodPhase::Pending(Some(id)) {
+                    rec.phase = PodPhase::Pending(None);
+                }
+            }
+        }
+        let mut uids: Vec<&Arc<str>> = w.assigned.iter().collect();
+        uids.sort();
+        for uid in uids {
+            inner.dispatch(uid);
+        }
+    }
+
+    /// Bind arbitration. Checks the proposal against the authoritative view
+    /// (every grant counted, even those the cluster has not reflected yet)
+    /// with the shared fit check; on success records the grant, writes the
+    /// Binding, and settles. Idempotent: re-proposing a bound placement
+    /// answers `Bound`.
+    pub async fn propose(&self, worker: WorkerId, pod: &PodRef, node: &str) -> Decision {
+        let (info, node_name) = {
+            let mut inner = self.inner.lock();
+            inner.counters.proposals += 1;
+            inner.last_activity = Some(Instant::now());
+            let Some(rec) = inner.pods.get(pod.uid.as_str()) else {
+                return Decision::PodGone(format!("pod {pod} is not pending"));
+            };
+            match &rec.phase {
+                PodPhase::Bound(n) | PodPhase::Granted(n) if &**n == node => return Decision::Bound,
+                PodPhase::Bound(n) | PodPhase::Granted(n) => {
+                    return Decision::PodGone(format!("pod {pod} is already bound to {n}"));
+                }
+                PodPhase::Pending(_) => {}
+            }
+            let info = rec.info.clone();
+            let Some((name, ninfo)) = inner.nodes.get_key_value(node) else {
+                inner.counters.conflicts += 1;
+                return Decision::Conflict(format!("node {node} not found"));
+            };
+            if let Err(reason) = fit::check_placement(&info, ninfo) {
+                inner.counters.conflicts += 1;
+                debug!(%pod, node, %reason, "bind conflict");
+                return Decision::Conflict(format!("node {node}: {reason}"));
+            }
+            let name = name.clone();
+            inner.counters.grants += 1;
+            inner.place(&name, &info);
+            if let Some(rec) = inner.pods.get_mut(&info.uid) {
+                rec.phase = PodPhase::Granted(name.clone());
+            }
+            (info, name)
+        };
+
+        let result = self.cluster.bind(pod, &node_name).await;
+
+        let mut inner = self.inner.lock();
+        let worker_name = inner.workers.get(&worker).map(|w| w.name.clone());
+        match result {
+            Ok(()) => {
+                if let Some(w) = inner.workers.get_mut(&worker) {
+                    w.bound += 1;
+                }
+                if let Some(rec) = inner.pods.get_mut(&info.uid) {
+                    rec.bound_at = Some(Instant::now());
+                    rec.bound_by = worker_name;
+                    rec.unschedulable = None;
+                    if rec.phase == PodPhase::Granted(node_name.clone()) {
+                        rec.phase = PodPhase::Bound(node_name.clone());
+                    }
+                }
+                for w in inner.workers.values_mut() {
+                    w.assigned.remove(&info.uid);
+                }
+                Decision::Bound
+            }
+            Err(e) => {
+                inner.counters.bind_errors += 1;
+                let granted_here = inner
+                    .pods
+                    .get(&info.uid)
+                    .is_some_and(|r| r.phase == PodPhase::Granted(node_name.clone()));
+                if granted_here {
+                    inner.unplace(&node_name, &info.uid);
+                    let back_to = inner.workers.contains_key(&worker).then_some(worker);
+                    if let Some(rec) = inner.pods.get_mut(&info.uid) {
+                        rec.phase = PodPhase::Pending(back_to);
+                    }
+                }
+                match e {
+                    ClusterError::PodNotFound(m) => Decision::PodGone(m),
+                    ClusterError::AlreadyBound { pod, node } => {
+                        Decision::PodGone(format!("pod {pod} is already bound to {node}"))
+                    }
+                    ClusterError::NodeNotFound(n) => Decision::Conflict(format!("node {n} not found")),
+                    other => Decision::Error(other.to_string()),
+                }
+            }
+        }
+    }
+
+    /// A worker found no node for `pod`: record the FitError message and set
+    /// `PodScheduled=False` in the cluster.
+    pub async fn report_unschedulable(&self, pod: &PodRef, message: &str) {
+        {
+            let mut inner = self.inner.lock();
+            inner.counters.unschedulable_reports += 1;
+            inner.last_activity = Some(Instant::now());
+            match inner.pods.get_mut(pod.uid.as_str()) {
+                Some(rec) if matches!(rec.phase, PodPhase::Pending(_)) => {
+                    rec.unschedulable = Some(message.to_owned());
+                }
+                _ => return,
+            }
+        }
+        if let Err(e) = self.cluster.mark_unschedulable(pod, message).await {
+            warn!(%pod, error = %e, "could not record PodScheduled=False");
+        }
+    }
+
+    /// A consistent summary.
+    #[must_use]
+    pub fn summary(&self) -> Summary {
+        let inner = self.inner.lock();
+        let mut s = Summary {
+            counters: inner.counters,
+            last_activity: inner.last_activity,
+            ..Summary::default()
+        };
+        for rec in inner.pods.values() {
+            s.pods_total += 1;
+            match rec.phase {
+                PodPhase::Bound(_) => s.bound += 1,
+                PodPhase::Granted(_) => s.granting += 1,
+                PodPhase::Pending(_) if rec.unschedulable.is_some() => s.unschedulable += 1,
+                PodPhase::Pending(_) => s.pending += 1,
+            }
+        }
+        s.workers = inner
+            .workers
+            .values()
+            .map(|w| (w.name.clone(), w.class, w.bound))
+            .chain(inner.departed.iter().cloned())
+            .collect();
+        s
+    }
+
+    /// Every pod record (for reports and placements).
+    #[must_use]
+    pub fn records(&self) -> Vec<PodRecord> {
+        self.inner.lock().pods.values().cloned().collect()
+    }
+
+    /// Pods on a node in the authoritative view, and whether the node exists.
+    #[must_use]
+    pub fn node_pods(&self, node: &str) -> Option<Vec<PodKey>> {
+        self.inner
+            .lock()
+            .nodes
+            .get(node)
+            .map(|n| n.pods.iter().map(|p| p.key.clone()).collect())
+    }
+
+    /// Number of workers with an open stream.
+    #[must_use]
+    pub fn live_workers(&self) -> usize {
+        self.inner.lock().workers.values().filter(|w| w.tx.is_some()).count()
+    }
+}

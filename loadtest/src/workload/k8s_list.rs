@@ -1,0 +1,849 @@
+//! Kubernetes object dumps (YAML or JSON) as a [`Workload`].
+//!
+//! Accepted shapes, in one file:
+//! - a `List` (`apiVersion: v1`, `kind: List`, `items: [...]`), as written by
+//!   `kubectl get nodes,pods -A -o yaml` (or `-o json`);
+//! - typed lists such as `NodeList` and `PodList`, whose items may omit `kind`;
+//! - plain `Node` and `Pod` objects;
+//! - any mix of the above as a multi-document YAML stream (`---`), a stream
+//!   of JSON values, or a JSON/YAML sequence of objects.
+//!
+//! Objects are numbered from 1 in file order ("item 3"), across documents and
+//! lists. Each Node or Pod is decoded with its field path tracked, so errors
+//! name the object and the field, e.g.
+//! `cluster.yaml: item 3 (Pod default/web-1): spec.containers[0].resources.requests.cpu: invalid quantity "abc"`.
+//! Resource quantities (node capacity and allocatable; container, init
+//! container and pod-level requests and limits; pod overhead) must be valid
+//! Kubernetes quantities.
+//!
+//! Objects of other kinds are skipped with a [`LoadWarning`]. Pods keep file
+//! order and are otherwise taken as they are: pods already bound
+//! (`spec.nodeName` set) stay bound. A pod without a namespace is put in
+//! `default`; a pod without a uid gets a deterministic one derived from
+//! `namespace/name`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::{LoadError, LoadWarning, OnBadInput, Result, Workload, deterministic_uid, file_label};
+
+/// Namespace given to pods that have none.
+pub const DEFAULT_NAMESPACE: &str = "default";
+
+/// Loads the Nodes and Pods of a Kubernetes object dump in YAML or JSON.
+///
+/// The file is read as JSON when its extension is `.json` or it starts with
+/// `{` or `[` (falling back to YAML for flow-style YAML), and as YAML
+/// otherwise. With [`OnBadInput::Skip`] a bad object (schema mismatch, missing
+/// `metadata.name`, invalid quantity, duplicate name, no `kind`) is left out
+/// and reported in [`Workload::warnings`]; with [`OnBadInput::Fail`] the first
+/// one is the error. An unreadable file or a YAML/JSON syntax error is always
+/// an error. Objects of other kinds are skipped with a warning in both modes.
+///
+/// The workload is named after the file stem.
+pub fn load_k8s_list(path: &Path, on_bad: OnBadInput) -> Result<Workload> {
+    let text = std::fs::read_to_string(path).map_err(|source| LoadError::Io {
+        path: path.to_owned(),
+        source,
+    })?;
+    let file = file_label(path);
+    let documents = parse_documents(path, &file, &text)?;
+
+    let mut loader = Loader {
+        file,
+        on_bad,
+        nodes: Vec::new(),
+        pods: Vec::new(),
+        warnings: Vec::new(),
+        node_items: HashMap::new(),
+        pod_items: HashMap::new(),
+        next_item: 1,
+    };
+    for (index, document) in documents.into_iter().enumerate() {
+        loader.document(index + 1, document)?;
+    }
+
+    let name = path
+        .file_stem()
+        .map_or_else(String::new, |s| s.to_string_lossy().into_owned());
+    tracing::debug!(
+        workload = %name,
+        nodes = loader.nodes.len(),
+        pods = loader.pods.len(),
+        warnings = loader.warnings.len(),
+        "loaded Kubernetes object list"
+    );
+    Ok(Workload {
+        name,
+        nodes: loader.nodes,
+        pods: loader.pods,
+        warnings: loader.warnings,
+    })
+}
+
+/// Parses the file into its documents (JSON values or YAML documents).
+fn parse_documents(path: &Path, file: &str, text: &str) -> Result<Vec<Value>> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let json_extension = path
+        .extension()
+        .is_some_and(|ext| ext.eq_ignore_ascii_case("json"));
+    if json_extension || text.trim_start().starts_with(['{', '[']) {
+        match serde_json::Deserializer::from_str(text)
+            .into_iter::<Value>()
+            .collect()
+        {
+            Ok(documents) => return Ok(documents),
+            Err(source) if json_extension => {
+                return Err(LoadError::Json {
+                    file: file.to_owned(),
+                    source,
+                });
+            }
+            // Flow-style YAML also starts with `{` or `[`; if it is not YAML
+            // either, the JSON error is the relevant one.
+            Err(source) => {
+                return parse_yaml(text).map_err(|_| LoadError::Json {
+                    file: file.to_owned(),
+                    source,
+                });
+            }
+        }
+    }
+    parse_yaml(text).map_err(|source| LoadError::Yaml {
+        file: file.to_owned(),
+        source: Box::new(source),
+    })
+}
+
+/// Parses a (multi-document) YAML stream with YAML 1.2 core-schema typing, so
+/// untyped values keep their text: `y`, `n`, `yes`, `on` stay strings (only
+/// `true`/`false` are booleans), and `0755` or `1_000` stay strings. Budgets
+/// that bound the total work scale with the input size, as dumps of large
+/// clusters exceed the defaults; alias expansion keeps its default limits.
+fn parse_yaml(text: &str) -> std::result::Result<Vec<Value>, serde_saphyr::Error> {
+    let mut budget = serde_saphyr::Budget::default();
+    let len = text.len();
+    budget.max_events = budget.max_events.max(len.saturating_mul(2));
+    budget.max_nodes = budget.max_nodes.max(len);
+    budget.max_documents = budget.max_documents.max(len / 2);
+    budget.max_total_scalar_bytes = budget.max_total_scalar_bytes.max(len);
+    let mut options = serde_saphyr::Options::default();
+    options.budget = Some(budget);
+    options.strict_booleans = true;
+    options.leading_zero_numbers_as_strings = true;
+    options.underscored_numbers_as_strings = true;
+    serde_saphyr::from_multiple_with_options(text, options)
+}
+
+/// Loading state.
+struct Loader {
+    file: String,
+    on_bad: OnBadInput,
+    nodes: Vec<Node>,
+    pods: Vec<Pod>,
+    warnings: Vec<LoadWarning>,
+    /// Node name → item number of its first occurrence.
+    node_items: HashMap<String, usize>,
+    /// (namespace, name) → item number of the pod's first occurrence.
+    pod_items: HashMap<(String, String), usize>,
+    /// Number of the next item.
+    next_item: usize,
+}
+
+impl Loader {
+    /// Loads one document: a list (its items), a sequence of objects, or one object.
+    fn document(&mut self, number: usize, document: Value) -> Result<()> {
+        match document {
+            Value::Null => Ok(()),
+            Value::Array(items) => items.into_iter().try_for_each(|item| self.item(item, None)),
+            Value::Object(mut object) => {
+                let list_kind = object
+                    .get("kind")
+                    .and_then(Value::as_str)
+                    .and_then(|kind| kind.strip_suffix("List"))
+                    .map(str::to_owned);
+                let Some(item_kind) = list_kind else {
+                    return self.item(Value::Object(object), None);
+                };
+                match object.remove("items") {
+                    None | Some(Value::Null) => Ok(()),
+                    Some(Value::Array(items)) => {
+                        // `List` items carry their own kind; `NodeList` items may not.
+                        let default_kind = Some(item_kind.as_str()).filter(|k| !k.is_empty());
+                        items
+                            .into_iter()
+                            .try_for_each(|item| self.item(item, default_kind))
+                    }
+                    Some(other) => {
+                        let err = LoadError::InvalidObject {
+                            file: self.file.clone(),
+                            item: format!("document {number} ({item_kind}List)"),
+                            message: format!(
+                                "items: expected a sequence, found {}",
+                                type_name(&other)
+                            ),
+                        };
+                        self.on_bad.handle(err, &mut self.warnings)
+                    }
+                }
+            }
+            other => {
+                let err = LoadError::InvalidObject {
+                    file: self.file.clone(),
+                    item: format!("document {number}"),
+                    message: format!("expected a Kubernetes object, found {}", type_name(&other)),
+                };
+                self.on_bad.handle(err, &mut self.warnings)
+            }
+        }
+    }
+
+    /// Loads one object, applying the bad-input policy to its error.
+    fn item(&mut self, value: Value, default_kind: Option<&str>) -> Result<()> {
+        let number = self.next_item;
+        self.next_item += 1;
+        match self.load_object(number, value, default_kind) {
+            Ok(()) => Ok(()),
+            Err(err) => self.on_bad.handle(err, &mut self.warnings),
+        }
+    }
+
+    fn load_object(
+        &mut self,
+        number: usize,
+        value: Value,
+        default_kind: Option<&str>,
+    ) -> Result<()> {
+        let Value::Object(object) = &value else {
+            return Err(self.invalid(
+                format!("item {number}"),
+                format!("expected a Kubernetes object, found {}", type_name(&value)),
+            ));
+        };
+        let kind = match object.get("kind") {
+            Some(Value::String(kind)) => kind.clone(),
+            None | Some(Value::Null) => match default_kind {
+                Some(kind) => kind.to_owned(),
+                None => {
+                    return Err(
+                        self.invalid(format!("item {number}"), "kind is missing".to_owned())
+                    );
+                }
+            },
+            Some(other) => {
+                return Err(self.invalid(
+                    format!("item {number}"),
+                    format!("kind: expected a string, found {}", type_name(other)),
+                ));
+            }
+        };
+        let metadata = object.get("metadata");
+        let meta_str = |key: &str| metadata.and_then(|m| m.get(key)).and_then(Value::as_str);
+        let name = meta_str("name").filter(|n| !n.is_empty());
+        let namespace = meta_str("namespace").filter(|n| !n.is_empty());
+
+        match kind.as_str() {
+            "Node" => {
+                let item = describe(number, &kind, None, name);
+                let node: Node = self.decode(value, &item)?;
+                let name = self.require_name(node.metadata.name.as_deref(), &item)?;
+                if let Some((path, value)) = invalid_node_quantity(&node) {
+                    return Err(self.invalid_quantity(item, path, value));
+                }
+                if let Some(&first_item) = self.node_items.get(name) {
+                    return Err(self.duplicate(item, first_item));
+                }
+                self.node_items.insert(name.to_owned(), number);
+                self.nodes.push(node);
+            }
+            "Pod" => {
+                let item = describe(
+                    number,
+                    &kind,
+                    Some(namespace.unwrap_or(DEFAULT_NAMESPACE)),
+                    name,
+                );
+                let mut pod: Pod = self.decode(value, &item)?;
+                let name = self
+                    .require_name(pod.metadata.name.as_deref(), &item)?
+                    .to_owned();
+                if let Some((path, value)) = invalid_pod_quantity(&pod) {
+                    return Err(self.invalid_quantity(item, path, value));
+                }
+                let namespace = match pod.metadata.namespace.as_deref() {
+                    Some(ns) if !ns.is_empty() => ns.to_owned(),
+                    _ => DEFAULT_NAMESPACE.to_owned(),
+                };
+                let key = (namespace, name);
+                if let Some(&first_item) = self.pod_items.get(&key) {
+                    return Err(self.duplicate(item, first_item));
+                }
+                if pod.metadata.uid.as_deref().is_none_or(str::is_empty) {
+                    pod.metadata.uid = Some(deterministic_uid(&format!("{}/{}", key.0, key.1)));
+                }
+                pod.metadata.namespace = Some(key.0.clone());
+                self.pod_items.insert(key, number);
+                self.pods.push(pod);
+            }
+            other => {
+                let item = describe(number, other, namespace, name);
+                let warning = LoadWarning {
+                    location: format!("{}: {item}", self.file),
+                    message: format!("skipped: kind {other} is not loaded (only Node and Pod)"),
+                };
+                tracing::debug!(location = %warning.location, "{}", warning.message);
+                self.warnings.push(warning);
+            }
+        }
+        Ok(())
+    }
+
+    /// Decodes `value` as `T`, tracking the field path for errors.
+    fn decode<T: DeserializeOwned>(&self, value: Value, item: &str) -> Result<T> {
+        serde_path_to_error::deserialize(value).map_err(|err| LoadError::Decode {
+            file: self.file.clone(),
+            item: item.to_owned(),
+            path: err.path().to_string(),
+            message: err.inner().to_string(),
+        })
+    }
+
+    fn require_name<'n>(&self, name: Option<&'n str>, item: &str) -> Result<&'n str> {
+        name.filter(|n| !n.is_empty())
+            .ok_or_else(|| LoadError::MissingName {
+                file: self.file.clone(),
+                item: item.to_owned(),
+            })
+    }
+
+    fn invalid(&self, item: String, message: String) -> LoadError {
+        LoadError::InvalidObject {
+            file: self.file.clone(),
+            item,
+            message,
+        }
+    }
+
+    fn invalid_quantity(&self, item: String, path: String, value: String) -> LoadError {
+        LoadError::InvalidQuantity {
+            file: self.file.clone(),
+            item,
+            path,
+            value,
+        }
+    }
+
+    fn duplicate(&self, item: String, first_item: usize) -> LoadError {
+        LoadError::DuplicateObject {
+            file: self.file.clone(),
+            item,
+            first_item,
+        }
+    }
+}
+
+/// `item 3 (Pod default/web-1)`, `item 1 (Node node-a)`, `item 2 (Pod)`.
+fn describe(number: usize, kind: &str, namespace: Option<&str>, name: Option<&str>) -> String {
+    match (namespace, name) {
+        (Some(namespace), Some(name)) => format!("item {number} ({kind} {namespace}/{name})"),
+        (None, Some(name)) => format!("item {number} ({kind} {name})"),
+        (_, None) => format!("item {number} ({kind})"),
+    }
+}
+
+/// JSON type name of a value, for messages.
+fn type_name(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a sequence",
+        Value::Object(_) => "a mapping",
+    }
+}
+
+/// The first invalid quantity of a resource map, as `(path, value)`.
+fn invalid_in(prefix: &str, map: Option<&BTreeMap<String, Quantity>>) -> Option<(String, String)> {
+    map?.iter()
+        .find(|(_, quantity)| !is_valid_quantity(&quantity.0))
+        .map(|(resource, quantity)| (format!("{prefix}.{resource}"), quantity.0.clone()))
+}
+
+/// The first invalid quantity in a node's capacity or allocatable.
+fn invalid_node_quantity(node: &Node) -> Option<(String, String)> {
+    let status = node.status.as_ref()?;
+    invalid_in("status.capacity", status.capacity.as_ref())
+        .or_else(|| invalid_in("status.allocatable", status.allocatable.as_ref()))
+}
+
+/// The first invalid quantity in a pod's container, init container or
+/// pod-level requests and limits, or its overhead.
+fn invalid_pod_quantity(pod: &Pod) -> Option<(String, String)> {
+    let spec = pod.spec.as_ref()?;
+    let lists = [
+        ("containers", Some(&spec.containers)),
+        ("initContainers", spec.init_containers.as_ref()),
+    ];
+    for (field, containers) in lists {
+        for (index, container) in containers.into_iter().flatten().enumerate() {
+            let Some(resources) = &container.resources else {
+                continue;
+            };
+            let prefix = format!("spec.{field}[{index}].resources");
+            let found = invalid_in(&format!("{prefix}.requests"), resources.requests.as_ref())
+                .or_else(|| invalid_in(&format!("{prefix}.limits"), resources.limits.as_ref()));
+            if found.is_some() {
+                return found;
+            }
+        }
+    }
+    invalid_in("spec.overhead", spec.overhead.as_ref()).or_else(|| {
+        let resources = spec.resources.as_ref()?;
+        invalid_in("spec.resources.requests", resources.requests.as_ref())
+            .or_else(|| invalid_in("spec.resources.limits", resources.limits.as_ref()))
+    })
+}
+
+/// Whether `s` is a valid Kubernetes quantity:
+/// `[+-]` digits with an optional fraction (`1`, `1.5`, `.5`, `5.`), then an
+/// optional suffix: binary SI (`Ki Mi Gi Ti Pi Ei`), decimal SI
+/// (`n u m k M G T P E`) or a decimal exponent (`e3`, `E-2`).
+fn is_valid_quantity(s: &str) -> bool {
+    let unsigned = s.strip_prefix(['+', '-']).unwrap_or(s);
+    let number_len = unsigned
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(unsigned.len());
+    let (number, suffix) = unsigned.split_at(number_len);
+    let valid_number = match number.split_once('.') {
+        None => !number.is_empty(),
+        Some((whole, fraction)) => {
+            let has_digits = !whole.is_empty() || !fraction.is_empty();
+            has_digits && !fraction.contains('.')
+        }
+    };
+    if !valid_number {
+        return false;
+    }
+    match suffix {
+        "" | "Ki" | "Mi" | "Gi" | "Ti" | "Pi" | "Ei" | "n" | "u" | "m" | "k" | "M" | "G" | "T"
+        | "P" | "E" => true,
+        _ => suffix.strip_prefix(['e', 'E']).is_some_and(|exponent| {
+            let digits = exponent.strip_prefix(['+', '-']).unwrap_or(exponent);
+            !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::testutil::TempFile;
+
+    const CLUSTER_YAML: &str = r#"
+apiVersion: v1
+kind: List
+metadata:
+  resourceVersion: ""
+items:
+- apiVersion: v1
+  kind: Node
+  metadata:
+    name: node-a
+    labels:
+      kubernetes.io/hostname: node-a
+  status:
+    capacity: {cpu: "8", memory: 32Gi, pods: "110"}
+    allocatable: {cpu: 7800m, memory: 31Gi, pods: 110}
+    conditions:
+    - {type: Ready, status: "True"}
+- apiVersion: v1
+  kind: Node
+  metadata:
+    name: node-b
+  status:
+    allocatable: {cpu: "4", memory: 16Gi, nvidia.com/gpu: "1"}
+- apiVersion: v1
+  kind: Pod
+  metadata:
+    name: web-0
+    namespace: default
+    uid: 11111111-2222-3333-4444-555555555555
+  spec:
+    nodeName: node-a
+    containers:
+    - name: web
+      image: nginx
+      resources:
+        requests: {cpu: 500m, memory: 1Gi}
+  status:
+    phase: Running
+- apiVersion: v1
+  kind: Pod
+  metadata:
+    name: web-1
+    namespace: default
+  spec:
+    containers:
+    - name: web
+      image: nginx
+      resources:
+        requests: {cpu: "1.5", memory: 2e9}
+        limits: {cpu: 2, memory: 4Gi}
+- apiVersion: v1
+  kind: Pod
+  metadata:
+    name: batch-0
+  spec:
+    schedulerName: flotilla
+    initContainers:
+    - name: init
+      image: busybox
+      resources: {requests: {cpu: 100m}}
+    containers:
+    - name: main
+      image: busybox
+"#;
+
+    fn names_of_pods(w: &Workload) -> Vec<String> {
+        w.pods
+            .iter()
+            .map(|p| {
+                format!(
+                    "{}/{}",
+                    p.metadata.namespace.as_deref().unwrap_or("?"),
+                    p.metadata.name.as_deref().unwrap_or("?")
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn yaml_list_loads() {
+        let f = TempFile::new("cluster.yaml", CLUSTER_YAML);
+        let w = load_k8s_list(f.path(), OnBadInput::Fail).expect("load");
+        assert_eq!(w.name, "cluster");
+        assert!(w.warnings.is_empty(), "{:?}", w.warnings);
+        let nodes: Vec<_> = w
+            .nodes
+            .iter()
+            .map(|n| n.metadata.name.as_deref().unwrap_or("?"))
+            .collect();
+        assert_eq!(nodes, ["node-a", "node-b"]);
+        assert_eq!(
+            names_of_pods(&w),
+            ["default/web-0", "default/web-1", "default/batch-0"]
+        );
+
+        let alloc = w.nodes[0]
+            .status
+            .as_ref()
+            .and_then(|s| s.allocatable.as_ref())
+            .expect("alloc");
+        assert_eq!(
+            alloc.get("pods").map(|q| q.0.as_str()),
+            Some("110"),
+            "unquoted number accepted"
+        );
+        assert_eq!(alloc.get("cpu").map(|q| q.0.as_str()), Some("7800m"));
+
+        let bound = &w.pods[0];
+        assert_eq!(
+            bound.spec.as_ref().and_then(|s| s.node_name.as_deref()),
+            Some("node-a")
+        );
+        assert_eq!(
+            bound.metadata.uid.as_deref(),
+            Some("11111111-2222-3333-4444-555555555555")
+        );
+        assert_eq!(
+            bound.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Running")
+        );
+
+        let unbound = &w.pods[1];
+        assert!(
+            unbound
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_ref())
+                .is_none()
+        );
+        assert_eq!(
+            unbound.metadata.uid.as_deref(),
+            Some(deterministic_uid("default/web-1").as_str())
+        );
+        let limits = unbound.spec.as_ref().expect("spec").containers[0]
+            .resources
+            .as_ref()
+            .and_then(|r| r.limits.as_ref())
+            .expect("limits");
+        assert_eq!(limits.get("cpu").map(|q| q.0.as_str()), Some("2"));
+
+        let defaulted = &w.pods[2];
+        assert_eq!(
+            defaulted.metadata.uid.as_deref(),
+            Some(deterministic_uid("default/batch-0").as_str())
+        );
+        assert_eq!(
+            defaulted
+                .spec
+                .as_ref()
+                .and_then(|s| s.scheduler_name.as_deref()),
+            Some("flotilla")
+        );
+    }
+
+    #[test]
+    fn json_list_loads() {
+        let json = r#"{
+  "apiVersion": "v1",
+  "kind": "List",
+  "items": [
+    {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"},
+     "status": {"allocatable": {"cpu": "2", "memory": "4Gi"}}},
+    {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p1", "namespace": "ns"},
+     "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": 0.25}}}]}}
+  ]
+}"#;
+        for name in ["cluster.json", "cluster.txt"] {
+            let f = TempFile::new(name, json);
+            let w = load_k8s_list(f.path(), OnBadInput::Fail).expect("load json");
+            assert_eq!(w.nodes.len(), 1);
+            assert_eq!(names_of_pods(&w), ["ns/p1"]);
+            let requests = w.pods[0].spec.as_ref().expect("spec").containers[0]
+                .resources
+                .as_ref()
+                .and_then(|r| r.requests.as_ref())
+                .expect("requests");
+            assert_eq!(requests.get("cpu").map(|q| q.0.as_str()), Some("0.25"));
+        }
+
+        let broken = TempFile::new("broken.json", r#"{"kind": "List", "items": [}"#);
+        let err = load_k8s_list(broken.path(), OnBadInput::Skip).expect_err("syntax error");
+        assert!(matches!(err, LoadError::Json { .. }), "{err}");
+        assert!(
+            err.to_string().starts_with("broken.json: invalid JSON: "),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn bad_quantity_names_object_and_field() {
+        let yaml = CLUSTER_YAML.replace(
+            "requests: {cpu: \"1.5\", memory: 2e9}",
+            "requests: {cpu: abc}",
+        );
+        let f = TempFile::new("cluster.yaml", &yaml);
+        let err = load_k8s_list(f.path(), OnBadInput::Fail).expect_err("bad quantity");
+        assert_eq!(
+            err.to_string(),
+            "cluster.yaml: item 4 (Pod default/web-1): spec.containers[0].resources.requests.cpu: invalid quantity \"abc\""
+        );
+
+        let w = load_k8s_list(f.path(), OnBadInput::Skip).expect("skip");
+        assert_eq!(names_of_pods(&w), ["default/web-0", "default/batch-0"]);
+        assert_eq!(w.warnings.len(), 1);
+        assert_eq!(
+            w.warnings[0].location,
+            "cluster.yaml: item 4 (Pod default/web-1)"
+        );
+
+        let yaml = CLUSTER_YAML.replace("memory: 16Gi,", "memory: 16GB,");
+        let f = TempFile::new("cluster.yaml", &yaml);
+        let err = load_k8s_list(f.path(), OnBadInput::Fail).expect_err("bad node quantity");
+        assert_eq!(
+            err.to_string(),
+            "cluster.yaml: item 2 (Node node-b): status.allocatable.memory: invalid quantity \"16GB\""
+        );
+    }
+
+    #[test]
+    fn wrong_type_names_object_and_field_path() {
+        let yaml = CLUSTER_YAML.replace(
+            "requests: {cpu: \"1.5\", memory: 2e9}",
+            "requests: {cpu: [1]}",
+        );
+        let f = TempFile::new("cluster.yaml", &yaml);
+        let err = load_k8s_list(f.path(), OnBadInput::Fail).expect_err("wrong type");
+        let LoadError::Decode {
+            item,
+            path,
+            message,
+            ..
+        } = &err
+        else {
+            panic!("unexpected error {err}")
+        };
+        assert_eq!(item, "item 4 (Pod default/web-1)");
+        assert_eq!(path, "spec.containers[0].resources.requests.cpu");
+        assert!(message.starts_with("invalid type"), "{message}");
+        assert!(
+            err.to_string()
+                .starts_with("cluster.yaml: item 4 (Pod default/web-1): spec.containers[0].resources.requests.cpu: invalid type"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn unknown_kind_is_a_warning() {
+        let yaml = r#"
+apiVersion: v1
+kind: List
+items:
+- {apiVersion: v1, kind: ConfigMap, metadata: {name: cfg, namespace: kube-system}, data: {a: b}}
+- {apiVersion: v1, kind: Pod, metadata: {name: p}, spec: {containers: [{name: c}]}}
+"#;
+        let f = TempFile::new("mixed.yaml", yaml);
+        let w = load_k8s_list(f.path(), OnBadInput::Fail).expect("unknown kinds do not fail");
+        assert_eq!(names_of_pods(&w), ["default/p"]);
+        assert_eq!(w.warnings.len(), 1);
+        assert_eq!(
+            w.warnings[0].location,
+            "mixed.yaml: item 1 (ConfigMap kube-system/cfg)"
+        );
+        assert!(
+            w.warnings[0].message.contains("ConfigMap"),
+            "{}",
+            w.warnings[0]
+        );
+    }
+
+    #[test]
+    fn multi_document_yaml_and_typed_lists() {
+        let yaml = r#"
+# a node, a pod and a PodList whose items have no kind
+apiVersion: v1
+kind: Node
+metadata: {name: n1}
+status: {allocatable: {cpu: "1"}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: a, namespace: x}
+spec: {containers: [{name: c}]}
+---
+---
+apiVersion: v1
+kind: PodList
+items:
+- metadata: {name: b, namespace: x}
+  spec: {containers: [{name: c}]}
+- metadata: {name: c, namespace: y}
+  spec: {containers: [{name: c}]}
+---
+apiVersion: v1
+kind: NodeList
+items: []
+"#;
+        let f = TempFile::new("multi.yaml", yaml);
+        let w = load_k8s_list(f.path(), OnBadInput::Fail).expect("load multi-doc");
+        assert_eq!(w.nodes.len(), 1);
+        // `y` is a string in YAML 1.2 (a boolean in YAML 1.1).
+        assert_eq!(names_of_pods(&w), ["x/a", "x/b", "y/c"]);
+        assert!(w.warnings.is_empty(), "{:?}", w.warnings);
+    }
+
+    #[test]
+    fn missing_name_duplicates_and_missing_kind() {
+        let yaml = r#"
+apiVersion: v1
+kind: List
+items:
+- {kind: Pod, metadata: {namespace: x}, spec: {containers: [{name: c}]}}
+- {kind: Pod, metadata: {name: p}, spec: {containers: [{name: c}]}}
+- {kind: Pod, metadata: {name: p, namespace: default}, spec: {containers: [{name: c}]}}
+- {metadata: {name: q}}
+- just a string
+- {kind: Node, metadata: {name: n}}
+"#;
+        let f = TempFile::new("bad.yaml", yaml);
+        let err = load_k8s_list(f.path(), OnBadInput::Fail).expect_err("missing name");
+        assert_eq!(
+            err.to_string(),
+            "bad.yaml: item 1 (Pod): metadata.name is missing"
+        );
+
+        let w = load_k8s_list(f.path(), OnBadInput::Skip).expect("skip");
+        assert_eq!(names_of_pods(&w), ["default/p"]);
+        assert_eq!(w.nodes.len(), 1);
+        let got: Vec<String> = w.warnings.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            got,
+            [
+                "bad.yaml: item 1 (Pod): metadata.name is missing",
+                "bad.yaml: item 3 (Pod default/p): duplicate object (first as item 2)",
+                "bad.yaml: item 4: kind is missing",
+                "bad.yaml: item 5: expected a Kubernetes object, found a string",
+            ]
+        );
+    }
+
+    #[test]
+    fn yaml_scalars_keep_their_text() {
+        let yaml = r#"
+kind: Pod
+metadata:
+  name: n
+  namespace: off
+  labels: {a: yes, b: on, c: N, d: 0755, e: 1_000, f: "true"}
+spec: {containers: [{name: c, resources: {requests: {cpu: 0100}}}]}
+"#;
+        let f = TempFile::new("scalars.yaml", yaml);
+        let w = load_k8s_list(f.path(), OnBadInput::Fail).expect("load");
+        assert_eq!(names_of_pods(&w), ["off/n"]);
+        let labels = w.pods[0].metadata.labels.as_ref().expect("labels");
+        let values: Vec<&str> = labels.values().map(String::as_str).collect();
+        assert_eq!(values, ["yes", "on", "N", "0755", "1_000", "true"]);
+
+        let f = TempFile::new(
+            "bool.yaml",
+            "kind: Pod\nmetadata: {name: p, labels: {a: true}}\n",
+        );
+        let err = load_k8s_list(f.path(), OnBadInput::Fail).expect_err("boolean label value");
+        assert!(
+            err.to_string().starts_with(
+                "bool.yaml: item 1 (Pod default/p): metadata.labels.a: invalid type: boolean"
+            ),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn yaml_syntax_error_is_fatal() {
+        let f = TempFile::new("broken.yaml", "kind: List\nitems:\n- {kind: Pod\n");
+        let err = load_k8s_list(f.path(), OnBadInput::Skip).expect_err("syntax error");
+        assert!(matches!(err, LoadError::Yaml { .. }), "{err}");
+        assert!(
+            err.to_string().starts_with("broken.yaml: invalid YAML"),
+            "{err}"
+        );
+
+        let missing = f.path().with_file_name("nope.yaml");
+        assert!(matches!(
+            load_k8s_list(&missing, OnBadInput::Skip),
+            Err(LoadError::Io { .. })
+        ));
+    }
+
+    #[test]
+    fn quantity_syntax() {
+        for ok in [
+            "1", "0", "100m", "1.5", ".5", "5.", "+1", "-1", "1Ki", "32Gi", "7Ei", "1e3", "1E3",
+            "1E", "1.5e-3", "2e+6", "2n", "3u", "1k", "1M", "1G", "1T", "1P",
+        ] {
+            assert!(is_valid_quantity(ok), "{ok} should be valid");
+        }
+        for bad in [
+            "", "abc", "1.2.3", "1KB", "Mi", "1e", "1e+", ".", "-", "1 Gi", "1ki", "1mi", "1e1.5",
+            "+-1", "1Mi ", "1.5.Gi",
+        ] {
+            assert!(!is_valid_quantity(bad), "{bad:?} should be invalid");
+        }
+    }
+}

@@ -1,0 +1,533 @@
+//! Workloads: the input of a scheduling run, as real Kubernetes objects.
+//!
+//! A [`Workload`] is a set of [`Node`]s to register and a list of [`Pod`]s to
+//! submit, in submission order. Three sources produce one:
+//!
+//! - [`synthetic`]: generated clusters shaped like upstream `scheduler_perf`
+//!   test cases ([`synthetic::scheduling_basic`]);
+//! - [`openb`]: the Alibaba GPU cluster trace v2023 ("openb") CSV files
+//!   ([`openb::load_openb`]);
+//! - [`k8s_list`]: a Kubernetes `List` or multi-document YAML/JSON dump, as
+//!   written by `kubectl get nodes,pods -A -o yaml` ([`k8s_list::load_k8s_list`]).
+//!
+//! Loaders that read files take an [`OnBadInput`] policy: either stop at the
+//! first bad row/object ([`OnBadInput::Fail`]) or skip it and record a
+//! [`LoadWarning`] ([`OnBadInput::Skip`]).
+
+pub mod k8s_list;
+pub mod openb;
+pub mod synthetic;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::core::v1::{
+    Container, Node, NodeCondition, NodeStatus, Pod, PodSpec, PodStatus,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+pub use k8s_list::load_k8s_list;
+pub use openb::{default_openb_dir, load_openb};
+pub use synthetic::scheduling_basic;
+
+/// Well-known node label holding the node name.
+pub const LABEL_HOSTNAME: &str = "kubernetes.io/hostname";
+/// Node label holding the GPU model of a GPU node (openb `model` column, e.g. `T4`).
+/// Pods with a GPU-type constraint get a required node affinity `In` on this label.
+pub const LABEL_GPU_CARD_MODEL: &str = "alibabacloud.com/gpu-card-model";
+/// Pod label holding the original Alibaba QoS class (`LS`, `Guaranteed`, `Burstable`, `BE`).
+pub const LABEL_QOS: &str = "alibabacloud.com/qos";
+/// Pod label holding Flotilla's scheduling class: [`WORKLOAD_CLASS_ONLINE`] or
+/// [`WORKLOAD_CLASS_BATCH`].
+pub const LABEL_WORKLOAD_CLASS: &str = "flotilla.io/workload-class";
+/// Value of [`LABEL_WORKLOAD_CLASS`] for latency-sensitive (online) pods.
+pub const WORKLOAD_CLASS_ONLINE: &str = "online";
+/// Value of [`LABEL_WORKLOAD_CLASS`] for best-effort (batch, preemptible) pods.
+pub const WORKLOAD_CLASS_BATCH: &str = "batch";
+
+/// Extended resource: whole GPUs (unit: GPUs).
+pub const RESOURCE_GPU: &str = "nvidia.com/gpu";
+/// Extended resource: GPU share in milli-GPU (unit: 1/1000 GPU; a node with
+/// `n` GPUs offers `n × 1000`).
+pub const RESOURCE_GPU_MILLI: &str = "alibabacloud.com/gpu-milli";
+
+/// Pod annotation, as written by upstream's openb converter: GPU share per
+/// requested GPU, in milli-GPU (`1000` = a whole GPU).
+pub const ANNOTATION_GPU_MILLI: &str = "alibabacloud.com/gpu-milli";
+/// Pod annotation, as written by upstream's openb converter: number of GPUs requested.
+pub const ANNOTATION_GPU_COUNT: &str = "alibabacloud.com/gpu-count";
+/// Pod annotation, as written by upstream's openb converter: allowed GPU
+/// models, `|`-separated (duplicates removed).
+pub const ANNOTATION_GPU_CARD_MODEL: &str = "alibabacloud.com/gpu-card-model";
+/// Pod annotation: creation time of the pod in the trace, in seconds since the
+/// start of the trace.
+pub const ANNOTATION_TRACE_CREATION_TIME: &str = "flotilla.io/trace-creation-time";
+
+/// `spec.schedulerName` given to generated pods.
+pub const DEFAULT_SCHEDULER_NAME: &str = "default-scheduler";
+/// Container image given to generated pods (never pulled by the scheduler).
+pub const PAUSE_IMAGE: &str = "registry.k8s.io/pause:3.10";
+
+/// Result type of the workload loaders.
+pub type Result<T, E = LoadError> = std::result::Result<T, E>;
+
+/// Nodes and pods to load into a cluster, pods in submission order.
+#[derive(Debug, Clone, Default)]
+pub struct Workload {
+    /// Human-readable name of the workload (source and size), for reports.
+    pub name: String,
+    /// Nodes to register before any pod is submitted.
+    pub nodes: Vec<Node>,
+    /// Pods to submit, in submission order.
+    pub pods: Vec<Pod>,
+    /// Bad rows or objects that were skipped ([`OnBadInput::Skip`]) and
+    /// objects of unsupported kinds, in input order.
+    pub warnings: Vec<LoadWarning>,
+}
+
+/// What a loader does with a bad row (CSV) or bad object (Kubernetes list).
+///
+/// Errors that concern the whole file (unreadable file, wrong CSV header,
+/// YAML/JSON syntax error) always fail, whatever the policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnBadInput {
+    /// Report a [`LoadWarning`] for the bad row/object and go on with the valid rest.
+    Skip,
+    /// Stop at the first bad row/object and return its [`LoadError`].
+    #[default]
+    Fail,
+}
+
+impl OnBadInput {
+    /// Applies the policy to a row-level error: returns it ([`OnBadInput::Fail`])
+    /// or records it as a warning ([`OnBadInput::Skip`]).
+    pub(crate) fn handle(self, err: LoadError, warnings: &mut Vec<LoadWarning>) -> Result<()> {
+        match self {
+            Self::Fail => Err(err),
+            Self::Skip => {
+                let warning = err.to_warning();
+                tracing::warn!(location = %warning.location, "skipped: {}", warning.message);
+                warnings.push(warning);
+                Ok(())
+            }
+        }
+    }
+}
+
+/// A bad row or object that was skipped, or an object of an unsupported kind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadWarning {
+    /// Where: file name and line (`openb_pod_list_default.csv line 17`) or
+    /// file name and object (`cluster.yaml: item 3 (Pod default/web-1)`).
+    pub location: String,
+    /// What was wrong, e.g. `field cpu_milli: invalid digit "12x00"`.
+    pub message: String,
+}
+
+impl fmt::Display for LoadWarning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.location, self.message)
+    }
+}
+
+/// Why a workload could not be loaded.
+///
+/// `file` fields hold the file name only (for readable messages); `path`
+/// fields hold the full path. CSV `line` numbers are 1-based and count the
+/// header as line 1. Kubernetes-list `item` fields describe the object, e.g.
+/// `item 3 (Pod default/web-1)`, items being numbered from 1 in file order.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The file could not be opened or read.
+    #[error("cannot read {}: {source}", path.display())]
+    Io {
+        /// Full path of the file.
+        path: PathBuf,
+        /// Underlying I/O error.
+        source: std::io::Error,
+    },
+
+    /// A CSV file does not have the expected header line.
+    #[error("{file} line 1: wrong header \"{found}\", expected the columns \"{expected}\"")]
+    CsvHeader {
+        /// File name.
+        file: String,
+        /// Header found, comma-separated.
+        found: String,
+        /// Expected columns (any order), comma-separated.
+        expected: String,
+    },
+
+    /// A CSV record is malformed (wrong number of fields, invalid UTF-8).
+    #[error("{file} line {line}: malformed CSV record: {message}")]
+    CsvRecord {
+        /// File name.
+        file: String,
+        /// Line where the record starts.
+        line: u64,
+        /// What is wrong.
+        message: String,
+    },
+
+    /// A CSV field has an invalid value (not a non-negative integer, unknown
+    /// QoS class, GPU columns inconsistent with each other, empty name).
+    #[error("{file} line {line}, field {field}: {message}")]
+    InvalidField {
+        /// File name.
+        file: String,
+        /// Line of the row.
+        line: u64,
+        /// Column name.
+        field: &'static str,
+        /// What is wrong, quoting the value.
+        message: String,
+    },
+
+    /// A CSV row repeats the name of an earlier row of the same file.
+    #[error(
+        "{file} line {line}, field {field}: duplicate name \"{name}\" (first on line {first_line})"
+    )]
+    DuplicateName {
+        /// File name.
+        file: String,
+        /// Line of the duplicate row.
+        line: u64,
+        /// Column holding the name.
+        field: &'static str,
+        /// The repeated name.
+        name: String,
+        /// Line of the first row with that name.
+        first_line: u64,
+    },
+
+    /// A file that looks like JSON is not valid JSON.
+    #[error("{file}: invalid JSON: {source}")]
+    Json {
+        /// File name.
+        file: String,
+        /// Parser error, with line and column.
+        source: serde_json::Error,
+    },
+
+    /// A file is not valid YAML.
+    #[error("{file}: invalid YAML: {source}")]
+    Yaml {
+        /// File name.
+        file: String,
+        /// Parser error, with line and column (boxed: it is large).
+        source: Box<serde_saphyr::Error>,
+    },
+
+    /// A document or list item is not a Kubernetes object (not a mapping, no `kind`).
+    #[error("{file}: {item}: {message}")]
+    InvalidObject {
+        /// File name.
+        file: String,
+        /// Which item, e.g. `item 3`.
+        item: String,
+        /// What is wrong.
+        message: String,
+    },
+
+    /// A Node or Pod has no `metadata.name`.
+    #[error("{file}: {item}: metadata.name is missing")]
+    MissingName {
+        /// File name.
+        file: String,
+        /// Which item, e.g. `item 3 (Pod)`.
+        item: String,
+    },
+
+    /// A Node or Pod does not match the Kubernetes schema.
+    #[error("{file}: {item}: {path}: {message}")]
+    Decode {
+        /// File name.
+        file: String,
+        /// Which object, e.g. `item 3 (Pod default/web-1)`.
+        item: String,
+        /// Field path inside the object, e.g. `spec.containers[0].resources.requests.cpu`.
+        path: String,
+        /// Decoder message, e.g. `invalid type: sequence, expected Quantity`.
+        message: String,
+    },
+
+    /// A resource quantity is not a valid Kubernetes quantity.
+    #[error("{file}: {item}: {path}: invalid quantity \"{value}\"")]
+    InvalidQuantity {
+        /// File name.
+        file: String,
+        /// Which object, e.g. `item 3 (Pod default/web-1)`.
+        item: String,
+        /// Field path, e.g. `spec.containers[0].resources.requests.cpu`.
+        path: String,
+        /// The invalid quantity.
+        value: String,
+    },
+
+    /// A Node or Pod has the same (namespace and) name as an earlier one.
+    #[error("{file}: {item}: duplicate object (first as item {first_item})")]
+    DuplicateObject {
+        /// File name.
+        file: String,
+        /// Which object, e.g. `item 7 (Node node-a)`.
+        item: String,
+        /// Number of the first item with that name.
+        first_item: usize,
+    },
+}
+
+impl LoadError {
+    /// Splits the error into a location and a message, for a [`LoadWarning`].
+    pub(crate) fn to_warning(&self) -> LoadWarning {
+        let (location, message) = match self {
+            Self::Io { path, source } => (path.display().to_string(), source.to_string()),
+            Self::CsvHeader { file, .. } => (format!("{file} line 1"), self.to_string()),
+            Self::CsvRecord {
+                file,
+                line,
+                message,
+            } => (
+                format!("{file} line {line}"),
+                format!("malformed CSV record: {message}"),
+            ),
+            Self::InvalidField {
+                file,
+                line,
+                field,
+                message,
+            } => (
+                format!("{file} line {line}"),
+                format!("field {field}: {message}"),
+            ),
+            Self::DuplicateName {
+                file,
+                line,
+                field,
+                name,
+                first_line,
+            } => (
+                format!("{file} line {line}"),
+                format!("field {field}: duplicate name \"{name}\" (first on line {first_line})"),
+            ),
+            Self::Json { file, source } => (file.clone(), format!("invalid JSON: {source}")),
+            Self::Yaml { file, source } => (file.clone(), format!("invalid YAML: {source}")),
+            Self::InvalidObject {
+                file,
+                item,
+                message,
+            } => (format!("{file}: {item}"), message.clone()),
+            Self::MissingName { file, item } => (
+                format!("{file}: {item}"),
+                "metadata.name is missing".to_owned(),
+            ),
+            Self::Decode {
+                file,
+                item,
+                path,
+                message,
+            } => (format!("{file}: {item}"), format!("{path}: {message}")),
+            Self::InvalidQuantity {
+                file,
+                item,
+                path,
+                value,
+            } => (
+                format!("{file}: {item}"),
+                format!("{path}: invalid quantity \"{value}\""),
+            ),
+            Self::DuplicateObject {
+                file,
+                item,
+                first_item,
+            } => (
+                format!("{file}: {item}"),
+                format!("duplicate object (first as item {first_item})"),
+            ),
+        };
+        LoadWarning { location, message }
+    }
+}
+
+/// File name of `path` for messages, or the whole path if it has none.
+pub(crate) fn file_label(path: &Path) -> String {
+    path.file_name().map_or_else(
+        || path.display().to_string(),
+        |name| name.to_string_lossy().into_owned(),
+    )
+}
+
+/// A deterministic UUID-shaped string (version 8, "custom") derived from `seed`
+/// with 128-bit FNV-1a. The same seed always gives the same uid.
+pub(crate) fn deterministic_uid(seed: &str) -> String {
+    const OFFSET: u128 = 0x6c62_272e_07bb_0142_62b8_2175_6295_c58d;
+    const PRIME: u128 = 0x0000_0000_0100_0000_0000_0000_0000_013b;
+    let mut hash = OFFSET;
+    for byte in seed.bytes() {
+        hash ^= u128::from(byte);
+        hash = hash.wrapping_mul(PRIME);
+    }
+    // Version 8 in bits 76..80, RFC 4122 variant (0b10) in bits 62..64.
+    hash = (hash & !(0xf << 76)) | (0x8 << 76);
+    hash = (hash & !(0x3 << 62)) | (0x2 << 62);
+    format!(
+        "{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
+        hash >> 96,
+        (hash >> 80) & 0xffff,
+        (hash >> 64) & 0xffff,
+        (hash >> 48) & 0xffff,
+        hash & 0xffff_ffff_ffff
+    )
+}
+
+/// A resource map from `(name, quantity)` pairs.
+pub(crate) fn resource_list<'a>(
+    pairs: impl IntoIterator<Item = (&'a str, String)>,
+) -> BTreeMap<String, Quantity> {
+    pairs
+        .into_iter()
+        .map(|(name, value)| (name.to_owned(), Quantity(value)))
+        .collect()
+}
+
+/// A schedulable node: `capacity = allocatable = resources`, condition
+/// `Ready=True`, no taints, and the hostname label added to `labels`.
+pub(crate) fn ready_node(
+    name: &str,
+    mut labels: BTreeMap<String, String>,
+    resources: BTreeMap<String, Quantity>,
+) -> Node {
+    labels.insert(LABEL_HOSTNAME.to_owned(), name.to_owned());
+    Node {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            labels: Some(labels),
+            ..ObjectMeta::default()
+        },
+        spec: None,
+        status: Some(NodeStatus {
+            capacity: Some(resources.clone()),
+            allocatable: Some(resources),
+            conditions: Some(vec![NodeCondition {
+                type_: "Ready".to_owned(),
+                status: "True".to_owned(),
+                ..NodeCondition::default()
+            }]),
+            ..NodeStatus::default()
+        }),
+    }
+}
+
+/// An unbound pod ready for submission: one container, a deterministic uid
+/// from `namespace/name`, `schedulerName` [`DEFAULT_SCHEDULER_NAME`], phase
+/// `Pending`, no `nodeName`.
+pub(crate) fn pending_pod(namespace: &str, name: &str, container: Container) -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            namespace: Some(namespace.to_owned()),
+            name: Some(name.to_owned()),
+            uid: Some(deterministic_uid(&format!("{namespace}/{name}"))),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PodSpec {
+            containers: vec![container],
+            scheduler_name: Some(DEFAULT_SCHEDULER_NAME.to_owned()),
+            ..PodSpec::default()
+        }),
+        status: Some(PodStatus {
+            phase: Some("Pending".to_owned()),
+            ..PodStatus::default()
+        }),
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod testutil {
+    //! Temporary files for loader tests.
+
+    use std::path::{Path, PathBuf};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A file in `std::env::temp_dir()` with a unique name, removed on drop.
+    pub(crate) struct TempFile {
+        path: PathBuf,
+    }
+
+    impl TempFile {
+        /// Writes `contents` to a fresh file whose name ends with `name`.
+        pub(crate) fn new(name: &str, contents: &str) -> Self {
+            static COUNTER: AtomicUsize = AtomicUsize::new(0);
+            let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+            let dir =
+                std::env::temp_dir().join(format!("flotilla-loadtest-{}-{n}", std::process::id()));
+            std::fs::create_dir_all(&dir).expect("create temp dir");
+            let path = dir.join(name);
+            std::fs::write(&path, contents).expect("write temp file");
+            Self { path }
+        }
+
+        /// Path of the file.
+        pub(crate) fn path(&self) -> &Path {
+            &self.path
+        }
+    }
+
+    impl Drop for TempFile {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.path);
+            if let Some(dir) = self.path.parent() {
+                let _ = std::fs::remove_dir(dir);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deterministic_uid_is_stable_and_uuid_shaped() {
+        let a = deterministic_uid("default/pod-00000");
+        assert_eq!(a, deterministic_uid("default/pod-00000"));
+        assert_ne!(a, deterministic_uid("default/pod-00001"));
+        let groups: Vec<usize> = a.split('-').map(str::len).collect();
+        assert_eq!(groups, [8, 4, 4, 4, 12]);
+        assert!(a.chars().all(|c| c == '-' || c.is_ascii_hexdigit()));
+        assert_eq!(a.as_bytes()[14], b'8', "version nibble in {a}");
+        assert!(
+            matches!(a.as_bytes()[19], b'8' | b'9' | b'a' | b'b'),
+            "variant in {a}"
+        );
+    }
+
+    #[test]
+    fn skip_turns_errors_into_warnings() {
+        let err = LoadError::InvalidField {
+            file: "f.csv".into(),
+            line: 17,
+            field: "cpu_milli",
+            message: "invalid digit \"12x00\"".into(),
+        };
+        assert_eq!(
+            err.to_string(),
+            "f.csv line 17, field cpu_milli: invalid digit \"12x00\""
+        );
+        let mut warnings = Vec::new();
+        OnBadInput::Skip.handle(err, &mut warnings).expect("skip");
+        assert_eq!(warnings.len(), 1);
+        assert_eq!(warnings[0].location, "f.csv line 17");
+        assert_eq!(
+            warnings[0].to_string(),
+            "f.csv line 17: field cpu_milli: invalid digit \"12x00\""
+        );
+
+        let err = LoadError::MissingName {
+            file: "c.yaml".into(),
+            item: "item 2 (Pod)".into(),
+        };
+        assert!(OnBadInput::Fail.handle(err, &mut warnings).is_err());
+        assert_eq!(warnings.len(), 1);
+    }
+}

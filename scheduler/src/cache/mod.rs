@@ -1,0 +1,498 @@
+//! The worker's node cache: what is placed where, including the worker's own
+//! **assumed** pods (decided, binding not confirmed yet).
+//!
+//! # Pod states
+//! ```text
+//!            assume                finish_binding            bound_pod event
+//! (pending) ───────▶ Assumed ───────────────────▶ Assumed+deadline ─────────▶ Bound
+//!                      │ forget (bind rejected)        │ expire (no confirm)
+//!                      ▼                               ▼
+//!                  (pending)                       (pending)
+//! bound_pod event for a pod we never assumed ─────────────────────────────▶ Bound
+//! pod_deleted event (any state) ─────────────────────────────────────────▶ gone
+//! ```
+//! An assumed pod whose binding finished but whose confirmation (the bound pod
+//! coming back through the coordinator's watch) does not arrive within
+//! `assumed_pod_ttl` is expired: its resources are released so a lost event
+//! cannot leak capacity forever.
+//!
+//! # Concurrency
+//! One `parking_lot::Mutex` guards the cache; every operation holds it for a
+//! few map operations only. The scheduling cycle never reads the cache: it
+//! reads its own [`Snapshot`], refreshed by [`NodeCache::update_snapshot`]
+//! before each cycle, which copies (Arc clones) only the nodes changed since
+//! the last refresh. Writers (the watch task, binding tasks) therefore never
+//! block a running cycle, and a cycle never sees a half-applied change.
+
+mod snapshot;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use flotilla_shared::framework::ClusterEvent;
+use flotilla_shared::{NodeInfo, NodeSpec, PodInfo, PodKey};
+
+pub use snapshot::Snapshot;
+
+/// How long an assumed pod whose binding finished may wait for confirmation
+/// before it is expired. Upstream kube-scheduler used 30 s before it moved to
+/// never expiring; we keep a bound so a lost event cannot leak capacity.
+pub const DEFAULT_ASSUMED_POD_TTL: Duration = Duration::from_secs(30);
+
+/// Errors of cache operations. None is retryable as is: they report caller
+/// bugs or races the caller must resolve (e.g. the node vanished).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CacheError {
+    /// `assume` for a node the cache does not know.
+    #[error("node {0} is not in the cache")]
+    UnknownNode(String),
+    /// `assume` for a pod that is already assumed or bound.
+    #[error("pod {0} is already assumed or bound")]
+    AlreadyPlaced(PodKey),
+}
+
+#[derive(Debug)]
+struct PodState {
+    pod: Arc<PodInfo>,
+    node: Arc<str>,
+    assumed: bool,
+    /// Set by `finish_binding`; expiry applies only after it.
+    deadline: Option<Instant>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    nodes: HashMap<Arc<str>, Arc<NodeInfo>>,
+    pods: HashMap<Arc<str>, PodState>,
+    /// Bound pods whose node is not known yet (the node event comes later).
+    orphans: HashMap<Arc<str>, Vec<Arc<PodInfo>>>,
+    partition: HashSet<Arc<str>>,
+    /// Global change counter; a NodeInfo's `generation` is the value at its
+    /// last change.
+    generation: u64,
+    /// Nodes changed since the snapshot was last refreshed.
+    dirty: HashSet<Arc<str>>,
+    /// The node set or the partition changed: the snapshot re-orders.
+    layout_changed: bool,
+}
+
+impl Inner {
+    fn touch(&mut self, name: &Arc<str>) -> Option<&mut NodeInfo> {
+        self.generation += 1;
+        let g = self.generation;
+        self.dirty.insert(name.clone());
+        let info = Arc::make_mut(self.nodes.get_mut(name)?);
+        info.generation = g;
+        Some(info)
+    }
+
+    fn place(&mut self, node: &Arc<str>, pod: Arc<PodInfo>) -> bool {
+        match self.touch(node) {
+            Some(info) => info.add_pod(pod),
+            None => {
+                self.orphans.entry(node.clone()).or_default().push(pod);
+                true
+            }
+        }
+    }
+
+    fn unplace(&mut self, node: &Arc<str>, uid: &str) -> Option<Arc<PodInfo>> {
+        if let Some(list) = self.orphans.get_mut(node) {
+            if let Some(i) = list.iter().position(|p| &*p.uid == uid) {
+                return Some(list.swap_remove(i));
+            }
+        }
+        self.touch(node)?.remove_pod(uid)
+    }
+}
+
+/// The node cache. Cheap to share (`Arc<NodeCache>`); all methods take `&self`.
+#[derive(Debug)]
+pub struct NodeCache {
+    inner: Mutex<Inner>,
+    assumed_pod_ttl: Duration,
+}
+
+impl Default for NodeCache {
+    fn default() -> Self {
+        Self::new(DEFAULT_ASSUMED_POD_TTL)
+    }
+}
+
+impl NodeCache {
+    /// An empty cache expiring unconfirmed assumed pods after `assumed_pod_ttl`.
+    #[must_use]
+    pub fn new(assumed_pod_ttl: Duration) -> Self {
+        NodeCache {
+            inner: Mutex::new(Inner {
+                layout_changed: true,
+                ..Inner::default()
+            }),
+            assumed_pod_ttl,
+        }
+    }
+
+    /// Adds or replaces a node, keeping the pods on it. Returns the cluster
+    /// events the change amounts to (for requeueing unschedulable pods).
+    pub fn upsert_node(&self, spec: NodeSpec) -> Vec<ClusterEvent> {
+        let mut inner = self.inner.lock();
+        let name = spec.name.clone();
+        let spec = Arc::new(spec);
+        let Some(old) = inner.nodes.get(&name).map(|n| n.spec.clone()) else {
+            let mut info = NodeInfo::new(spec);
+            for pod in inner.orphans.remove(&name).unwrap_or_default() {
+                info.add_pod(pod);
+            }
+            inner.nodes.insert(name.clone(), Arc::new(info));
+            inner.touch(&name);
+            inner.layout_changed = true;
+            return vec![ClusterEvent::NodeAdded];
+        };
+        let events = node_change_events(&old, &spec);
+        if let Some(info) = inner.touch(&name) {
+            info.set_spec(spec);
+        }
+        events
+    }
+
+    /// Removes a node and every pod state on it.
+    pub fn remove_node(&self, name: &str) {
+        let mut inner = self.inner.lock();
+        if let Some(info) = inner.nodes.remove(name) {
+            for p in &info.pods {
+                inner.pods.remove(&p.uid);
+            }
+            inner.dirty.insert(info.spec.name.clone());
+            inner.layout_changed = true;
+        }
+    }
+
+    /// Sets the nodes this worker searches first.
+    pub fn set_partition(&self, names: impl IntoIterator<Item = Arc<str>>) {
+        let mut inner = self.inner.lock();
+        inner.partition = names.into_iter().collect();
+        inner.layout_changed = true;
+    }
+
+    /// Records `pod` on `node` before binding (the scheduling cycle's decision).
+    ///
+    /// # Errors
+    /// The node is unknown, or the pod is already assumed or bound.
+    pub fn assume(&self, pod: Arc<PodInfo>, node: &str) -> Result<(), CacheError> {
+        let mut inner = self.inner.lock();
+        let Some((name, _)) = inner.nodes.get_key_value(node) else {
+            return Err(CacheError::UnknownNode(node.to_owned()));
+        };
+        let name = name.clone();
+        if inner.pods.contains_key(&pod.uid) {
+            return Err(CacheError::AlreadyPlaced(pod.key.clone()));
+        }
+        inner.place(&name, pod.clone());
+        inner.pods.insert(
+            pod.uid.clone(),
+            PodState {
+                pod,
+                node: name,
+                assumed: true,
+                deadline: None,
+            },
+        );
+        Ok(())
+    }
+
+    /// The binding call for an assumed pod returned; start its expiry clock.
+    pub fn finish_binding(&self, uid: &str, now: Instant) {
+        let ttl = self.assumed_pod_ttl;
+        let mut inner = self.inner.lock();
+        if let Some(st) = inner.pods.get_mut(uid) {
+            if st.assumed {
+                st.deadline = Some(now + ttl);
+            }
+        }
+    }
+
+    /// Drops an assumed pod (binding rejected or failed), releasing its
+    /// resources. Returns false when the pod was not assumed (already
+    /// confirmed, expired or never assumed): nothing is changed then.
+    pub fn forget(&self, uid: &str) -> bool {
+        let mut inner = self.inner.lock();
+        match inner.pods.get(uid) {
+            Some(st) if st.assumed => {
+                let node = st.node.clone();
+                inner.pods.remove(uid);
+                inner.unplace(&node, uid);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// A pod bound to `pod.node_name` arrived from the cluster: confirms our
+    /// assumption (moving it if the cluster placed it elsewhere), or accounts
+    /// for someone else's placement. Terminal pods are removed instead.
+    pub fn add_bound_pod(&self, pod: Arc<PodInfo>) {
+        let Some(node) = pod.node_name.clone() else {
+            return;
+        };
+        if pod.terminal {
+            self.remove_pod(&pod.uid);
+            return;
+        }
+        let mut inner = self.inner.lock();
+        if let Some(st) = inner.pods.get(&pod.uid) {
+            let old = st.node.clone();
+            inner.unplace(&old, &pod.uid);
+        }
+        inner.place(&node, pod.clone());
+        inner.pods.insert(
+            pod.uid.clone(),
+            PodState {
+                pod,
+                node,
+                assumed: false,
+                deadline: None,
+            },
+        );
+    }
+
+    /// A pod left the cluster (or terminated). Returns true when it held
+    /// resources on a node, i.e. the removal is an `AssignedPodDeleted` event.
+    pub fn remove_pod(&self, uid: &str) -> bool {
+        let mut inner = self.inner.lock();
+        let Some(st) = inner.pods.remove(uid) else {
+            return false;
+        };
+        inner.unplace(&st.node, uid).is_some()
+    }
+
+    /// Expires assumed pods whose binding finished more than the TTL ago and
+    /// that were never confirmed. Returns their keys.
+    pub fn cleanup_expired(&self, now: Instant) -> Vec<PodKey> {
+        let mut inner = self.inner.lock();
+        let expired: Vec<(Arc<str>, Arc<str>, PodKey)> = inner
+            .pods
+            .iter()
+            .filter(|(_, st)| st.assumed && st.deadline.is_some_and(|d| d <= now))
+            .map(|(uid, st)| (uid.clone(), st.node.clone(), st.pod.key.clone()))
+            .collect();
+        for (uid, node, _) in &expired {
+            inner.pods.remove(uid);
+            inner.unplace(node, uid);
+        }
+        expired.into_iter().map(|(_, _, k)| k).collect()
+    }
+
+    /// Whether the pod is assumed (not yet confirmed).
+    #[must_use]
+    pub fn is_assumed(&self, uid: &str) -> bool {
+        self.inner.lock().pods.get(uid).is_some_and(|s| s.assumed)
+    }
+
+    /// Node the pod is assumed or bound on.
+    #[must_use]
+    pub fn pod_node(&self, uid: &str) -> Option<Arc<str>> {
+        self.inner.lock().pods.get(uid).map(|s| s.node.clone())
+    }
+
+    /// Number of nodes.
+    #[must_use]
+    pub fn node_count(&self) -> usize {
+        self.inner.lock().nodes.len()
+    }
+
+    /// A copy of one node's info (for tests and inspection).
+    #[must_use]
+    pub fn node(&self, name: &str) -> Option<Arc<NodeInfo>> {
+        self.inner.lock().nodes.get(name).cloned()
+    }
+
+    /// Brings `snap` up to date: copies the nodes changed since its last
+    /// refresh (an Arc clone each) and re-orders it if nodes joined or left or
+    /// the partition changed. Holds the cache lock only for those copies.
+    pub fn update_snapshot(&self, snap: &mut Snapshot) {
+        let mut inner = self.inner.lock();
+        if inner.layout_changed {
+            inner.layout_changed = false;
+            inner.dirty.clear();
+            snap.rebuild(&inner.nodes, &inner.partition, inner.generation);
+            return;
+        }
+        if inner.dirty.is_empty() {
+            return;
+        }
+        let dirty = std::mem::take(&mut inner.dirty);
+        for name in &dirty {
+            if let Some(info) = inner.nodes.get(name) {
+                snap.replace(info);
+            }
+        }
+        snap.generation = inner.generation;
+    }
+}
+
+/// Which cluster events a node update amounts to.
+fn node_change_events(old: &NodeSpec, new: &NodeSpec) -> Vec<ClusterEvent> {
+    let mut ev = Vec::new();
+    let (a, b) = (&old.allocatable, &new.allocatable);
+    let grew = b.milli_cpu > a.milli_cpu
+        || b.memory > a.memory
+        || b.ephemeral_storage > a.ephemeral_storage
+        || b.allowed_pod_number > a.allowed_pod_number
+        || b.scalar.iter().any(|(n, v)| *v > a.scalar(n));
+    if grew {
+        ev.push(ClusterEvent::NodeAllocatableGrew);
+    }
+    if old.labels != new.labels {
+        ev.push(ClusterEvent::NodeLabelChanged);
+    }
+    if old.taints != new.taints {
+        ev.push(ClusterEvent::NodeTaintChanged);
+    }
+    if old.unschedulable && !new.unschedulable {
+        ev.push(ClusterEvent::NodeBecameSchedulable);
+    }
+    ev
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flotilla_shared::testing::{NodeBuilder, PodBuilder};
+
+    fn cache_with(nodes: &[&str]) -> NodeCache {
+        let c = NodeCache::new(Duration::from_secs(30));
+        for n in nodes {
+            c.upsert_node(NodeBuilder::new(n).cpu("4").memory("8Gi").pods(110).build_spec());
+        }
+        c
+    }
+
+    fn pod(name: &str, cpu: &str) -> Arc<PodInfo> {
+        Arc::new(PodBuilder::new(name).cpu(cpu).build_info())
+    }
+
+    fn bound(name: &str, cpu: &str, node: &str) -> Arc<PodInfo> {
+        Arc::new(PodBuilder::new(name).cpu(cpu).node_name(node).build_info())
+    }
+
+    #[test]
+    fn assume_then_forget_releases_everything() {
+        let c = cache_with(&["n1"]);
+        let p = pod("a", "1");
+        c.assume(p.clone(), "n1").unwrap();
+        assert_eq!(c.node("n1").unwrap().requested.milli_cpu, 1000);
+        assert_eq!(
+            c.assume(p.clone(), "n1"),
+            Err(CacheError::AlreadyPlaced(p.key.clone()))
+        );
+        assert!(c.forget(&p.uid));
+        assert!(!c.forget(&p.uid), "second forget is a no-op");
+        let n = c.node("n1").unwrap();
+        assert_eq!(n.requested.milli_cpu, 0);
+        assert_eq!(n.pod_count(), 0);
+    }
+
+    #[test]
+    fn assume_on_unknown_node_fails() {
+        let c = cache_with(&["n1"]);
+        assert_eq!(
+            c.assume(pod("a", "1"), "nx"),
+            Err(CacheError::UnknownNode("nx".into()))
+        );
+    }
+
+    #[test]
+    fn confirm_makes_the_pod_bound_and_forget_no_longer_applies() {
+        let c = cache_with(&["n1"]);
+        let p = pod("a", "1");
+        c.assume(p, "n1").unwrap();
+        c.add_bound_pod(bound("a", "1", "n1"));
+        assert!(!c.is_assumed("uid-a"));
+        assert!(!c.forget("uid-a"));
+        assert_eq!(c.node("n1").unwrap().requested.milli_cpu, 1000, "counted once");
+    }
+
+    #[test]
+    fn confirm_on_another_node_moves_the_pod() {
+        let c = cache_with(&["n1", "n2"]);
+        c.assume(pod("a", "1"), "n1").unwrap();
+        c.add_bound_pod(bound("a", "1", "n2"));
+        assert_eq!(c.node("n1").unwrap().requested.milli_cpu, 0);
+        assert_eq!(c.node("n2").unwrap().requested.milli_cpu, 1000);
+    }
+
+    #[test]
+    fn unconfirmed_assumed_pods_expire_only_after_binding_finished_plus_ttl() {
+        let c = cache_with(&["n1"]);
+        let t0 = Instant::now();
+        c.assume(pod("a", "1"), "n1").unwrap();
+        assert!(c.cleanup_expired(t0 + Duration::from_secs(3600)).is_empty(), "binding still running");
+        c.finish_binding("uid-a", t0);
+        assert!(c.cleanup_expired(t0 + Duration::from_secs(29)).is_empty());
+        let expired = c.cleanup_expired(t0 + Duration::from_secs(30));
+        assert_eq!(expired, vec![PodKey::new("default", "a")]);
+        assert_eq!(c.node("n1").unwrap().requested.milli_cpu, 0);
+    }
+
+    #[test]
+    fn confirmed_pods_never_expire() {
+        let c = cache_with(&["n1"]);
+        let t0 = Instant::now();
+        c.assume(pod("a", "1"), "n1").unwrap();
+        c.finish_binding("uid-a", t0);
+        c.add_bound_pod(bound("a", "1", "n1"));
+        assert!(c.cleanup_expired(t0 + Duration::from_secs(3600)).is_empty());
+    }
+
+    #[test]
+    fn pods_bound_before_their_node_arrives_are_attached_later() {
+        let c = cache_with(&[]);
+        c.add_bound_pod(bound("a", "2", "late"));
+        c.upsert_node(NodeBuilder::new("late").cpu("4").pods(10).build_spec());
+        assert_eq!(c.node("late").unwrap().requested.milli_cpu, 2000);
+        assert!(c.remove_pod("uid-a"));
+        assert_eq!(c.node("late").unwrap().requested.milli_cpu, 0);
+    }
+
+    #[test]
+    fn node_updates_report_the_events_that_matter() {
+        let c = cache_with(&["n1"]);
+        let ev = c.upsert_node(
+            NodeBuilder::new("n1")
+                .cpu("8")
+                .memory("8Gi")
+                .pods(110)
+                .label("zone", "a")
+                .build_spec(),
+        );
+        assert_eq!(
+            ev,
+            vec![ClusterEvent::NodeAllocatableGrew, ClusterEvent::NodeLabelChanged]
+        );
+        let ev = c.upsert_node(NodeBuilder::new("n2").build_spec());
+        assert_eq!(ev, vec![ClusterEvent::NodeAdded]);
+    }
+
+    #[test]
+    fn snapshot_sees_changes_only_after_refresh_and_keeps_partition_first() {
+        let c = cache_with(&["a", "b", "c", "d"]);
+        c.set_partition(["c".into(), "a".into()]);
+        let mut s = Snapshot::default();
+        c.update_snapshot(&mut s);
+        assert_eq!(s.len(), 4);
+        assert_eq!(s.partition_len(), 2);
+        let first: HashSet<&str> = s.nodes()[..2].iter().map(|n| n.name()).collect();
+        assert_eq!(first, HashSet::from(["a", "c"]));
+        c.assume(pod("p", "1"), "b").unwrap();
+        assert_eq!(s.get("b").unwrap().requested.milli_cpu, 0, "snapshot is a stable view");
+        c.update_snapshot(&mut s);
+        assert_eq!(s.get("b").unwrap().requested.milli_cpu, 1000);
+        c.remove_node("d");
+        c.update_snapshot(&mut s);
+        assert_eq!(s.len(), 3);
+        assert!(s.get("d").is_none());
+    }
+}

@@ -1,0 +1,11 @@
+//! The framework runtime: the plugin registry, profiles, and the cycle runner.
+//! The plugin *traits* live in `flotilla_shared::framework` so the
+//! coordinator can share types with the plugins.
+
+pub mod profile;
+pub mod registry;
+pub mod runtime;
+
+pub use profile::{PluginRef, Profile, num_feasible_nodes_to_find};
+pub use registry::{PluginFactory, PluginHandle, Registry, RegistryError};
+pub use runtime::{Framework, ScheduleError, ScheduleResult};

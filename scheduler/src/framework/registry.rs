@@ -1,0 +1,219 @@
+//! The plugin registry: plugin name → factory. Profiles enable plugins by
+//! name; out-of-tree plugins register here the same way in-tree ones do.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use flotilla_shared::framework::{FilterPlugin, Plugin, PreFilterPlugin, ScorePlugin};
+
+use crate::plugins::{
+    names, node_affinity::NodeAffinity, node_name::NodeName, node_ports::NodePorts,
+    node_resources_balanced_allocation::NodeResourcesBalancedAllocation,
+    node_resources_fit::NodeResourcesFit, node_unschedulable::NodeUnschedulable,
+    taint_toleration::TaintToleration,
+};
+
+/// One plugin instance, seen through each extension point it implements.
+#[derive(Clone)]
+pub struct PluginHandle {
+    /// The plugin (name, events).
+    pub plugin: Arc<dyn Plugin>,
+    /// Its PreFilter side, if any.
+    pub pre_filter: Option<Arc<dyn PreFilterPlugin>>,
+    /// Its Filter side, if any.
+    pub filter: Option<Arc<dyn FilterPlugin>>,
+    /// Its Score side, if any.
+    pub score: Option<Arc<dyn ScorePlugin>>,
+}
+
+impl std::fmt::Debug for PluginHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginHandle")
+            .field("name", &self.plugin.name())
+            .field("pre_filter", &self.pre_filter.is_some())
+            .field("filter", &self.filter.is_some())
+            .field("score", &self.score.is_some())
+            .finish()
+    }
+}
+
+impl PluginHandle {
+    /// A handle with only the common side; add extension points with the
+    /// builder methods.
+    #[must_use]
+    pub fn new<P: Plugin + 'static>(p: Arc<P>) -> Self {
+        PluginHandle {
+            plugin: p,
+            pre_filter: None,
+            filter: None,
+            score: None,
+        }
+    }
+
+    /// Adds the PreFilter side.
+    #[must_use]
+    pub fn pre_filter(mut self, p: Arc<dyn PreFilterPlugin>) -> Self {
+        self.pre_filter = Some(p);
+        self
+    }
+
+    /// Adds the Filter side.
+    #[must_use]
+    pub fn filter(mut self, p: Arc<dyn FilterPlugin>) -> Self {
+        self.filter = Some(p);
+        self
+    }
+
+    /// Adds the Score side.
+    #[must_use]
+    pub fn score(mut self, p: Arc<dyn ScorePlugin>) -> Self {
+        self.score = Some(p);
+        self
+    }
+}
+
+/// Builds a plugin from its `pluginConfig` args (JSON, `None` when absent).
+///
+/// # Errors
+/// A message naming the bad argument.
+pub type PluginFactory =
+    Arc<dyn Fn(Option<&serde_json::Value>) -> Result<PluginHandle, String> + Send + Sync>;
+
+/// Plugin name → factory.
+#[derive(Clone, Default)]
+pub struct Registry {
+    factories: BTreeMap<&'static str, PluginFactory>,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_set().entries(self.factories.keys()).finish()
+    }
+}
+
+/// Registry errors.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RegistryError {
+    /// Two factories under one name.
+    #[error("a plugin named {0:?} is already registered")]
+    Duplicate(&'static str),
+    /// A profile names a plugin nobody registered.
+    #[error("plugin {0:?} is not registered")]
+    Unknown(String),
+    /// The factory rejected its args.
+    #[error("plugin {name:?}: {message}")]
+    Args {
+        /// Plugin name.
+        name: String,
+        /// What is wrong with the args.
+        message: String,
+    },
+}
+
+impl Registry {
+    /// The in-tree plugins.
+    #[must_use]
+    pub fn in_tree() -> Self {
+        let mut r = Registry::default();
+        let add = |r: &mut Registry, name, f: PluginFactory| {
+            r.register(name, f).expect("in-tree names are unique");
+        };
+        add(
+            &mut r,
+            names::NODE_UNSCHEDULABLE,
+            Arc::new(|_| {
+                let p = Arc::new(NodeUnschedulable::default());
+                Ok(PluginHandle::new(p.clone()).filter(p))
+            }),
+        );
+        add(
+            &mut r,
+            names::NODE_NAME,
+            Arc::new(|_| {
+                let p = Arc::new(NodeName::default());
+                Ok(PluginHandle::new(p.clone()).filter(p))
+            }),
+        );
+        add(
+            &mut r,
+            names::TAINT_TOLERATION,
+            Arc::new(|_| {
+                let p = Arc::new(TaintToleration::default());
+                Ok(PluginHandle::new(p.clone()).filter(p.clone()).score(p))
+            }),
+        );
+        add(
+            &mut r,
+            names::NODE_AFFINITY,
+            Arc::new(|_| {
+                let p = Arc::new(NodeAffinity::default());
+                Ok(PluginHandle::new(p.clone())
+                    .pre_filter(p.clone())
+                    .filter(p.clone())
+                    .score(p))
+            }),
+        );
+        add(
+            &mut r,
+            names::NODE_PORTS,
+            Arc::new(|_| {
+                let p = Arc::new(NodePorts::default());
+                Ok(PluginHandle::new(p.clone()).filter(p))
+            }),
+        );
+        add(
+            &mut r,
+            names::NODE_RESOURCES_FIT,
+            Arc::new(|_| {
+                let p = Arc::new(NodeResourcesFit::default());
+                Ok(PluginHandle::new(p.clone()).filter(p.clone()).score(p))
+            }),
+        );
+        add(
+            &mut r,
+            names::NODE_RESOURCES_BALANCED_ALLOCATION,
+            Arc::new(|_| {
+                let p = Arc::new(NodeResourcesBalancedAllocation::default());
+                Ok(PluginHandle::new(p.clone()).score(p))
+            }),
+        );
+        r
+    }
+
+    /// Registers a factory under `name`.
+    ///
+    /// # Errors
+    /// [`RegistryError::Duplicate`] when the name is taken.
+    pub fn register(&mut self, name: &'static str, f: PluginFactory) -> Result<(), RegistryError> {
+        if self.factories.contains_key(name) {
+            return Err(RegistryError::Duplicate(name));
+        }
+        self.factories.insert(name, f);
+        Ok(())
+    }
+
+    /// Instantiates plugin `name`.
+    ///
+    /// # Errors
+    /// [`RegistryError::Unknown`] or [`RegistryError::Args`].
+    pub fn build(
+        &self,
+        name: &str,
+        args: Option<&serde_json::Value>,
+    ) -> Result<PluginHandle, RegistryError> {
+        let f = self
+            .factories
+            .get(name)
+            .ok_or_else(|| RegistryError::Unknown(name.to_owned()))?;
+        f(args).map_err(|message| RegistryError::Args {
+            name: name.to_owned(),
+            message,
+        })
+    }
+
+    /// Registered names, sorted.
+    #[must_use]
+    pub fn names(&self) -> Vec<&'static str> {
+        self.factories.keys().copied().collect()
+    }
+}

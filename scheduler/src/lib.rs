@@ -1,0 +1,20 @@
+//! Flotilla scheduler worker.
+//!
+//! # Layout
+//! - [`cache`]: the node cache (assume / forget / confirm / expire) and the
+//!   per-cycle [`cache::Snapshot`].
+//! - [`queue`]: activeQ, backoffQ and the unschedulable pool.
+//! - [`framework`]: plugin registry, profiles, and the cycle runner
+//!   (PreFilter → Filter → Score → select).
+//! - [`plugins`]: the in-tree plugins, one file each.
+//! - [`worker`]: the worker process: coordinator stream → cache/queue →
+//!   scheduling thread → binding tasks.
+
+pub mod cache;
+pub mod framework;
+pub mod plugins;
+pub mod queue;
+pub mod worker;
+
+pub use framework::{Framework, Profile, Registry};
+pub use worker::{WorkerConfig, WorkerStats};

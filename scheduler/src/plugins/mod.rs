@@ -1,0 +1,104 @@
+//! In-tree plugins (one file per plugin). See `names` for registry names.
+//!
+//! Each plugin mirrors the upstream kube-scheduler plugin of the same name:
+//! reason texts, status codes and scores are upstream's (see each module).
+//! [`node_name`] is the template to copy for a new plugin.
+//!
+//! | plugin | PreFilter | Filter | Score (default weight) | normalize | events that can help a rejected pod |
+//! | --- | --- | --- | --- | --- | --- |
+//! | [`NodeUnschedulable`] | | cordon (`shared::fit`) | | | `NodeAdded`, `NodeBecameSchedulable`, `NodeTaintChanged` |
+//! | [`NodeName`] | | `spec.nodeName` | | | `NodeAdded` |
+//! | [`TaintToleration`] | | `NoSchedule` / `NoExecute` taints | untolerated `PreferNoSchedule` taints (3) | reverse | `NodeAdded`, `NodeTaintChanged` |
+//! | [`NodeAffinity`] | `metadata.name` pins → node set; `Skip` without constraints | `nodeSelector` + required affinity | preferred term weights (2) | default | `NodeAdded`, `NodeLabelChanged` |
+//! | [`NodePorts`] | | host ports (`shared::fit`) | | | `NodeAdded`, `AssignedPodDeleted` |
+//! | [`NodeResourcesFit`] | | requests (`shared::fit`) | `LeastAllocated` cpu/memory (1) | none | `NodeAdded`, `NodeAllocatableGrew`, `AssignedPodDeleted` |
+//! | [`NodeResourcesBalancedAllocation`] | | | cpu/memory balance (1) | none | none (rejects nothing) |
+//!
+//! The framework multiplies each plugin's normalized score (0..=100) by its
+//! weight ([`DEFAULT_SCORE_WEIGHTS`], upstream `default_plugins.go`) and sums.
+
+pub mod names;
+pub mod node_affinity;
+pub mod node_name;
+pub mod node_ports;
+pub mod node_resources_balanced_allocation;
+pub mod node_resources_fit;
+pub mod node_unschedulable;
+pub mod taint_toleration;
+
+pub use node_affinity::NodeAffinity;
+pub use node_name::NodeName;
+pub use node_ports::NodePorts;
+pub use node_resources_balanced_allocation::NodeResourcesBalancedAllocation;
+pub use node_resources_fit::NodeResourcesFit;
+pub use node_unschedulable::NodeUnschedulable;
+pub use taint_toleration::TaintToleration;
+
+/// Upstream default Score weights of the in-tree score plugins
+/// (`pkg/scheduler/apis/config/v1/default_plugins.go`).
+pub const DEFAULT_SCORE_WEIGHTS: &[(&str, i64)] = &[
+    (names::TAINT_TOLERATION, 3),
+    (names::NODE_AFFINITY, 2),
+    (names::NODE_RESOURCES_FIT, 1),
+    (names::NODE_RESOURCES_BALANCED_ALLOCATION, 1),
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flotilla_shared::framework::{Plugin, ScorePlugin};
+
+    #[test]
+    fn default_weights_cover_exactly_the_score_plugins() {
+        let score_plugins: [&dyn ScorePlugin; 4] = [
+            &TaintToleration,
+            &NodeAffinity,
+            &NodeResourcesFit::new(),
+            &NodeResourcesBalancedAllocation,
+        ];
+        assert_eq!(DEFAULT_SCORE_WEIGHTS.len(), score_plugins.len());
+        for p in score_plugins {
+            assert!(
+                DEFAULT_SCORE_WEIGHTS.iter().any(|(n, _)| *n == p.name()),
+                "{} has no default weight",
+                p.name()
+            );
+        }
+        let weight = |name: &str| {
+            DEFAULT_SCORE_WEIGHTS
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|w| w.1)
+        };
+        assert_eq!(weight("TaintToleration"), Some(3));
+        assert_eq!(weight("NodeAffinity"), Some(2));
+        assert_eq!(weight("NodeResourcesFit"), Some(1));
+        assert_eq!(weight("NodeResourcesBalancedAllocation"), Some(1));
+    }
+
+    #[test]
+    fn plugin_names_are_the_registry_names() {
+        let all: [&dyn Plugin; 7] = [
+            &NodeUnschedulable,
+            &NodeName,
+            &TaintToleration,
+            &NodeAffinity,
+            &NodePorts,
+            &NodeResourcesFit::new(),
+            &NodeResourcesBalancedAllocation,
+        ];
+        let got: Vec<&str> = all.iter().map(|p| p.name()).collect();
+        assert_eq!(
+            got,
+            [
+                names::NODE_UNSCHEDULABLE,
+                names::NODE_NAME,
+                names::TAINT_TOLERATION,
+                names::NODE_AFFINITY,
+                names::NODE_PORTS,
+                names::NODE_RESOURCES_FIT,
+                names::NODE_RESOURCES_BALANCED_ALLOCATION,
+            ]
+        );
+    }
+}

@@ -1,0 +1,459 @@
+//! `NodeAffinity`: `spec.nodeSelector` and node affinity (upstream
+//! `pkg/scheduler/framework/plugins/nodeaffinity/node_affinity.go`).
+//!
+//! - **PreFilter**: `Skip` when the pod has neither a `nodeSelector` nor a
+//!   required affinity (Filter has nothing to check). When **every** required
+//!   term pins nodes by name (`matchFields: metadata.name In [...]`), returns
+//!   the union of the pinned names as a [`PreFilterResult`], so the framework
+//!   filters only those nodes; several `In` field requirements in one term
+//!   are ANDed (intersected). If the union is empty (every term pins
+//!   conflicting names) the pod is rejected outright with
+//!   `UnschedulableAndUnresolvable` `"pod affinity terms conflict"`. A single
+//!   term without such a requirement makes every node eligible (terms are
+//!   ORed), so the result is "all nodes".
+//! - **Filter**: every `nodeSelector` pair must equal a node label, and the
+//!   required affinity (any term) must match; otherwise
+//!   `UnschedulableAndUnresolvable`
+//!   `"node(s) didn't match Pod's node affinity/selector"`.
+//! - **Score**: the sum of the weights of the preferred terms the node
+//!   matches; `normalize_score` is `DefaultNormalizeScore(100, false)`.
+//!   Upstream's PreScore returns `Skip` for pods without preferred terms; here
+//!   such pods score 0 on every node, which adds the same nothing.
+//!
+//! Scheduler-enforced affinity (`NodeAffinityArgs.addedAffinity`) is not
+//! supported.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use flotilla_shared::framework::{
+    ClusterEvent, Code, CycleState, FilterPlugin, MAX_NODE_SCORE, Plugin, PreFilterPlugin,
+    PreFilterResult, ScorePlugin, Status, default_normalize_score,
+};
+use flotilla_shared::selector::{FIELD_METADATA_NAME, Operator, Term};
+use flotilla_shared::{NodeInfo, PodInfo};
+
+use super::names;
+
+/// Registry name.
+pub const NAME: &str = names::NODE_AFFINITY;
+
+/// Upstream Filter reason (`ErrReasonPod`).
+pub const REASON: &str = "node(s) didn't match Pod's node affinity/selector";
+
+/// Upstream PreFilter reason when the name-pinning terms leave no node
+/// (`errReasonConflict`).
+pub const REASON_CONFLICT: &str = "pod affinity terms conflict";
+
+/// A new node or a label change can help.
+const EVENTS: &[ClusterEvent] = &[ClusterEvent::NodeAdded, ClusterEvent::NodeLabelChanged];
+
+/// PreFilter, Filter and Score plugin for node selectors and node affinity
+/// (default score weight 2).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NodeAffinity;
+
+impl NodeAffinity {
+    /// The plugin (it has no configuration).
+    #[must_use]
+    pub const fn new() -> Self {
+        NodeAffinity
+    }
+}
+
+/// The node names a term restricts itself to: the intersection of its
+/// `metadata.name In [...]` field requirements, or `None` when it has none
+/// (then the term says nothing about names).
+fn term_node_names(term: &Term) -> Option<HashSet<&str>> {
+    let mut names: Option<HashSet<&str>> = None;
+    for r in &term.fields {
+        let Operator::In(values) = &r.op else {
+            continue;
+        };
+        if r.key != FIELD_METADATA_NAME {
+            continue;
+        }
+        let these = values.iter().map(String::as_str);
+        names = Some(match names {
+            None => these.collect(),
+            Some(prev) => these.filter(|v| prev.contains(v)).collect(),
+        });
+    }
+    names
+}
+
+/// Whether every `nodeSelector` pair is a label of the node.
+fn node_selector_matches(pod: &PodInfo, node: &NodeInfo) -> bool {
+    let labels = &node.spec.labels;
+    pod.node_selector
+        .iter()
+        .all(|(k, v)| labels.get(k).is_some_and(|have| have == v))
+}
+
+impl Plugin for NodeAffinity {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn events_to_register(&self) -> &'static [ClusterEvent] {
+        EVENTS
+    }
+}
+
+impl PreFilterPlugin for NodeAffinity {
+    fn pre_filter(&self, _state: &mut CycleState, pod: &PodInfo) -> (PreFilterResult, Status) {
+        let Some(required) = &pod.required_affinity else {
+            let status = if pod.node_selector.is_empty() {
+                Status::skip()
+            } else {
+                Status::success()
+            };
+            return (PreFilterResult::default(), status);
+        };
+        if required.terms.is_empty() {
+            return (PreFilterResult::default(), Status::success());
+        }
+        let mut union: HashSet<Arc<str>> = HashSet::new();
+        for term in &required.terms {
+            let Some(names) = term_node_names(term) else {
+                // This term can match any node: terms are ORed.
+                return (PreFilterResult::default(), Status::success());
+            };
+            union.extend(names.into_iter().map(Arc::from));
+        }
+        if union.is_empty() {
+            return (
+                PreFilterResult::default(),
+                Status::new(Code::UnschedulableAndUnresolvable, REASON_CONFLICT).with_plugin(NAME),
+            );
+        }
+        (
+            PreFilterResult {
+                node_names: Some(union),
+            },
+            Status::success(),
+        )
+    }
+}
+
+impl FilterPlugin for NodeAffinity {
+    fn filter(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        let affinity_ok = pod
+            .required_affinity
+            .as_ref()
+            .is_none_or(|s| s.matches(node.name(), &node.spec.labels));
+        if affinity_ok && node_selector_matches(pod, node) {
+            Status::success()
+        } else {
+            Status::unresolvable(REASON).with_plugin(NAME)
+        }
+    }
+}
+
+impl ScorePlugin for NodeAffinity {
+    fn score(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        let name = node.name();
+        let labels = &node.spec.labels;
+        Ok(pod
+            .preferred_affinity
+            .iter()
+            .filter(|w| w.term.matches(name, labels))
+            .map(|w| w.weight)
+            .sum())
+    }
+
+    fn normalize_score(&self, _state: &CycleState, _pod: &PodInfo, scores: &mut [i64]) {
+        default_normalize_score(MAX_NODE_SCORE, false, scores);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flotilla_shared::testing::{NodeBuilder, PodBuilder};
+    use k8s_openapi::api::core::v1::{
+        Affinity, NodeAffinity as K8sNodeAffinity, NodeSelector, NodeSelectorRequirement,
+        NodeSelectorTerm,
+    };
+
+    fn node(name: &str, labels: &[(&str, &str)]) -> NodeInfo {
+        let mut b = NodeBuilder::new(name);
+        for (k, v) in labels {
+            b = b.label(k, v);
+        }
+        NodeInfo::new(Arc::new(b.build_spec()))
+    }
+
+    fn req(key: &str, op: &str, values: &[&str]) -> NodeSelectorRequirement {
+        NodeSelectorRequirement {
+            key: key.into(),
+            operator: op.into(),
+            values: Some(values.iter().map(|s| (*s).to_owned()).collect()),
+        }
+    }
+
+    fn term(
+        fields: Vec<NodeSelectorRequirement>,
+        exprs: Vec<NodeSelectorRequirement>,
+    ) -> NodeSelectorTerm {
+        NodeSelectorTerm {
+            match_fields: (!fields.is_empty()).then_some(fields),
+            match_expressions: (!exprs.is_empty()).then_some(exprs),
+        }
+    }
+
+    /// A pod whose required node affinity has exactly `terms`.
+    fn pod_with_terms(terms: Vec<NodeSelectorTerm>) -> PodInfo {
+        let mut pod = PodBuilder::new("p").build();
+        pod.spec.as_mut().unwrap().affinity = Some(Affinity {
+            node_affinity: Some(K8sNodeAffinity {
+                required_during_scheduling_ignored_during_execution: Some(NodeSelector {
+                    node_selector_terms: terms,
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        PodInfo::from_pod(Arc::new(pod)).unwrap()
+    }
+
+    fn pre_filter(pod: &PodInfo) -> (PreFilterResult, Status) {
+        NodeAffinity::new().pre_filter(&mut CycleState::default(), pod)
+    }
+
+    fn names(r: &PreFilterResult) -> Vec<String> {
+        let mut v: Vec<String> = r
+            .node_names
+            .as_ref()
+            .expect("a node set")
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn node_selector_needs_every_pair() {
+        let state = CycleState::default();
+        let pod = PodBuilder::new("p")
+            .node_selector("disk", "ssd")
+            .node_selector("zone", "a")
+            .build_info();
+        let both = node("n1", &[("disk", "ssd"), ("zone", "a")]);
+        assert_eq!(NodeAffinity.filter(&state, &pod, &both), Status::success());
+        let one = node("n2", &[("disk", "ssd"), ("zone", "b")]);
+        let st = NodeAffinity.filter(&state, &pod, &one);
+        assert_eq!(st.code, Code::UnschedulableAndUnresolvable);
+        assert_eq!(
+            st.reasons,
+            ["node(s) didn't match Pod's node affinity/selector"]
+        );
+        assert_eq!(st.plugin, "NodeAffinity");
+        assert!(
+            NodeAffinity
+                .filter(&state, &pod, &node("n3", &[]))
+                .is_rejected()
+        );
+    }
+
+    #[test]
+    fn required_affinity_and_node_selector_are_anded() {
+        let state = CycleState::default();
+        let pod = PodBuilder::new("p")
+            .node_selector("disk", "ssd")
+            .required_affinity("zone", "In", &["a", "b"])
+            .build_info();
+        assert!(
+            NodeAffinity
+                .filter(&state, &pod, &node("n1", &[("disk", "ssd"), ("zone", "b")]))
+                .is_success()
+        );
+        assert!(
+            NodeAffinity
+                .filter(&state, &pod, &node("n2", &[("disk", "hdd"), ("zone", "b")]))
+                .is_rejected()
+        );
+        assert!(
+            NodeAffinity
+                .filter(&state, &pod, &node("n3", &[("disk", "ssd"), ("zone", "c")]))
+                .is_rejected()
+        );
+        // Required terms are ORed.
+        let ored = PodBuilder::new("q")
+            .required_affinity("zone", "In", &["a"])
+            .required_affinity("gpu", "Exists", &[])
+            .build_info();
+        assert!(
+            NodeAffinity
+                .filter(&state, &ored, &node("n4", &[("gpu", "1")]))
+                .is_success()
+        );
+        assert!(
+            NodeAffinity
+                .filter(&state, &ored, &node("n5", &[("zone", "b")]))
+                .is_rejected()
+        );
+    }
+
+    #[test]
+    fn pod_without_constraints_is_skipped_and_fits() {
+        let pod = PodBuilder::new("p").build_info();
+        let (r, st) = pre_filter(&pod);
+        assert_eq!(st.code, Code::Skip);
+        assert!(r.node_names.is_none());
+        assert!(
+            NodeAffinity
+                .filter(&CycleState::default(), &pod, &node("n1", &[]))
+                .is_success()
+        );
+        // A nodeSelector alone needs Filter but narrows nothing.
+        let sel = PodBuilder::new("s")
+            .node_selector("disk", "ssd")
+            .build_info();
+        let (r, st) = pre_filter(&sel);
+        assert_eq!(st, Status::success());
+        assert!(r.node_names.is_none());
+    }
+
+    #[test]
+    fn prefilter_returns_union_of_pinned_names() {
+        let pod = pod_with_terms(vec![
+            term(vec![req(FIELD_METADATA_NAME, "In", &["n1"])], vec![]),
+            term(
+                vec![req(FIELD_METADATA_NAME, "In", &["n3"])],
+                vec![req("zone", "In", &["a"])],
+            ),
+        ]);
+        let (r, st) = pre_filter(&pod);
+        assert_eq!(st, Status::success());
+        assert_eq!(names(&r), ["n1", "n3"]);
+        // Filter still applies the term's label expressions on pinned nodes.
+        let state = CycleState::default();
+        assert!(
+            NodeAffinity
+                .filter(&state, &pod, &node("n1", &[]))
+                .is_success()
+        );
+        assert!(
+            NodeAffinity
+                .filter(&state, &pod, &node("n3", &[("zone", "b")]))
+                .is_rejected()
+        );
+        assert!(
+            NodeAffinity
+                .filter(&state, &pod, &node("n3", &[("zone", "a")]))
+                .is_success()
+        );
+        assert!(
+            NodeAffinity
+                .filter(&state, &pod, &node("n2", &[]))
+                .is_rejected()
+        );
+    }
+
+    #[test]
+    fn prefilter_keeps_all_nodes_unless_every_term_pins() {
+        // Second term has only a label expression: any node may match it.
+        let pod = pod_with_terms(vec![
+            term(vec![req(FIELD_METADATA_NAME, "In", &["n1"])], vec![]),
+            term(vec![], vec![req("zone", "In", &["a"])]),
+        ]);
+        let (r, st) = pre_filter(&pod);
+        assert_eq!(st, Status::success());
+        assert!(r.node_names.is_none());
+        // NotIn on metadata.name does not pin.
+        let not_in = pod_with_terms(vec![term(
+            vec![req(FIELD_METADATA_NAME, "NotIn", &["n1"])],
+            vec![],
+        )]);
+        let (r, st) = pre_filter(&not_in);
+        assert_eq!(st, Status::success());
+        assert!(r.node_names.is_none());
+    }
+
+    #[test]
+    fn prefilter_intersects_within_a_term_and_rejects_conflicts() {
+        // One term, two field requirements naming different nodes: the
+        // intersection is empty, the union of all terms is empty -> conflict.
+        let conflict = pod_with_terms(vec![term(
+            vec![
+                req(FIELD_METADATA_NAME, "In", &["n1"]),
+                req(FIELD_METADATA_NAME, "In", &["n2"]),
+            ],
+            vec![],
+        )]);
+        let (r, st) = pre_filter(&conflict);
+        assert!(r.node_names.is_none());
+        assert_eq!(st.code, Code::UnschedulableAndUnresolvable);
+        assert_eq!(st.reasons, ["pod affinity terms conflict"]);
+        // Same, but another term pins n3: upstream unions, so only n3 remains.
+        let partly = pod_with_terms(vec![
+            term(
+                vec![
+                    req(FIELD_METADATA_NAME, "In", &["n1"]),
+                    req(FIELD_METADATA_NAME, "In", &["n2"]),
+                ],
+                vec![],
+            ),
+            term(vec![req(FIELD_METADATA_NAME, "In", &["n3"])], vec![]),
+        ]);
+        let (r, st) = pre_filter(&partly);
+        assert_eq!(st, Status::success());
+        assert_eq!(names(&r), ["n3"]);
+        // Two requirements naming the same node keep it.
+        let same = pod_with_terms(vec![term(
+            vec![
+                req(FIELD_METADATA_NAME, "In", &["n1"]),
+                req(FIELD_METADATA_NAME, "In", &["n1"]),
+            ],
+            vec![],
+        )]);
+        assert_eq!(names(&pre_filter(&same).0), ["n1"]);
+    }
+
+    #[test]
+    fn preferred_weights_sum_and_normalize() {
+        // Upstream-style case: terms (w=2 foo=bar), (w=4 key=value),
+        // (w=5 az=az1). Raw: n1 {foo} = 2, n2 {foo,key} = 6, n3 {all} = 11,
+        // n4 {} = 0. DefaultNormalizeScore(100, false) with max 11:
+        // 2*100/11 = 18, 6*100/11 = 54, 11*100/11 = 100, 0.
+        let pod = PodBuilder::new("p")
+            .preferred_affinity(2, "foo", "In", &["bar"])
+            .preferred_affinity(4, "key", "In", &["value"])
+            .preferred_affinity(5, "az", "In", &["az1"])
+            .build_info();
+        let nodes = [
+            node("n1", &[("foo", "bar")]),
+            node("n2", &[("foo", "bar"), ("key", "value")]),
+            node("n3", &[("foo", "bar"), ("key", "value"), ("az", "az1")]),
+            node("n4", &[("foo", "baz")]),
+        ];
+        let state = CycleState::default();
+        let mut s: Vec<i64> = nodes
+            .iter()
+            .map(|n| NodeAffinity.score(&state, &pod, n).unwrap())
+            .collect();
+        assert_eq!(s, [2, 6, 11, 0]);
+        NodeAffinity.normalize_score(&state, &pod, &mut s);
+        assert_eq!(s, [18, 54, 100, 0]);
+    }
+
+    #[test]
+    fn no_preferred_terms_scores_zero_everywhere() {
+        let pod = PodBuilder::new("p").build_info();
+        let state = CycleState::default();
+        let mut s = vec![
+            NodeAffinity
+                .score(&state, &pod, &node("n1", &[("a", "b")]))
+                .unwrap();
+            2
+        ];
+        NodeAffinity.normalize_score(&state, &pod, &mut s);
+        assert_eq!(s, [0, 0]);
+        assert_eq!(
+            NodeAffinity.events_to_register(),
+            [ClusterEvent::NodeAdded, ClusterEvent::NodeLabelChanged]
+        );
+    }
+}

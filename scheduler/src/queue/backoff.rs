@@ -1,0 +1,81 @@
+//! Queue timing defaults (upstream kube-scheduler values) and the backoff rule.
+
+use std::time::Duration;
+
+/// First backoff after a failed attempt (`podInitialBackoffSeconds`: 1 s).
+pub const DEFAULT_POD_INITIAL_BACKOFF: Duration = Duration::from_secs(1);
+/// Backoff ceiling (`podMaxBackoffSeconds`: 10 s).
+pub const DEFAULT_POD_MAX_BACKOFF: Duration = Duration::from_secs(10);
+/// A pod parked as unschedulable is retried at the latest after this long
+/// (`DefaultPodMaxInUnschedulablePodsDuration`: 5 min).
+pub const DEFAULT_MAX_IN_UNSCHEDULABLE: Duration = Duration::from_secs(300);
+/// Jitter added to every backoff, as a fraction of it: a uniform draw in
+/// `[0, 0.1)`, so a 4 s backoff lasts 4.0–4.4 s. It spreads retries of pods
+/// that failed together (e.g. all losing one conflict) so they do not storm
+/// back in the same instant. Upstream adds none; this is ours.
+pub const DEFAULT_BACKOFF_JITTER: f64 = 0.1;
+
+/// Backoff settings.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BackoffConfig {
+    /// After the first failure. Defaults to 1 s.
+    pub initial: Duration,
+    /// Ceiling before jitter. Defaults to 10 s; must be ≥ `initial`.
+    pub max: Duration,
+    /// Jitter fraction in `[0, 1)`; 0 disables it. Defaults to 0.1.
+    pub jitter: f64,
+}
+
+impl Default for BackoffConfig {
+    fn default() -> Self {
+        BackoffConfig {
+            initial: DEFAULT_POD_INITIAL_BACKOFF,
+            max: DEFAULT_POD_MAX_BACKOFF,
+            jitter: DEFAULT_BACKOFF_JITTER,
+        }
+    }
+}
+
+impl BackoffConfig {
+    /// Backoff before jitter after `attempts` failed attempts (≥ 1):
+    /// `initial · 2^(attempts-1)`, capped at `max`. 0 attempts means none.
+    #[must_use]
+    pub fn base(&self, attempts: u32) -> Duration {
+        if attempts == 0 {
+            return Duration::ZERO;
+        }
+        let shift = (attempts - 1).min(31);
+        self.initial
+            .checked_mul(1u32 << shift)
+            .map_or(self.max, |d| d.min(self.max))
+    }
+
+    /// Backoff with jitter; `unit` is a uniform draw in `[0, 1)`.
+    #[must_use]
+    pub fn with_jitter(&self, attempts: u32, unit: f64) -> Duration {
+        let base = self.base(attempts);
+        base + base.mul_f64(self.jitter * unit.clamp(0.0, 1.0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn doubles_from_one_second_to_ten() {
+        let b = BackoffConfig::default();
+        let secs: Vec<u64> = (1..=6).map(|a| b.base(a).as_secs()).collect();
+        assert_eq!(secs, [1, 2, 4, 8, 10, 10]);
+        assert_eq!(b.base(0), Duration::ZERO);
+        assert_eq!(b.base(500), Duration::from_secs(10), "no overflow");
+    }
+
+    #[test]
+    fn jitter_stays_within_ten_percent() {
+        let b = BackoffConfig::default();
+        assert_eq!(b.with_jitter(3, 0.0), Duration::from_secs(4));
+        let hi = b.with_jitter(3, 0.999_999);
+        assert!(hi > Duration::from_millis(4399) && hi < Duration::from_millis(4400));
+    }
+}

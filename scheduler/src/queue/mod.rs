@@ -1,0 +1,658 @@
+//! The scheduling queue: activeQ, backoffQ and the unschedulable pool
+//! (upstream `PriorityQueue`).
+//!
+//! - **activeQ**: pods ready to be tried, highest `priority` first, then
+//!   earliest enqueue time (upstream PrioritySort).
+//! - **backoffQ**: pods that failed and wait `initial · 2^(attempts-1)`
+//!   (capped, plus jitter, see [`backoff`]); they leave in expiry order.
+//! - **unschedulable pool**: pods that fit nowhere. They move back (to
+//!   backoffQ if still backing off, else activeQ) when a cluster event arrives
+//!   that one of the plugins that rejected them registered for, or after
+//!   [`backoff::DEFAULT_MAX_IN_UNSCHEDULABLE`] at the latest.
+//!
+//! A pod popped for a cycle is "in flight" until the caller reports the
+//! outcome. If a relevant event arrived while it was in flight, a failure
+//! sends it to backoffQ rather than the unschedulable pool, so the event is
+//! not lost (upstream's `moveRequestCycle`).
+//!
+//! Every method takes `now` explicitly: the queue itself never reads a clock,
+//! so tests drive time deterministically.
+//!
+//! # Locking
+//! One mutex guards all three queues; a condvar wakes the scheduling thread
+//! blocked in [`SchedulingQueue::pop_blocking`]. No other lock is taken while
+//! it is held.
+
+pub mod backoff;
+
+use std::cmp::{Ordering, Reverse};
+use std::collections::{BTreeSet, BinaryHeap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+use rand::RngExt as _;
+
+use flotilla_shared::PodInfo;
+use flotilla_shared::framework::ClusterEvent;
+
+pub use backoff::BackoffConfig;
+
+/// Queue settings.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct QueueConfig {
+    /// Backoff rule.
+    pub backoff: BackoffConfig,
+    /// Longest stay in the unschedulable pool. Defaults to 5 min.
+    pub max_in_unschedulable: Duration,
+}
+
+impl Default for QueueConfig {
+    fn default() -> Self {
+        QueueConfig {
+            backoff: BackoffConfig::default(),
+            max_in_unschedulable: backoff::DEFAULT_MAX_IN_UNSCHEDULABLE,
+        }
+    }
+}
+
+/// A pod as the queue tracks it.
+#[derive(Debug, Clone)]
+pub struct QueuedPodInfo {
+    /// The pod.
+    pub pod: Arc<PodInfo>,
+    /// When it entered the queue for its current stay (PrioritySort tiebreak).
+    pub timestamp: Instant,
+    /// When it was first added (scheduling latency starts here).
+    pub initial_attempt: Instant,
+    /// Failed attempts so far.
+    pub attempts: u32,
+    /// Plugins that rejected it in its last failed cycle.
+    pub unschedulable_plugins: BTreeSet<&'static str>,
+}
+
+/// Where a queued pod currently is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Location {
+    /// activeQ.
+    Active,
+    /// backoffQ, until the instant.
+    Backoff(Instant),
+    /// Unschedulable pool, since the instant.
+    Unschedulable(Instant),
+    /// Popped; a cycle or binding is running for it.
+    InFlight,
+}
+
+#[derive(Debug)]
+struct Entry {
+    info: QueuedPodInfo,
+    loc: Location,
+    /// Bumped whenever the pod moves; stale heap entries are skipped.
+    version: u64,
+    /// Value of `move_request_cycle` when popped.
+    popped_at_cycle: u64,
+    /// End of the backoff earned by the last failure (jitter included).
+    backoff_expiry: Option<Instant>,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+struct ActiveKey {
+    priority: i32,
+    timestamp: Instant,
+    seq: u64,
+    uid: Arc<str>,
+    version: u64,
+}
+
+impl Ord for ActiveKey {
+    fn cmp(&self, o: &Self) -> Ordering {
+        // BinaryHeap is a max-heap: higher priority first, then earlier time.
+        self.priority
+            .cmp(&o.priority)
+            .then_with(|| o.timestamp.cmp(&self.timestamp))
+            .then_with(|| o.seq.cmp(&self.seq))
+    }
+}
+
+impl PartialOrd for ActiveKey {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    pods: HashMap<Arc<str>, Entry>,
+    active: BinaryHeap<ActiveKey>,
+    backoff: BinaryHeap<Reverse<(Instant, u64, Arc<str>, u64)>>,
+    unschedulable: HashSet<Arc<str>>,
+    seq: u64,
+    /// Counts relevant cluster events (for pods in flight).
+    move_request_cycle: u64,
+    closed: bool,
+}
+
+/// Sizes of the three queues (for metrics and reports).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueLengths {
+    /// activeQ.
+    pub active: usize,
+    /// backoffQ.
+    pub backoff: usize,
+    /// Unschedulable pool.
+    pub unschedulable: usize,
+    /// Popped and not yet resolved.
+    pub in_flight: usize,
+}
+
+/// The scheduling queue. Share it as `Arc<SchedulingQueue>`.
+#[derive(Debug)]
+pub struct SchedulingQueue {
+    inner: Mutex<Inner>,
+    wake: Condvar,
+    cfg: QueueConfig,
+    /// Plugin names interested in each event.
+    interest: HashMap<ClusterEvent, HashSet<&'static str>>,
+}
+
+impl SchedulingQueue {
+    /// A queue; `interest` maps each cluster event to the plugins that
+    /// registered for it (see `Plugin::events_to_register`).
+    #[must_use]
+    pub fn new(cfg: QueueConfig, interest: HashMap<ClusterEvent, HashSet<&'static str>>) -> Self {
+        SchedulingQueue {
+            inner: Mutex::new(Inner::default()),
+            wake: Condvar::new(),
+            cfg,
+            interest,
+        }
+    }
+
+    fn push_active(inner: &mut Inner, uid: &Arc<str>) {
+        inner.seq += 1;
+        let seq = inner.seq;
+        let Some(e) = inner.pods.get_mut(uid) else { return };
+        e.version += 1;
+        e.loc = Location::Active;
+        let key = ActiveKey {
+            priority: e.info.pod.priority,
+            timestamp: e.info.timestamp,
+            seq,
+            uid: uid.clone(),
+            version: e.version,
+        };
+        inner.active.push(key);
+    }
+
+    fn push_backoff(inner: &mut Inner, uid: &Arc<str>, until: Instant) {
+        inner.seq += 1;
+        let seq = inner.seq;
+        let Some(e) = inner.pods.get_mut(uid) else { return };
+        e.version += 1;
+        e.loc = Location::Backoff(until);
+        let v = e.version;
+        inner.backoff.push(Reverse((until, seq, uid.clone(), v)));
+    }
+
+    /// Adds a new pending pod to activeQ. For a pod already queued, replaces
+    /// its object (keeping attempts and position); an update to a pod in the
+    /// unschedulable pool moves it back, since the change may make it fit.
+    pub fn add(&self, pod: Arc<PodInfo>, now: Instant) {
+        let mut inner = self.inner.lock();
+        let uid = pod.uid.clone();
+        if let Some(e) = inner.pods.get_mut(&uid) {
+            e.info.pod = pod;
+            if let Location::Unschedulable(_) = e.loc {
+                inner.unschedulable.remove(&uid);
+                Self::requeue(&mut inner, &uid, now);
+                self.wake.notify_one();
+            }
+            return;
+        }
+        inner.pods.insert(
+            uid.clone(),
+            Entry {
+                info: QueuedPodInfo {
+                    pod,
+                    timestamp: now,
+                    initial_attempt: now,
+                    attempts: 0,
+                    unschedulable_plugins: BTreeSet::new(),
+                },
+                loc: Location::Active,
+                version: 0,
+                popped_at_cycle: 0,
+                backoff_expiry: None,
+            },
+        );
+        Self::push_active(&mut inner, &uid);
+        self.wake.notify_one();
+    }
+
+    /// Removes a pod wherever it is (deleted, bound by someone else,
+    /// re-routed to another worker). Returns whether it was queued.
+    pub fn delete(&self, uid: &str) -> bool {
+        let mut inner = self.inner.lock();
+        inner.unschedulable.remove(uid);
+        inner.pods.remove(uid).is_some()
+    }
+
+    /// Whether the pod is tracked (queued or in flight).
+    #[must_use]
+    pub fn contains(&self, uid: &str) -> bool {
+        self.inner.lock().pods.contains_key(uid)
+    }
+
+    /// Where the pod is.
+    #[must_use]
+    pub fn location(&self, uid: &str) -> Option<Location> {
+        self.inner.lock().pods.get(uid).map(|e| e.loc)
+    }
+
+    fn flush_backoff(inner: &mut Inner, now: Instant) {
+        while let Some(Reverse((until, _, uid, v))) = inner.backoff.peek().cloned() {
+            if until > now {
+                break;
+            }
+            inner.backoff.pop();
+            let fresh = inner
+                .pods
+                .get(&uid)
+                .is_some_and(|e| e.version == v && e.loc == Location::Backoff(until));
+            if fresh {
+                Self::push_active(inner, &uid);
+            }
+        }
+    }
+
+    /// Pops the next pod to try, moving expired backoffs to activeQ first.
+    /// The pod stays tracked (in flight) until [`Self::done`],
+    /// [`Self::add_unschedulable`] or [`Self::add_backoff`].
+    pub fn pop(&self, now: Instant) -> Option<QueuedPodInfo> {
+        let mut inner = self.inner.lock();
+        Self::pop_locked(&mut inner, now)
+    }
+
+    fn pop_locked(inner: &mut Inner, now: Instant) -> Option<QueuedPodInfo> {
+        Self::flush_backoff(inner, now);
+        while let Some(k) = inner.active.pop() {
+            let cycle = inner.move_request_cycle;
+            if let Some(e) = inner.pods.get_mut(&k.uid) {
+                if e.version == k.version && e.loc == Location::Active {
+                    e.loc = Location::InFlight;
+                    e.version += 1;
+                    e.popped_at_cycle = cycle;
+                    return Some(e.info.clone());
+                }
+            }
+        }
+        None
+    }
+
+    /// Blocks until a pod is ready, the queue is closed (`None`), or
+    /// `max_wait` passes (`None`). Uses the real clock.
+    pub fn pop_blocking(&self, max_wait: Duration) -> Option<QueuedPodInfo> {
+        let deadline = Instant::now() + max_wait;
+        let mut inner = self.inner.lock();
+        loop {
+            if inner.closed {
+                return None;
+            }
+            let now = Instant::now();
+            if let Some(p) = Self::pop_locked(&mut inner, now) {
+                return Some(p);
+            }
+            if now >= deadline {
+                return None;
+            }
+            let next_backoff = inner.backoff.peek().map(|Reverse((t, ..))| *t);
+            let until = next_backoff.map_or(deadline, |t| t.min(deadline));
+            self.wake.wait_until(&mut inner, until);
+        }
+    }
+
+    /// The cycle (and binding) for an in-flight pod succeeded: stop tracking it.
+    pub fn done(&self, uid: &str) {
+        let mut inner = self.inner.lock();
+        if inner.pods.get(uid).is_some_and(|e| e.loc == Location::InFlight) {
+            inner.pods.remove(uid);
+        }
+    }
+
+    fn backoff_until(&self, attempts: u32, now: Instant) -> Instant {
+        let unit = if self.cfg.backoff.jitter > 0.0 {
+            rand::rng().random_range(0.0..1.0)
+        } else {
+            0.0
+        };
+        now + self.cfg.backoff.with_jitter(attempts, unit)
+    }
+
+    /// Moves a pod to backoffQ if the backoff earned by its last failure has
+    /// not expired yet, else to activeQ.
+    fn requeue(inner: &mut Inner, uid: &Arc<str>, now: Instant) {
+        let Some(e) = inner.pods.get_mut(uid) else { return };
+        e.info.timestamp = now;
+        match e.backoff_expiry {
+            Some(until) if until > now => Self::push_backoff(inner, uid, until),
+            _ => Self::push_active(inner, uid),
+        }
+    }
+
+    /// The pod fits nowhere. It parks in the unschedulable pool (keyed by the
+    /// plugins that rejected it), or goes to backoffQ if a relevant event
+    /// arrived during its cycle.
+    pub fn add_unschedulable(
+        &self,
+        uid: &str,
+        plugins: BTreeSet<&'static str>,
+        now: Instant,
+    ) {
+        let mut inner = self.inner.lock();
+        let cycle = inner.move_request_cycle;
+        let Some((key, e)) = inner.pods.get_key_value(uid) else {
+            return;
+        };
+        if e.loc != Location::InFlight {
+            return;
+        }
+        let key = key.clone();
+        let moved_meanwhile = e.popped_at_cycle < cycle;
+        let until = self.backoff_until(e.info.attempts + 1, now);
+        let e = inner.pods.get_mut(&key).expect("present");
+        e.info.attempts += 1;
+        e.info.unschedulable_plugins = plugins;
+        e.backoff_expiry = Some(until);
+        if moved_meanwhile {
+            Self::push_backoff(&mut inner, &key, until);
+            self.wake.notify_one();
+        } else {
+            e.version += 1;
+            e.loc = Location::Unschedulable(now);
+            inner.unschedulable.insert(key);
+        }
+    }
+
+    /// The attempt failed for a reason other than fit (bind conflict, error):
+    /// back off and retry.
+    pub fn add_backoff(&self, uid: &str, now: Instant) {
+        let mut inner = self.inner.lock();
+        let Some((key, e)) = inner.pods.get_key_value(uid) else {
+            return;
+        };
+        if e.loc != Location::InFlight {
+            return;
+        }
+        let key = key.clone();
+        let until = self.backoff_until(e.info.attempts + 1, now);
+        let e = inner.pods.get_mut(&key).expect("present");
+        e.info.attempts += 1;
+        e.info.unschedulable_plugins.clear();
+        e.backoff_expiry = Some(until);
+        Self::push_backoff(&mut inner, &key, until);
+        self.wake.notify_one();
+    }
+
+    /// A cluster event: pods in the unschedulable pool that one of the
+    /// interested plugins rejected (or that have no recorded plugin) move
+    /// back. Returns how many moved.
+    pub fn on_event(&self, event: ClusterEvent, now: Instant) -> usize {
+        let mut inner = self.inner.lock();
+        inner.move_request_cycle += 1;
+        let interested = self.interest.get(&event);
+        let movable: Vec<Arc<str>> = inner
+            .unschedulable
+            .iter()
+            .filter(|uid| {
+                inner.pods.get(*uid).is_some_and(|e| {
+                    e.info.unschedulable_plugins.is_empty()
+                        || interested.is_some_and(|set| {
+                            e.info
+                                .unschedulable_plugins
+                                .iter()
+                                .any(|p| set.contains(p))
+                        })
+                })
+            })
+            .cloned()
+            .collect();
+        for uid in &movable {
+            inner.unschedulable.remove(uid);
+            Self::requeue(&mut inner, uid, now);
+        }
+        if !movable.is_empty() {
+            self.wake.notify_one();
+        }
+        movable.len()
+    }
+
+    /// Moves pods that sat in the unschedulable pool longer than
+    /// `max_in_unschedulable`. Returns how many moved.
+    pub fn flush_unschedulable_leftover(&self, now: Instant) -> usize {
+        let mut inner = self.inner.lock();
+        let max = self.cfg.max_in_unschedulable;
+        let stale: Vec<Arc<str>> = inner
+            .unschedulable
+            .iter()
+            .filter(|uid| {
+                inner.pods.get(*uid).is_some_and(|e| {
+                    matches!(e.loc, Location::Unschedulable(t) if now.duration_since(t) >= max)
+                })
+            })
+            .cloned()
+            .collect();
+        for uid in &stale {
+            inner.unschedulable.remove(uid);
+            Self::requeue(&mut inner, uid, now);
+        }
+        if !stale.is_empty() {
+            self.wake.notify_one();
+        }
+        stale.len()
+    }
+
+    /// Sizes of the queues.
+    #[must_use]
+    pub fn lengths(&self) -> QueueLengths {
+        let inner = self.inner.lock();
+        let mut l = QueueLengths::default();
+        for e in inner.pods.values() {
+            match e.loc {
+                Location::Active => l.active += 1,
+                Location::Backoff(_) => l.backoff += 1,
+                Location::Unschedulable(_) => l.unschedulable += 1,
+                Location::InFlight => l.in_flight += 1,
+            }
+        }
+        l
+    }
+
+    /// Wakes a blocked `pop_blocking` (e.g. after time-based flushes).
+    pub fn notify(&self) {
+        self.wake.notify_all();
+    }
+
+    /// Whether [`Self::close`] was called.
+    #[must_use]
+    pub fn is_closed(&self) -> bool {
+        self.inner.lock().closed
+    }
+
+    /// Closes the queue: `pop_blocking` returns `None` from now on.
+    pub fn close(&self) {
+        self.inner.lock().closed = true;
+        self.wake.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flotilla_shared::testing::PodBuilder;
+
+    const NODE_RESOURCES_FIT: &str = "NodeResourcesFit";
+    const NODE_AFFINITY: &str = "NodeAffinity";
+
+    fn queue() -> SchedulingQueue {
+        let interest = HashMap::from([
+            (
+                ClusterEvent::AssignedPodDeleted,
+                HashSet::from([NODE_RESOURCES_FIT]),
+            ),
+            (ClusterEvent::NodeLabelChanged, HashSet::from([NODE_AFFINITY])),
+        ]);
+        SchedulingQueue::new(
+            QueueConfig {
+                backoff: BackoffConfig {
+                    jitter: 0.0,
+                    ..BackoffConfig::default()
+                },
+                ..QueueConfig::default()
+            },
+            interest,
+        )
+    }
+
+    fn pod(name: &str, prio: i32) -> Arc<PodInfo> {
+        Arc::new(PodBuilder::new(name).priority(prio).build_info())
+    }
+
+    fn names(q: &SchedulingQueue, now: Instant) -> Vec<String> {
+        std::iter::from_fn(|| q.pop(now).map(|p| p.pod.key.name.to_string())).collect()
+    }
+
+    #[test]
+    fn active_queue_orders_by_priority_then_arrival() {
+        let q = queue();
+        let t = Instant::now();
+        q.add(pod("low-early", 0), t);
+        q.add(pod("high", 100), t + Duration::from_millis(1));
+        q.add(pod("low-late", 0), t + Duration::from_millis(2));
+        q.add(pod("mid", 50), t + Duration::from_millis(3));
+        assert_eq!(names(&q, t), ["high", "mid", "low-early", "low-late"]);
+    }
+
+    #[test]
+    fn backoff_doubles_and_pods_leave_in_time_order() {
+        let q = queue();
+        let t0 = Instant::now();
+        q.add(pod("a", 0), t0);
+        let a = q.pop(t0).unwrap();
+        q.add_backoff(&a.pod.uid, t0);
+        assert!(q.pop(t0 + Duration::from_millis(999)).is_none(), "1 s backoff");
+        let a = q.pop(t0 + Duration::from_secs(1)).unwrap();
+        assert_eq!(a.attempts, 1);
+        let t1 = t0 + Duration::from_secs(1);
+        q.add_backoff(&a.pod.uid, t1);
+        assert!(q.pop(t1 + Duration::from_millis(1999)).is_none(), "2 s backoff");
+        assert!(q.pop(t1 + Duration::from_secs(2)).is_some());
+
+        // Two pods backing off leave in expiry order, not priority order.
+        q.add(pod("hi", 100), t0);
+        q.add(pod("lo", 0), t0);
+        let hi = q.pop(t0).unwrap();
+        let lo = q.pop(t0).unwrap();
+        q.add_backoff(&lo.pod.uid, t0);
+        q.add_backoff(&hi.pod.uid, t0 + Duration::from_millis(500));
+        assert_eq!(names(&q, t0 + Duration::from_millis(1200)), ["lo"]);
+        assert_eq!(names(&q, t0 + Duration::from_millis(1500)), ["hi"]);
+    }
+
+    #[test]
+    fn unschedulable_pods_move_only_on_relevant_events() {
+        let q = queue();
+        let t0 = Instant::now();
+        q.add(pod("a", 0), t0);
+        let a = q.pop(t0).unwrap();
+        q.add_unschedulable(&a.pod.uid, BTreeSet::from([NODE_RESOURCES_FIT]), t0);
+        assert!(matches!(q.location(&a.pod.uid), Some(Location::Unschedulable(_))));
+        assert_eq!(q.on_event(ClusterEvent::NodeLabelChanged, t0), 0, "affinity event is irrelevant");
+        assert!(q.pop(t0 + Duration::from_secs(60)).is_none());
+        let t1 = t0 + Duration::from_secs(60);
+        assert_eq!(q.on_event(ClusterEvent::AssignedPodDeleted, t1), 1);
+        // Its 1 s backoff expired long ago: straight to activeQ.
+        assert!(q.pop(t1).is_some());
+
+        // Moved while its backoff still runs: it waits in backoffQ first.
+        q.add(pod("b", 0), t0);
+        let b = q.pop(t0).unwrap();
+        q.add_unschedulable(&b.pod.uid, BTreeSet::from([NODE_RESOURCES_FIT]), t0);
+        let t2 = t0 + Duration::from_millis(400);
+        assert_eq!(q.on_event(ClusterEvent::AssignedPodDeleted, t2), 1);
+        assert!(q.pop(t2).is_none());
+        assert!(q.pop(t0 + Duration::from_secs(1)).is_some());
+    }
+
+    #[test]
+    fn unschedulable_pods_are_flushed_after_five_minutes() {
+        let q = queue();
+        let t0 = Instant::now();
+        q.add(pod("a", 0), t0);
+        let a = q.pop(t0).unwrap();
+        q.add_unschedulable(&a.pod.uid, BTreeSet::from([NODE_AFFINITY]), t0);
+        assert_eq!(q.flush_unschedulable_leftover(t0 + Duration::from_secs(299)), 0);
+        assert_eq!(q.flush_unschedulable_leftover(t0 + Duration::from_secs(300)), 1);
+        assert!(q.pop(t0 + Duration::from_secs(302)).is_some());
+    }
+
+    #[test]
+    fn an_event_during_the_cycle_sends_the_failed_pod_to_backoff_not_the_pool() {
+        let q = queue();
+        let t0 = Instant::now();
+        q.add(pod("a", 0), t0);
+        let a = q.pop(t0).unwrap();
+        q.on_event(ClusterEvent::AssignedPodDeleted, t0);
+        q.add_unschedulable(&a.pod.uid, BTreeSet::from([NODE_RESOURCES_FIT]), t0);
+        assert!(matches!(q.location(&a.pod.uid), Some(Location::Backoff(_))));
+    }
+
+    #[test]
+    fn deleted_and_done_pods_are_gone_and_nothing_else_is_lost() {
+        let q = queue();
+        let t0 = Instant::now();
+        for i in 0..5 {
+            q.add(pod(&format!("p{i}"), 0), t0);
+        }
+        assert!(q.delete("uid-p2"));
+        let p0 = q.pop(t0).unwrap();
+        q.done(&p0.pod.uid);
+        let lens = q.lengths();
+        assert_eq!(lens.active, 3);
+        assert_eq!(names(&q, t0), ["p1", "p3", "p4"]);
+        assert_eq!(q.lengths().in_flight, 3);
+    }
+
+    #[test]
+    fn re_adding_a_queued_pod_updates_it_in_place() {
+        let q = queue();
+        let t0 = Instant::now();
+        q.add(pod("a", 0), t0);
+        q.add(pod("a", 0), t0);
+        assert_eq!(names(&q, t0), ["a"]);
+    }
+
+    #[test]
+    fn pop_blocking_wakes_when_backoff_expires_and_returns_none_when_closed() {
+        let q = Arc::new(SchedulingQueue::new(
+            QueueConfig {
+                backoff: BackoffConfig {
+                    initial: Duration::from_millis(20),
+                    max: Duration::from_millis(20),
+                    jitter: 0.0,
+                },
+                ..QueueConfig::default()
+            },
+            HashMap::new(),
+        ));
+        q.add(pod("a", 0), Instant::now());
+        let a = q.pop(Instant::now()).unwrap();
+        q.add_backoff(&a.pod.uid, Instant::now());
+        let got = q.pop_blocking(Duration::from_secs(5));
+        assert_eq!(got.map(|p| p.attempts), Some(1));
+        let q2 = q.clone();
+        let h = std::thread::spawn(move || q2.pop_blocking(Duration::from_secs(30)));
+        q.close();
+        assert!(h.join().unwrap().is_none());
+    }
+}

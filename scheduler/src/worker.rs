@@ -1,0 +1,490 @@
+//! A scheduler worker: connects to the coordinator, mirrors the cluster into
+//! its node cache, and runs scheduling cycles for the pods assigned to it.
+//!
+//! # Threads and tasks
+//! - **watch task** (async): coordinator events → cache and queue (the one
+//!   writer of cluster state);
+//! - **scheduling thread** (a plain OS thread, CPU-bound): pop → snapshot →
+//!   Filter/Score → assume → hand the binding to a task; one cycle at a time,
+//!   as upstream's scheduling cycle is serial;
+//! - **binding tasks** (async, one per pod): `ProposeBind` → confirm or
+//!   forget + re-queue;
+//! - **housekeeping task**: expires unconfirmed assumed pods and flushes the
+//!   unschedulable pool.
+//!
+//! Data flows one way: events → cache → queue → cycle → bind.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt as _;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tonic::transport::{Channel, Endpoint};
+use tracing::{debug, info, info_span, warn};
+
+use flotilla_proto::v1 as pb;
+use flotilla_proto::v1::coordinator_client::CoordinatorClient;
+use flotilla_shared::framework::ClusterEvent;
+use flotilla_shared::node_info::NodeSpec;
+use flotilla_shared::{PodInfo, WorkloadClass};
+
+use crate::cache::{DEFAULT_ASSUMED_POD_TTL, NodeCache, Snapshot};
+use crate::framework::{Framework, Profile, Registry, RegistryError, ScheduleError};
+use crate::queue::{QueueConfig, QueuedPodInfo, SchedulingQueue};
+
+/// Worker settings.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// Coordinator address, e.g. `http://127.0.0.1:7070`.
+    pub coordinator: String,
+    /// Name shown in logs and reports.
+    pub name: String,
+    /// The pool this worker serves.
+    pub class: WorkloadClass,
+    /// Plugins and weights.
+    pub profile: Profile,
+    /// Queue timing.
+    pub queue: QueueConfig,
+    /// Expiry of assumed pods never confirmed. Defaults to 30 s.
+    pub assumed_pod_ttl: Duration,
+    /// How long to keep retrying the first connection. Defaults to 10 s.
+    pub connect_timeout: Duration,
+}
+
+impl WorkerConfig {
+    /// Defaults for a worker of `class` named `name` talking to `coordinator`.
+    #[must_use]
+    pub fn new(coordinator: &str, name: &str, class: WorkloadClass) -> Self {
+        WorkerConfig {
+            coordinator: coordinator.to_owned(),
+            name: name.to_owned(),
+            class,
+            profile: Profile::default(),
+            queue: QueueConfig::default(),
+            assumed_pod_ttl: DEFAULT_ASSUMED_POD_TTL,
+            connect_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Why a worker stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    /// The profile could not be built.
+    #[error("profile: {0}")]
+    Profile(#[from] RegistryError),
+    /// The coordinator address is malformed.
+    #[error("coordinator address {addr:?}: {source}")]
+    Address {
+        /// The address.
+        addr: String,
+        /// Cause.
+        #[source]
+        source: tonic::transport::Error,
+    },
+    /// The coordinator could not be reached in time.
+    #[error("cannot reach the coordinator at {addr}: {source}")]
+    Connect {
+        /// The address.
+        addr: String,
+        /// Cause.
+        #[source]
+        source: tonic::transport::Error,
+    },
+    /// A call to the coordinator failed.
+    #[error("coordinator call {call} failed: {status}")]
+    Rpc {
+        /// The RPC.
+        call: &'static str,
+        /// The status.
+        status: Box<tonic::Status>,
+    },
+}
+
+/// What a worker did (atomic counters, readable while it runs).
+#[derive(Debug, Default)]
+pub struct WorkerStats {
+    /// Scheduling cycles run.
+    pub attempts: AtomicU64,
+    /// Pods bound through this worker.
+    pub bound: AtomicU64,
+    /// Proposals the arbiter rejected.
+    pub conflicts: AtomicU64,
+    /// Cycles that found no node.
+    pub unschedulable: AtomicU64,
+    /// Placements outside the worker's partition (fallback).
+    pub fallbacks: AtomicU64,
+    /// Internal errors (plugin errors, failed RPCs).
+    pub errors: AtomicU64,
+    /// Nanoseconds spent in scheduling cycles.
+    pub cycle_nanos: AtomicU64,
+    /// Nanoseconds spent in cycles whose decision the arbiter rejected.
+    pub wasted_nanos: AtomicU64,
+}
+
+struct Shared {
+    id: String,
+    client: CoordinatorClient<Channel>,
+    cache: NodeCache,
+    queue: SchedulingQueue,
+    framework: Framework,
+    stats: Arc<WorkerStats>,
+    tracker: TaskTracker,
+    runtime: tokio::runtime::Handle,
+}
+
+fn pb_ref(p: &PodInfo) -> pb::PodRef {
+    pb::PodRef {
+        namespace: p.key.namespace.to_string(),
+        name: p.key.name.to_string(),
+        uid: p.uid.to_string(),
+    }
+}
+
+fn parse_pod(raw: &pb::RawObject) -> Option<Arc<PodInfo>> {
+    let pod: Pod = match serde_json::from_slice(&raw.json) {
+        Ok(p) => p,
+        Err(e) => {
+            warn!(error = %e, "coordinator sent a pod that does not parse");
+            return None;
+        }
+    };
+    match PodInfo::from_pod(Arc::new(pod)) {
+        Ok(p) => Some(Arc::new(p)),
+        Err(e) => {
+            warn!(error = %e, "coordinator sent a pod that cannot be read");
+            None
+        }
+    }
+}
+
+fn parse_node(raw: &pb::RawObject) -> Option<NodeSpec> {
+    let node: Node = serde_json::from_slice(&raw.json)
+        .map_err(|e| warn!(error = %e, "coordinator sent a node that does not parse"))
+        .ok()?;
+    NodeSpec::from_node(Arc::new(node))
+        .map_err(|e| warn!(error = %e, "coordinator sent a node that cannot be read"))
+        .ok()
+}
+
+async fn connect(cfg: &WorkerConfig) -> Result<CoordinatorClient<Channel>, WorkerError> {
+    let endpoint = Endpoint::from_shared(cfg.coordinator.clone()).map_err(|source| {
+        WorkerError::Address {
+            addr: cfg.coordinator.clone(),
+            source,
+        }
+    })?;
+    let deadline = Instant::now() + cfg.connect_timeout;
+    let mut delay = Duration::from_millis(50);
+    loop {
+        match endpoint.connect().await {
+            Ok(ch) => {
+                return Ok(CoordinatorClient::new(ch)
+                    .max_decoding_message_size(64 * 1024 * 1024)
+                    .max_encoding_message_size(64 * 1024 * 1024));
+            }
+            Err(source) if Instant::now() >= deadline => {
+                return Err(WorkerError::Connect {
+                    addr: cfg.coordinator.clone(),
+                    source,
+                });
+            }
+            Err(_) => {
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(1));
+            }
+        }
+    }
+}
+
+/// Runs a worker until `shutdown` fires or the coordinator ends the stream.
+/// On shutdown it stops taking pods, lets in-flight bindings settle, then
+/// returns its counters.
+///
+/// # Errors
+/// See [`WorkerError`].
+pub async fn run(
+    cfg: WorkerConfig,
+    registry: &Registry,
+    shutdown: CancellationToken,
+) -> Result<Arc<WorkerStats>, WorkerError> {
+    let framework = Framework::new(&cfg.profile, registry)?;
+    let mut client = connect(&cfg).await?;
+    let class = match cfg.class {
+        WorkloadClass::Online => pb::WorkloadClass::Online,
+        WorkloadClass::Batch => pb::WorkloadClass::Batch,
+    };
+    let reg = client
+        .register(pb::RegisterRequest {
+            worker_name: cfg.name.clone(),
+            workload_class: class.into(),
+        })
+        .await
+        .map_err(|s| WorkerError::Rpc {
+            call: "Register",
+            status: Box::new(s),
+        })?
+        .into_inner();
+    let mut stream = client
+        .watch(pb::WatchRequest {
+            worker_id: reg.worker_id.clone(),
+        })
+        .await
+        .map_err(|s| WorkerError::Rpc {
+            call: "Watch",
+            status: Box::new(s),
+        })?
+        .into_inner();
+    info!(worker = %cfg.name, id = %reg.worker_id, epoch = reg.epoch, "registered");
+
+    let interest = framework.event_interest();
+    let shared = Arc::new(Shared {
+        id: reg.worker_id,
+        client,
+        cache: NodeCache::new(cfg.assumed_pod_ttl),
+        queue: SchedulingQueue::new(cfg.queue, interest),
+        framework,
+        stats: Arc::new(WorkerStats::default()),
+        tracker: TaskTracker::new(),
+        runtime: tokio::runtime::Handle::current(),
+    });
+
+    let stop = shutdown.child_token();
+    let mut scheduler_thread = None;
+    let housekeeping = tokio::spawn(housekeeping(shared.clone(), stop.clone()));
+    loop {
+        let msg = tokio::select! {
+            () = stop.cancelled() => break,
+            m = stream.next() => m,
+        };
+        let event = match msg {
+            Some(Ok(pb::WatchEvent { event: Some(e) })) => e,
+            Some(Ok(_)) => continue,
+            Some(Err(status)) => {
+                warn!(worker = %cfg.name, %status, "coordinator stream failed");
+                break;
+            }
+            None => {
+                info!(worker = %cfg.name, "coordinator closed the stream");
+                break;
+            }
+        };
+        if let pb::watch_event::Event::Synced(_) = event {
+            if scheduler_thread.is_none() {
+                let s = shared.clone();
+                let name = cfg.name.clone();
+                scheduler_thread = Some(
+                    std::thread::Builder::new()
+                        .name(format!("sched-{name}"))
+                        .spawn(move || scheduling_loop(&s, &name))
+                        .expect("spawning the scheduling thread"),
+                );
+            }
+            continue;
+        }
+        apply_event(&shared, event);
+    }
+
+    // Stop intake, let the cycle in progress finish, let bindings settle.
+    stop.cancel();
+    shared.queue.close();
+    if let Some(t) = scheduler_thread {
+        let _ = tokio::task::spawn_blocking(move || t.join()).await;
+    }
+    shared.tracker.close();
+    let _ = tokio::time::timeout(Duration::from_secs(10), shared.tracker.wait()).await;
+    let _ = housekeeping.await;
+    Ok(shared.stats.clone())
+}
+
+fn apply_event(s: &Shared, event: pb::watch_event::Event) {
+    use pb::watch_event::Event;
+    let now = Instant::now();
+    match event {
+        Event::NodeUpsert(raw) => {
+            if let Some(spec) = parse_node(&raw) {
+                for ev in s.cache.upsert_node(spec) {
+                    s.queue.on_event(ev, now);
+                }
+            }
+        }
+        Event::NodeDeleted(d) => s.cache.remove_node(&d.name),
+        Event::BoundPod(raw) => {
+            if let Some(pod) = parse_pod(&raw) {
+                // Bound by anyone: not ours to schedule any more.
+                if !s.cache.is_assumed(&pod.uid) {
+                    s.queue.delete(&pod.uid);
+                }
+                s.cache.add_bound_pod(pod);
+            }
+        }
+        Event::PodDeleted(r) => {
+            s.queue.delete(&r.uid);
+            if s.cache.remove_pod(&r.uid) {
+                s.queue.on_event(ClusterEvent::AssignedPodDeleted, now);
+            }
+        }
+        Event::AssignedPod(raw) => {
+            if let Some(pod) = parse_pod(&raw) {
+                s.queue.add(pod, now);
+            }
+        }
+        Event::UnassignedPod(r) => {
+            s.queue.delete(&r.uid);
+        }
+        Event::Partition(p) => {
+            debug!(nodes = p.node_names.len(), epoch = p.epoch, "partition");
+            s.cache
+                .set_partition(p.node_names.iter().map(|n| Arc::from(n.as_str())));
+        }
+        Event::Synced(_) => {}
+    }
+}
+
+async fn housekeeping(s: Arc<Shared>, stop: CancellationToken) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let now = Instant::now();
+        for key in s.cache.cleanup_expired(now) {
+            warn!(pod = %key, "assumed pod expired without confirmation");
+            s.queue.on_event(ClusterEvent::AssignedPodDeleted, now);
+        }
+        s.queue.flush_unschedulable_leftover(now);
+        s.queue.notify();
+    }
+}
+
+#[allow(clippy::cast_possible_truncation)]
+fn nanos(d: Duration) -> u64 {
+    d.as_nanos() as u64
+}
+
+fn scheduling_loop(s: &Arc<Shared>, worker: &str) {
+    let mut snapshot = Snapshot::default();
+    loop {
+        match s.queue.pop_blocking(Duration::from_millis(200)) {
+            Some(qp) => schedule_one(s, worker, &mut snapshot, qp),
+            None if s.queue.is_closed() => return,
+            None => {}
+        }
+    }
+}
+
+fn schedule_one(s: &Arc<Shared>, worker: &str, snapshot: &mut Snapshot, qp: QueuedPodInfo) {
+    let pod = qp.pod.clone();
+    let span = info_span!("scheduling_cycle", pod = %pod.key, worker, class = %pod.class);
+    let _enter = span.enter();
+    let start = Instant::now();
+    s.cache.update_snapshot(snapshot);
+    s.stats.attempts.fetch_add(1, Ordering::Relaxed);
+    let result = s.framework.schedule(&pod, snapshot);
+    let cycle = start.elapsed();
+    s.stats.cycle_nanos.fetch_add(nanos(cycle), Ordering::Relaxed);
+    match result {
+        Ok(r) => {
+            debug!(node = %r.node, score = r.score, evaluated = r.evaluated, feasible = r.feasible, "placed");
+            if r.outside_partition && snapshot.partition_len() > 0 {
+                s.stats.fallbacks.fetch_add(1, Ordering::Relaxed);
+            }
+            if let Err(e) = s.cache.assume(pod.clone(), &r.node) {
+                warn!(error = %e, "assume failed; backing off");
+                s.stats.errors.fetch_add(1, Ordering::Relaxed);
+                s.queue.add_backoff(&pod.uid, Instant::now());
+                return;
+            }
+            let s2 = s.clone();
+            s.tracker
+                .spawn_on(bind(s2, pod, r.node, cycle), &s.runtime);
+        }
+        Err(ScheduleError::Unschedulable(fit)) => {
+            s.stats.unschedulable.fetch_add(1, Ordering::Relaxed);
+            let message = fit.to_string();
+            debug!(%message, "unschedulable");
+            s.queue
+                .add_unschedulable(&pod.uid, fit.diagnosis.unschedulable_plugins.clone(), Instant::now());
+            let mut client = s.client.clone();
+            let req = pb::UnschedulableReport {
+                worker_id: s.id.clone(),
+                pod: Some(pb_ref(&pod)),
+                message,
+            };
+            s.tracker.spawn_on(
+                async move {
+                    if let Err(status) = client.report_unschedulable(req).await {
+                        warn!(%status, "ReportUnschedulable failed");
+                    }
+                },
+                &s.runtime,
+            );
+        }
+        Err(e @ ScheduleError::Internal { .. }) => {
+            warn!(error = %e, "scheduling cycle failed; backing off");
+            s.stats.errors.fetch_add(1, Ordering::Relaxed);
+            s.queue.add_backoff(&pod.uid, Instant::now());
+        }
+    }
+}
+
+/// The binding cycle for one assumed pod.
+async fn bind(s: Arc<Shared>, pod: Arc<PodInfo>, node: Arc<str>, cycle: Duration) {
+    let mut client = s.client.clone();
+    let req = pb::BindProposal {
+        worker_id: s.id.clone(),
+        pod: Some(pb_ref(&pod)),
+        node_name: node.to_string(),
+    };
+    let res = client.propose_bind(req).await;
+    let now = Instant::now();
+    let (outcome, reason) = match res {
+        Ok(r) => {
+            let d = r.into_inner();
+            (
+                pb::BindOutcome::try_from(d.outcome).unwrap_or(pb::BindOutcome::Error),
+                d.reason,
+            )
+        }
+        Err(status) => (pb::BindOutcome::Error, status.to_string()),
+    };
+    match outcome {
+        pb::BindOutcome::Bound => {
+            s.cache.finish_binding(&pod.uid, now);
+            s.queue.done(&pod.uid);
+            s.stats.bound.fetch_add(1, Ordering::Relaxed);
+        }
+        pb::BindOutcome::Conflict => {
+            debug!(pod = %pod.key, %node, %reason, "bind conflict; re-queueing with backoff");
+            s.stats.conflicts.fetch_add(1, Ordering::Relaxed);
+            s.stats.wasted_nanos.fetch_add(nanos(cycle), Ordering::Relaxed);
+            s.cache.forget(&pod.uid);
+            s.queue.add_backoff(&pod.uid, now);
+            // Forgetting freed room in our cache: pods waiting on it may fit.
+            s.queue.on_event(ClusterEvent::AssignedPodDeleted, now);
+        }
+        pb::BindOutcome::PodGone => {
+            debug!(pod = %pod.key, %reason, "pod gone; dropping it");
+            s.cache.forget(&pod.uid);
+            s.queue.delete(&pod.uid);
+        }
+        pb::BindOutcome::Error | pb::BindOutcome::Unspecified => {
+            warn!(pod = %pod.key, %node, %reason, "binding failed; re-queueing with backoff");
+            s.stats.errors.fetch_add(1, Ordering::Relaxed);
+            s.stats.wasted_nanos.fetch_add(nanos(cycle), Ordering::Relaxed);
+            s.cache.forget(&pod.uid);
+            s.queue.add_backoff(&pod.uid, now);
+            s.queue.on_event(ClusterEvent::AssignedPodDeleted, now);
+        }
+    }
+}
+
+/// The names used in reports: the pool of `class`, numbered.
+#[must_use]
+pub fn worker_name(class: WorkloadClass, index: usize) -> String {
+    format!("{class}-{index}")
+}

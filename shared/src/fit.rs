@@ -1,0 +1,220 @@
+//! The one pure fit check, shared by the worker's Filter plugins
+//! (NodeResourcesFit, NodePorts, NodeUnschedulable) and the coordinator's bind
+//! arbiter, so the two can never disagree on what "fits" means.
+
+use std::borrow::Cow;
+
+use crate::node_info::NodeInfo;
+use crate::pod_info::PodInfo;
+use crate::resources::{CPU, EPHEMERAL_STORAGE, MEMORY};
+use crate::taints::{NO_SCHEDULE, TAINT_NODE_UNSCHEDULABLE};
+
+/// Reason for a node over its pod slots (upstream text).
+pub const REASON_TOO_MANY_PODS: &str = "Too many pods";
+/// Reason for host-port clashes (upstream NodePorts text).
+pub const REASON_PORTS: &str = "node(s) didn't have free ports for the requested pod ports";
+/// Reason for a cordoned node (upstream NodeUnschedulable text).
+pub const REASON_UNSCHEDULABLE: &str = "node(s) were unschedulable";
+
+/// One resource the node lacks for the pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Insufficient {
+    /// Resource name (`cpu`, `memory`, `nvidia.com/gpu`, `pods`).
+    pub resource: Cow<'static, str>,
+    /// Upstream reason text: `Insufficient cpu`, `Too many pods`.
+    pub reason: Cow<'static, str>,
+    /// What the pod asks for (millicores for cpu, bytes for memory).
+    pub requested: i64,
+    /// Already in use on the node.
+    pub used: i64,
+    /// Node allocatable.
+    pub capacity: i64,
+    /// The pod asks for more than the node's whole allocatable: removing
+    /// pods (preemption) cannot help. Upstream v1.34+ reports these nodes as
+    /// UnschedulableAndUnresolvable.
+    pub unresolvable: bool,
+}
+
+fn insufficient(name: Cow<'static, str>, requested: i64, used: i64, capacity: i64) -> Insufficient {
+    Insufficient {
+        reason: Cow::Owned(format!("Insufficient {name}")),
+        resource: name,
+        requested,
+        used,
+        capacity,
+        unresolvable: requested > capacity,
+    }
+}
+
+/// Resources the node lacks for `pod` (upstream `fitsRequest`), in upstream
+/// order: pods, cpu, memory, ephemeral-storage, then extended resources by
+/// name. Empty means it fits. A pod requesting nothing is only checked for a
+/// free pod slot.
+#[must_use]
+pub fn insufficient_resources(pod: &PodInfo, node: &NodeInfo) -> Vec<Insufficient> {
+    let mut out = Vec::new();
+    let alloc = &node.spec.allocatable;
+    let used = &node.requested;
+    let pods = i64::try_from(node.pod_count()).unwrap_or(i64::MAX);
+    if pods + 1 > alloc.allowed_pod_number {
+        out.push(Insufficient {
+            resource: Cow::Borrowed("pods"),
+            reason: Cow::Borrowed(REASON_TOO_MANY_PODS),
+            requested: 1,
+            used: pods,
+            capacity: alloc.allowed_pod_number,
+            unresolvable: alloc.allowed_pod_number < 1,
+        });
+    }
+    let req = &pod.requests;
+    if req.milli_cpu == 0 && req.memory == 0 && req.ephemeral_storage == 0 && req.scalar.is_empty()
+    {
+        return out;
+    }
+    if req.milli_cpu > 0 && req.milli_cpu > alloc.milli_cpu - used.milli_cpu {
+        out.push(insufficient(
+            Cow::Borrowed(CPU),
+            req.milli_cpu,
+            used.milli_cpu,
+            alloc.milli_cpu,
+        ));
+    }
+    if req.memory > 0 && req.memory > alloc.memory - used.memory {
+        out.push(insufficient(
+            Cow::Borrowed(MEMORY),
+            req.memory,
+            used.memory,
+            alloc.memory,
+        ));
+    }
+    if req.ephemeral_storage > 0
+        && req.ephemeral_storage > alloc.ephemeral_storage - used.ephemeral_storage
+    {
+        out.push(insufficient(
+            Cow::Borrowed(EPHEMERAL_STORAGE),
+            req.ephemeral_storage,
+            used.ephemeral_storage,
+            alloc.ephemeral_storage,
+        ));
+    }
+    for (name, v) in &req.scalar {
+        let (cap, u) = (alloc.scalar(name), used.scalar(name));
+        if *v > 0 && *v > cap - u {
+            out.push(insufficient(Cow::Owned(name.to_string()), *v, u, cap));
+        }
+    }
+    out
+}
+
+/// Whether one of the pod's host ports clashes with a port in use on the node.
+#[must_use]
+pub fn ports_conflict(pod: &PodInfo, node: &NodeInfo) -> bool {
+    pod.host_ports
+        .iter()
+        .any(|want| node.used_ports.iter().any(|u| want.conflicts_with(u)))
+}
+
+/// Whether the node is cordoned and the pod does not tolerate the
+/// `node.kubernetes.io/unschedulable:NoSchedule` taint (upstream
+/// NodeUnschedulable).
+#[must_use]
+pub fn blocked_by_cordon(pod: &PodInfo, node: &NodeInfo) -> bool {
+    // Same rule as `Toleration::tolerates` against the cordon taint (empty
+    // value), without building the taint.
+    node.spec.unschedulable
+        && !pod.tolerations.iter().any(|t| {
+            (t.effect.is_empty() || t.effect == NO_SCHEDULE)
+                && if t.key.is_empty() {
+                    t.exists
+                } else {
+                    t.key == TAINT_NODE_UNSCHEDULABLE && (t.exists || t.value.is_empty())
+                }
+        })
+}
+
+/// The bind-time check: may `pod` be placed on `node` as the node stands now
+/// (counting every placement already granted)? `Err` carries the upstream
+/// reason texts joined by `", "`.
+///
+/// # Errors
+/// The node is cordoned, lacks a resource, or has a clashing host port.
+pub fn check_placement(pod: &PodInfo, node: &NodeInfo) -> Result<(), String> {
+    let mut reasons: Vec<Cow<'static, str>> = Vec::new();
+    if blocked_by_cordon(pod, node) {
+        reasons.push(Cow::Borrowed(REASON_UNSCHEDULABLE));
+    }
+    reasons.extend(insufficient_resources(pod, node).into_iter().map(|i| i.reason));
+    if ports_conflict(pod, node) {
+        reasons.push(Cow::Borrowed(REASON_PORTS));
+    }
+    if reasons.is_empty() {
+        Ok(())
+    } else {
+        Err(reasons.join(", "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{NodeBuilder, PodBuilder};
+    use std::sync::Arc;
+
+    fn node(cpu: &str, mem: &str, pods: u32) -> NodeInfo {
+        NodeInfo::new(Arc::new(
+            NodeBuilder::new("n1")
+                .cpu(cpu)
+                .memory(mem)
+                .pods(pods)
+                .resource("nvidia.com/gpu", "2")
+                .build_spec(),
+        ))
+    }
+
+    #[test]
+    fn reports_each_short_resource_in_upstream_order() {
+        let mut n = node("2", "4Gi", 10);
+        n.add_pod(Arc::new(PodBuilder::new("a").cpu("1500m").memory("3Gi").build_info()));
+        let p = PodBuilder::new("p")
+            .cpu("1")
+            .memory("2Gi")
+            .request("nvidia.com/gpu", "3")
+            .build_info();
+        let r = insufficient_resources(&p, &n);
+        let reasons: Vec<_> = r.iter().map(|i| i.reason.as_ref()).collect();
+        assert_eq!(reasons, ["Insufficient cpu", "Insufficient memory", "Insufficient nvidia.com/gpu"]);
+        assert!(!r[0].unresolvable, "1 cpu < 2 allocatable: preemption could help");
+        assert!(r[2].unresolvable, "3 GPUs > 2 allocatable");
+        assert_eq!((r[0].requested, r[0].used, r[0].capacity), (1000, 1500, 2000));
+    }
+
+    #[test]
+    fn exact_fit_fits_and_pod_slots_are_checked_first() {
+        let mut n = node("1", "1Gi", 1);
+        let p = PodBuilder::new("p").cpu("1").memory("1Gi").build_info();
+        assert!(insufficient_resources(&p, &n).is_empty());
+        n.add_pod(Arc::new(PodBuilder::new("z").build_info()));
+        let r = insufficient_resources(&p, &n);
+        assert_eq!(r[0].reason, REASON_TOO_MANY_PODS);
+        // A pod requesting nothing is only checked for a slot.
+        let empty = PodBuilder::new("e").build_info();
+        assert_eq!(insufficient_resources(&empty, &n).len(), 1);
+    }
+
+    #[test]
+    fn placement_check_combines_cordon_resources_and_ports() {
+        let mut n = NodeInfo::new(Arc::new(
+            NodeBuilder::new("n1").cpu("1").memory("1Gi").pods(10).unschedulable().build_spec(),
+        ));
+        n.add_pod(Arc::new(PodBuilder::new("a").host_port(80).build_info()));
+        let p = PodBuilder::new("p").cpu("2").host_port(80).build_info();
+        assert_eq!(
+            check_placement(&p, &n).unwrap_err(),
+            "node(s) were unschedulable, Insufficient cpu, node(s) didn't have free ports for the requested pod ports"
+        );
+        let tolerant = PodBuilder::new("t")
+            .toleration(TAINT_NODE_UNSCHEDULABLE, "Exists", "", "NoSchedule")
+            .build_info();
+        assert!(check_placement(&tolerant, &n).is_ok());
+    }
+}

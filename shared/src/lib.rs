@@ -1,0 +1,33 @@
+//! Flotilla's common types: the cluster model, resources, and the plugin
+//! framework API shared by the scheduler workers and the coordinator.
+//!
+//! # Layout
+//! - [`quantity`]: Kubernetes quantity strings → millicores / bytes / counts.
+//! - [`resources`]: resource vectors and a pod's effective request (upstream
+//!   `PodRequests`: containers, init containers, sidecars, overhead).
+//! - [`selector`], [`taints`]: node affinity terms and taint/toleration
+//!   matching, compiled once per pod.
+//! - [`pod_info`], [`node_info`]: `PodInfo` / `NodeInfo`, the compact views the
+//!   pipeline reads; Kubernetes `Pod`/`Node` stay at the edges.
+//! - [`fit`]: **the** fit check (resources, host ports, cordon), used by both
+//!   the Filter plugins and the coordinator's bind arbiter.
+//! - [`workload`]: online vs batch classification.
+//! - [`framework`]: the plugin traits (PreFilter, Filter, Score), `Status`,
+//!   `CycleState` and `FitError`.
+//! - [`testing`]: builders for pods and nodes.
+
+pub mod fit;
+pub mod framework;
+pub mod node_info;
+pub mod pod_info;
+pub mod quantity;
+pub mod resources;
+pub mod selector;
+pub mod taints;
+pub mod testing;
+pub mod workload;
+
+pub use node_info::{NodeInfo, NodeSpec};
+pub use pod_info::{PodInfo, PodKey};
+pub use resources::Resources;
+pub use workload::WorkloadClass;

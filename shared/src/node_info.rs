@@ -1,0 +1,222 @@
+//! `NodeInfo`: a node plus the aggregate of the pods placed on it, the unit
+//! every Filter and Score plugin reads (upstream `framework.NodeInfo`).
+//!
+//! The node's own fields (labels, taints, allocatable) sit behind an `Arc`
+//! ([`NodeSpec`]) so cloning a `NodeInfo` (copy-on-write in the cache) costs
+//! one Arc bump plus the small per-pod lists.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Node;
+
+use crate::pod_info::{HostPort, PodInfo};
+use crate::resources::Resources;
+use crate::taints::Taint;
+
+/// The immutable part of a node, rebuilt when the Node object changes.
+#[derive(Debug, Clone)]
+pub struct NodeSpec {
+    /// `metadata.name`.
+    pub name: Arc<str>,
+    /// `metadata.labels`.
+    pub labels: BTreeMap<String, String>,
+    /// `spec.taints`.
+    pub taints: Vec<Taint>,
+    /// `spec.unschedulable` (cordoned).
+    pub unschedulable: bool,
+    /// `status.allocatable` (falling back to `status.capacity`): cpu
+    /// millicores, memory bytes, pod slots, extended resources.
+    pub allocatable: Resources,
+    /// The original object.
+    pub node: Arc<Node>,
+}
+
+/// A node that cannot be read; names the node and the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("node {node}: {message}")]
+pub struct NodeError {
+    /// Node name (or `<unnamed>`).
+    pub node: String,
+    /// Field path and problem.
+    pub message: String,
+}
+
+impl NodeSpec {
+    /// Compiles a `Node`.
+    ///
+    /// # Errors
+    /// [`NodeError`] for a missing name or a malformed allocatable quantity.
+    pub fn from_node(node: Arc<Node>) -> Result<Self, NodeError> {
+        let Some(name) = node.metadata.name.as_deref() else {
+            return Err(NodeError {
+                node: "<unnamed>".into(),
+                message: "metadata.name: required".into(),
+            });
+        };
+        let err = |message: String| NodeError {
+            node: name.to_owned(),
+            message,
+        };
+        let status = node.status.as_ref();
+        let allocatable = match (
+            status.and_then(|s| s.allocatable.as_ref()),
+            status.and_then(|s| s.capacity.as_ref()),
+        ) {
+            (Some(a), _) => {
+                Resources::from_list(a, "status.allocatable").map_err(|e| err(e.to_string()))?
+            }
+            (None, Some(c)) => {
+                Resources::from_list(c, "status.capacity").map_err(|e| err(e.to_string()))?
+            }
+            (None, None) => Resources::default(),
+        };
+        let spec = node.spec.as_ref();
+        Ok(NodeSpec {
+            name: Arc::from(name),
+            labels: node.metadata.labels.clone().unwrap_or_default(),
+            taints: spec
+                .and_then(|s| s.taints.as_ref())
+                .map(|ts| ts.iter().map(Taint::from).collect())
+                .unwrap_or_default(),
+            unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
+            allocatable,
+            node,
+        })
+    }
+}
+
+/// A node and what is placed on it.
+#[derive(Debug, Clone)]
+pub struct NodeInfo {
+    /// The node itself.
+    pub spec: Arc<NodeSpec>,
+    /// Sum of the effective requests of the pods on the node.
+    pub requested: Resources,
+    /// Sum of the non-zero cpu requests (millicores), for scoring.
+    pub non_zero_milli_cpu: i64,
+    /// Sum of the non-zero memory requests (bytes), for scoring.
+    pub non_zero_memory: i64,
+    /// Host ports in use.
+    pub used_ports: Vec<HostPort>,
+    /// The pods on the node (bound, assumed or granted).
+    pub pods: Vec<Arc<PodInfo>>,
+    /// Bumped on every change; snapshots copy only nodes whose generation moved.
+    pub generation: u64,
+}
+
+impl NodeInfo {
+    /// An empty node.
+    #[must_use]
+    pub fn new(spec: Arc<NodeSpec>) -> Self {
+        NodeInfo {
+            spec,
+            requested: Resources::default(),
+            non_zero_milli_cpu: 0,
+            non_zero_memory: 0,
+            used_ports: Vec::new(),
+            pods: Vec::new(),
+            generation: 0,
+        }
+    }
+
+    /// Node name.
+    #[must_use]
+    pub fn name(&self) -> &str {
+        &self.spec.name
+    }
+
+    /// Number of pods on the node.
+    #[must_use]
+    pub fn pod_count(&self) -> usize {
+        self.pods.len()
+    }
+
+    /// Whether a pod with this uid is on the node.
+    #[must_use]
+    pub fn has_pod(&self, uid: &str) -> bool {
+        self.pods.iter().any(|p| &*p.uid == uid)
+    }
+
+    /// Places a pod (no fit check: callers decide). Terminal pods hold nothing
+    /// and are ignored. Returns false when the pod is already there.
+    pub fn add_pod(&mut self, pod: Arc<PodInfo>) -> bool {
+        if pod.terminal || self.has_pod(&pod.uid) {
+            return false;
+        }
+        self.requested.add(&pod.requests);
+        self.non_zero_milli_cpu += pod.non_zero_milli_cpu;
+        self.non_zero_memory += pod.non_zero_memory;
+        self.used_ports.extend(pod.host_ports.iter().cloned());
+        self.pods.push(pod);
+        self.generation += 1;
+        true
+    }
+
+    /// Removes the pod with `uid`, returning it when it was there.
+    pub fn remove_pod(&mut self, uid: &str) -> Option<Arc<PodInfo>> {
+        let i = self.pods.iter().position(|p| &*p.uid == uid)?;
+        let pod = self.pods.swap_remove(i);
+        self.requested.sub(&pod.requests);
+        self.non_zero_milli_cpu -= pod.non_zero_milli_cpu;
+        self.non_zero_memory -= pod.non_zero_memory;
+        for hp in &pod.host_ports {
+            if let Some(j) = self.used_ports.iter().position(|u| u == hp) {
+                self.used_ports.swap_remove(j);
+            }
+        }
+        self.generation += 1;
+        Some(pod)
+    }
+
+    /// Replaces the node object, keeping the pods.
+    pub fn set_spec(&mut self, spec: Arc<NodeSpec>) {
+        self.spec = spec;
+        self.generation += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{NodeBuilder, PodBuilder};
+
+    #[test]
+    fn add_and_remove_keep_aggregates_exact() {
+        let mut n = NodeInfo::new(Arc::new(NodeBuilder::new("n1").cpu("4").build_spec()));
+        let a = Arc::new(PodBuilder::new("a").cpu("1").memory("1Gi").host_port(80).build_info());
+        let b = Arc::new(PodBuilder::new("b").build_info());
+        assert!(n.add_pod(a.clone()));
+        assert!(!n.add_pod(a.clone()), "adding twice is a no-op");
+        assert!(n.add_pod(b));
+        assert_eq!(n.requested.milli_cpu, 1000);
+        assert_eq!(n.non_zero_milli_cpu, 1100, "b counts 100m for scoring");
+        assert_eq!(n.used_ports.len(), 1);
+        let g = n.generation;
+        assert!(n.remove_pod(&a.uid).is_some());
+        assert!(n.remove_pod(&a.uid).is_none());
+        assert!(n.generation > g);
+        assert_eq!(n.requested.milli_cpu, 0);
+        assert_eq!(n.non_zero_memory, crate::resources::DEFAULT_MEMORY_REQUEST);
+        assert!(n.used_ports.is_empty());
+    }
+
+    #[test]
+    fn terminal_pods_hold_nothing() {
+        let mut n = NodeInfo::new(Arc::new(NodeBuilder::new("n1").build_spec()));
+        let p = Arc::new(PodBuilder::new("done").cpu("1").phase("Succeeded").build_info());
+        assert!(!n.add_pod(p));
+        assert_eq!(n.requested.milli_cpu, 0);
+    }
+
+    #[test]
+    fn allocatable_falls_back_to_capacity_and_bad_quantity_is_named() {
+        let s = NodeBuilder::new("n1").cpu("2").memory("8Gi").pods(110).build_spec();
+        assert_eq!(s.allocatable.milli_cpu, 2000);
+        assert_eq!(s.allocatable.allowed_pod_number, 110);
+        let bad = NodeBuilder::new("n2").cpu("two").build();
+        let e = NodeSpec::from_node(Arc::new(bad)).unwrap_err();
+        assert_eq!(e.node, "n2");
+        assert!(e.message.contains("status.allocatable.cpu"), "{e}");
+    }
+}

@@ -1,0 +1,304 @@
+//! `PodInfo`: the compact, pre-computed view of a Kubernetes `Pod` that the
+//! scheduling pipeline reads (requests summed, selectors compiled once).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::resources::{self, Resources};
+use crate::selector::{self, Selector, Term};
+use crate::taints::Toleration;
+use crate::workload::{self, WorkloadClass};
+
+/// The scheduler name pods get when they name none.
+pub const DEFAULT_SCHEDULER_NAME: &str = "default-scheduler";
+
+/// `namespace/name`, the identity people use.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PodKey {
+    /// Namespace (`default` when unset).
+    pub namespace: Arc<str>,
+    /// Name.
+    pub name: Arc<str>,
+}
+
+impl PodKey {
+    /// Builds a key.
+    #[must_use]
+    pub fn new(namespace: &str, name: &str) -> Self {
+        PodKey {
+            namespace: Arc::from(namespace),
+            name: Arc::from(name),
+        }
+    }
+}
+
+impl fmt::Display for PodKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// A host port a container asks for.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct HostPort {
+    /// Host IP; `0.0.0.0` (the default) means every address.
+    pub ip: Arc<str>,
+    /// `TCP` (default), `UDP` or `SCTP`.
+    pub protocol: Arc<str>,
+    /// Port number, 1..=65535.
+    pub port: i32,
+}
+
+impl HostPort {
+    /// Whether two host ports cannot coexist on one node: same protocol and
+    /// port, and the same IP or either one is the wildcard `0.0.0.0`
+    /// (upstream `HostPortInfo.CheckConflict`).
+    #[must_use]
+    pub fn conflicts_with(&self, other: &HostPort) -> bool {
+        self.port == other.port
+            && self.protocol == other.protocol
+            && (self.ip == other.ip || &*self.ip == "0.0.0.0" || &*other.ip == "0.0.0.0")
+    }
+}
+
+/// A preferred node affinity term with its weight (1..=100).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WeightedTerm {
+    /// Added to a node's raw score when the term matches.
+    pub weight: i64,
+    /// The term.
+    pub term: Term,
+}
+
+/// Everything the scheduler needs about a pod, computed once.
+#[derive(Debug, Clone)]
+pub struct PodInfo {
+    /// `namespace/name`.
+    pub key: PodKey,
+    /// `metadata.uid` (synthesized from the key when missing).
+    pub uid: Arc<str>,
+    /// `spec.priority` (0 when unset).
+    pub priority: i32,
+    /// Effective request: cpu millicores, memory bytes, extended resources.
+    pub requests: Resources,
+    /// cpu millicores counted by scoring (100m per container without a request).
+    pub non_zero_milli_cpu: i64,
+    /// memory bytes counted by scoring (200 MiB per container without a request).
+    pub non_zero_memory: i64,
+    /// `spec.nodeName`: set when the pod is bound (or asks for a node).
+    pub node_name: Option<Arc<str>>,
+    /// `spec.schedulerName`.
+    pub scheduler_name: Arc<str>,
+    /// `spec.nodeSelector`.
+    pub node_selector: BTreeMap<String, String>,
+    /// Required node affinity, if any.
+    pub required_affinity: Option<Selector>,
+    /// Preferred node affinity terms.
+    pub preferred_affinity: Vec<WeightedTerm>,
+    /// Tolerations.
+    pub tolerations: Vec<Toleration>,
+    /// Host ports requested by containers (and sidecars).
+    pub host_ports: Vec<HostPort>,
+    /// Online or batch pool.
+    pub class: WorkloadClass,
+    /// Succeeded or Failed: holds no resources.
+    pub terminal: bool,
+    /// The original object.
+    pub pod: Arc<Pod>,
+}
+
+/// A pod that cannot be read; names the object and the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("pod {pod}: {message}")]
+pub struct PodError {
+    /// `namespace/name` (or `<unnamed>`).
+    pub pod: String,
+    /// Field path and problem.
+    pub message: String,
+}
+
+impl PodInfo {
+    /// Compiles a `Pod`.
+    ///
+    /// # Errors
+    /// [`PodError`] for a missing name or spec, a malformed quantity, selector,
+    /// toleration, host port or workload-class label.
+    pub fn from_pod(pod: Arc<Pod>) -> Result<Self, PodError> {
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let Some(name) = pod.metadata.name.as_deref() else {
+            return Err(PodError {
+                pod: "<unnamed>".into(),
+                message: "metadata.name: required".into(),
+            });
+        };
+        let key = PodKey::new(namespace, name);
+        let err = |message: String| PodError {
+            pod: key.to_string(),
+            message,
+        };
+        let spec = pod
+            .spec
+            .as_ref()
+            .ok_or_else(|| err("spec: required".into()))?;
+        let reqs = resources::pod_requests(spec).map_err(|e| err(e.to_string()))?;
+        let class = workload::classify(&pod).map_err(err)?;
+
+        let mut required_affinity = None;
+        let mut preferred_affinity = Vec::new();
+        if let Some(na) = spec.affinity.as_ref().and_then(|a| a.node_affinity.as_ref()) {
+            const BASE: &str = "spec.affinity.nodeAffinity";
+            if let Some(req) = &na.required_during_scheduling_ignored_during_execution {
+                let field = format!("{BASE}.requiredDuringSchedulingIgnoredDuringExecution");
+                required_affinity =
+                    Some(selector::compile_selector(req, &field).map_err(|e| err(e.to_string()))?);
+            }
+            for (i, p) in na
+                .preferred_during_scheduling_ignored_during_execution
+                .iter()
+                .flatten()
+                .enumerate()
+            {
+                let field =
+                    format!("{BASE}.preferredDuringSchedulingIgnoredDuringExecution[{i}]");
+                if !(1..=100).contains(&p.weight) {
+                    return Err(err(format!(
+                        "{field}.weight: {} must be in the range 1-100",
+                        p.weight
+                    )));
+                }
+                let term = selector::compile_term(&p.preference, &format!("{field}.preference"))
+                    .map_err(|e| err(e.to_string()))?;
+                preferred_affinity.push(WeightedTerm {
+                    weight: i64::from(p.weight),
+                    term,
+                });
+            }
+        }
+
+        let tolerations = spec
+            .tolerations
+            .iter()
+            .flatten()
+            .enumerate()
+            .map(|(i, t)| Toleration::from_k8s(t, &format!("spec.tolerations[{i}]")))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(err)?;
+
+        let mut host_ports = Vec::new();
+        let sidecars = spec
+            .init_containers
+            .iter()
+            .flatten()
+            .filter(|c| c.restart_policy.as_deref() == Some("Always"));
+        for c in spec.containers.iter().chain(sidecars) {
+            for p in c.ports.iter().flatten() {
+                let Some(port) = p.host_port.filter(|p| *p != 0) else {
+                    continue;
+                };
+                if !(1..=65535).contains(&port) {
+                    return Err(err(format!(
+                        "container {:?} ports.hostPort: {port} must be between 1 and 65535",
+                        c.name
+                    )));
+                }
+                host_ports.push(HostPort {
+                    ip: Arc::from(p.host_ip.as_deref().filter(|s| !s.is_empty()).unwrap_or("0.0.0.0")),
+                    protocol: Arc::from(p.protocol.as_deref().unwrap_or("TCP")),
+                    port,
+                });
+            }
+        }
+
+        let terminal = matches!(
+            pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Succeeded" | "Failed")
+        );
+        let uid: Arc<str> = match pod.metadata.uid.as_deref() {
+            Some(u) if !u.is_empty() => Arc::from(u),
+            _ => Arc::from(format!("uid-{key}").as_str()),
+        };
+        Ok(PodInfo {
+            uid,
+            priority: spec.priority.unwrap_or(0),
+            requests: reqs.requests,
+            non_zero_milli_cpu: reqs.non_zero_milli_cpu,
+            non_zero_memory: reqs.non_zero_memory,
+            node_name: spec
+                .node_name
+                .as_deref()
+                .filter(|n| !n.is_empty())
+                .map(Arc::from),
+            scheduler_name: Arc::from(
+                spec.scheduler_name
+                    .as_deref()
+                    .unwrap_or(DEFAULT_SCHEDULER_NAME),
+            ),
+            node_selector: spec.node_selector.clone().unwrap_or_default(),
+            required_affinity,
+            preferred_affinity,
+            tolerations,
+            host_ports,
+            class,
+            terminal,
+            key,
+            pod,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::PodBuilder;
+
+    #[test]
+    fn compiles_requests_ports_and_affinity() {
+        let p = PodBuilder::new("web")
+            .cpu("500m")
+            .memory("1Gi")
+            .host_port(8080)
+            .node_selector("disk", "ssd")
+            .priority(100)
+            .build_info();
+        assert_eq!(p.key.to_string(), "default/web");
+        assert_eq!(p.requests.milli_cpu, 500);
+        assert_eq!(p.requests.memory, 1 << 30);
+        assert_eq!(p.priority, 100);
+        assert_eq!(p.host_ports[0].port, 8080);
+        assert_eq!(&*p.host_ports[0].ip, "0.0.0.0");
+        assert_eq!(p.node_selector.get("disk").map(String::as_str), Some("ssd"));
+        assert_eq!(p.class, WorkloadClass::Online);
+    }
+
+    #[test]
+    fn bad_quantity_names_pod_and_field() {
+        let pod = PodBuilder::new("bad").cpu("lots").build();
+        let e = PodInfo::from_pod(Arc::new(pod)).unwrap_err();
+        assert_eq!(e.pod, "default/bad");
+        assert!(
+            e.to_string().contains("spec.containers[0].resources.requests.cpu"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn host_port_conflicts_follow_wildcard_rules() {
+        let hp = |ip: &str, port| HostPort {
+            ip: Arc::from(ip),
+            protocol: Arc::from("TCP"),
+            port,
+        };
+        assert!(hp("0.0.0.0", 80).conflicts_with(&hp("10.0.0.1", 80)));
+        assert!(hp("10.0.0.1", 80).conflicts_with(&hp("10.0.0.1", 80)));
+        assert!(!hp("10.0.0.1", 80).conflicts_with(&hp("10.0.0.2", 80)));
+        assert!(!hp("0.0.0.0", 80).conflicts_with(&hp("0.0.0.0", 81)));
+        let udp = HostPort {
+            protocol: Arc::from("UDP"),
+            ..hp("0.0.0.0", 80)
+        };
+        assert!(!udp.conflicts_with(&hp("0.0.0.0", 80)));
+    }
+}

@@ -1,0 +1,335 @@
+//! Builders for Kubernetes `Pod`s and `Node`s, for tests, examples and
+//! synthetic workloads: `NodeBuilder::new("n1").cpu("4").build()`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{
+    Affinity, Container, ContainerPort, Node, NodeAffinity, NodeCondition, NodeSelector,
+    NodeSelectorRequirement, NodeSelectorTerm, NodeSpec as K8sNodeSpec, NodeStatus, Pod, PodSpec,
+    PodStatus, PreferredSchedulingTerm, ResourceRequirements, Taint, Toleration,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::node_info::NodeSpec;
+use crate::pod_info::PodInfo;
+
+/// Builds a Ready `Node` with capacity = allocatable.
+#[derive(Debug, Clone)]
+pub struct NodeBuilder {
+    node: Node,
+}
+
+impl NodeBuilder {
+    /// A node with no resources, no labels but `kubernetes.io/hostname`.
+    #[must_use]
+    pub fn new(name: &str) -> Self {
+        let node = Node {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                labels: Some(BTreeMap::from([(
+                    "kubernetes.io/hostname".into(),
+                    name.into(),
+                )])),
+                ..Default::default()
+            },
+            spec: Some(K8sNodeSpec::default()),
+            status: Some(NodeStatus {
+                allocatable: Some(BTreeMap::new()),
+                capacity: Some(BTreeMap::new()),
+                conditions: Some(vec![NodeCondition {
+                    type_: "Ready".into(),
+                    status: "True".into(),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+        };
+        NodeBuilder { node }
+    }
+
+    /// Sets allocatable and capacity of `resource` to quantity `q`.
+    #[must_use]
+    pub fn resource(mut self, resource: &str, q: &str) -> Self {
+        let st = self.node.status.get_or_insert_with(Default::default);
+        for list in [&mut st.allocatable, &mut st.capacity] {
+            list.get_or_insert_with(BTreeMap::new)
+                .insert(resource.into(), Quantity(q.into()));
+        }
+        self
+    }
+
+    /// cpu quantity (`"4"`, `"3500m"`).
+    #[must_use]
+    pub fn cpu(self, q: &str) -> Self {
+        self.resource("cpu", q)
+    }
+
+    /// memory quantity (`"32Gi"`).
+    #[must_use]
+    pub fn memory(self, q: &str) -> Self {
+        self.resource("memory", q)
+    }
+
+    /// pod slots.
+    #[must_use]
+    pub fn pods(self, n: u32) -> Self {
+        self.resource("pods", &n.to_string())
+    }
+
+    /// Adds a label.
+    #[must_use]
+    pub fn label(mut self, k: &str, v: &str) -> Self {
+        self.node
+            .metadata
+            .labels
+            .get_or_insert_with(BTreeMap::new)
+            .insert(k.into(), v.into());
+        self
+    }
+
+    /// Adds a taint.
+    #[must_use]
+    pub fn taint(mut self, key: &str, value: &str, effect: &str) -> Self {
+        self.node
+            .spec
+            .get_or_insert_with(Default::default)
+            .taints
+            .get_or_insert_with(Vec::new)
+            .push(Taint {
+                key: key.into(),
+                value: (!value.is_empty()).then(|| value.into()),
+                effect: effect.into(),
+                ..Default::default()
+            });
+        self
+    }
+
+    /// Cordons the node (`spec.unschedulable: true`).
+    #[must_use]
+    pub fn unschedulable(mut self) -> Self {
+        self.node.spec.get_or_insert_with(Default::default).unschedulable = Some(true);
+        self
+    }
+
+    /// The `Node`.
+    #[must_use]
+    pub fn build(self) -> Node {
+        self.node
+    }
+
+    /// The compiled [`NodeSpec`].
+    ///
+    /// # Panics
+    /// If a quantity given to the builder is malformed (builders are for tests).
+    #[must_use]
+    pub fn build_spec(self) -> NodeSpec {
+        NodeSpec::from_node(Arc::new(self.node)).expect("builder node must be valid")
+    }
+}
+
+/// Builds a pending `Pod` with one container.
+#[derive(Debug, Clone)]
+pub struct PodBuilder {
+    pod: Pod,
+}
+
+impl PodBuilder {
+    /// Pod `default/<name>`, uid `uid-<name>`, one container without requests.
+    #[must_use]
+    pub fn new(name: &str) -> Self {
+        PodBuilder {
+            pod: Pod {
+                metadata: ObjectMeta {
+                    name: Some(name.into()),
+                    namespace: Some("default".into()),
+                    uid: Some(format!("uid-{name}")),
+                    ..Default::default()
+                },
+                spec: Some(PodSpec {
+                    containers: vec![Container {
+                        name: "main".into(),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }),
+                status: Some(PodStatus {
+                    phase: Some("Pending".into()),
+                    ..Default::default()
+                }),
+            },
+        }
+    }
+
+    fn spec(&mut self) -> &mut PodSpec {
+        self.pod.spec.get_or_insert_with(Default::default)
+    }
+
+    /// Sets the namespace.
+    #[must_use]
+    pub fn namespace(mut self, ns: &str) -> Self {
+        self.pod.metadata.namespace = Some(ns.into());
+        self
+    }
+
+    /// Sets a request of the first container.
+    #[must_use]
+    pub fn request(mut self, resource: &str, q: &str) -> Self {
+        self.spec().containers[0]
+            .resources
+            .get_or_insert_with(ResourceRequirements::default)
+            .requests
+            .get_or_insert_with(BTreeMap::new)
+            .insert(resource.into(), Quantity(q.into()));
+        self
+    }
+
+    /// cpu request.
+    #[must_use]
+    pub fn cpu(self, q: &str) -> Self {
+        self.request("cpu", q)
+    }
+
+    /// memory request.
+    #[must_use]
+    pub fn memory(self, q: &str) -> Self {
+        self.request("memory", q)
+    }
+
+    /// `spec.priority`.
+    #[must_use]
+    pub fn priority(mut self, p: i32) -> Self {
+        self.spec().priority = Some(p);
+        self
+    }
+
+    /// Adds a label.
+    #[must_use]
+    pub fn label(mut self, k: &str, v: &str) -> Self {
+        self.pod
+            .metadata
+            .labels
+            .get_or_insert_with(BTreeMap::new)
+            .insert(k.into(), v.into());
+        self
+    }
+
+    /// Adds a host port (TCP, all addresses) to the first container.
+    #[must_use]
+    pub fn host_port(mut self, port: i32) -> Self {
+        self.spec().containers[0]
+            .ports
+            .get_or_insert_with(Vec::new)
+            .push(ContainerPort {
+                container_port: port,
+                host_port: Some(port),
+                ..Default::default()
+            });
+        self
+    }
+
+    /// Adds a `spec.nodeSelector` entry.
+    #[must_use]
+    pub fn node_selector(mut self, k: &str, v: &str) -> Self {
+        self.spec()
+            .node_selector
+            .get_or_insert_with(BTreeMap::new)
+            .insert(k.into(), v.into());
+        self
+    }
+
+    fn node_affinity(&mut self) -> &mut NodeAffinity {
+        self.spec()
+            .affinity
+            .get_or_insert_with(Affinity::default)
+            .node_affinity
+            .get_or_insert_with(NodeAffinity::default)
+    }
+
+    /// Adds a required node affinity term with one expression
+    /// (`key op values`); terms are ORed.
+    #[must_use]
+    pub fn required_affinity(mut self, key: &str, op: &str, values: &[&str]) -> Self {
+        self.node_affinity()
+            .required_during_scheduling_ignored_during_execution
+            .get_or_insert_with(|| NodeSelector {
+                node_selector_terms: Vec::new(),
+            })
+            .node_selector_terms
+            .push(NodeSelectorTerm {
+                match_expressions: Some(vec![requirement(key, op, values)]),
+                match_fields: None,
+            });
+        self
+    }
+
+    /// Adds a preferred node affinity term with one expression.
+    #[must_use]
+    pub fn preferred_affinity(mut self, weight: i32, key: &str, op: &str, values: &[&str]) -> Self {
+        self.node_affinity()
+            .preferred_during_scheduling_ignored_during_execution
+            .get_or_insert_with(Vec::new)
+            .push(PreferredSchedulingTerm {
+                weight,
+                preference: NodeSelectorTerm {
+                    match_expressions: Some(vec![requirement(key, op, values)]),
+                    match_fields: None,
+                },
+            });
+        self
+    }
+
+    /// Adds a toleration (`operator` `Equal` or `Exists`).
+    #[must_use]
+    pub fn toleration(mut self, key: &str, operator: &str, value: &str, effect: &str) -> Self {
+        self.spec()
+            .tolerations
+            .get_or_insert_with(Vec::new)
+            .push(Toleration {
+                key: (!key.is_empty()).then(|| key.into()),
+                operator: Some(operator.into()),
+                value: (!value.is_empty()).then(|| value.into()),
+                effect: (!effect.is_empty()).then(|| effect.into()),
+                ..Default::default()
+            });
+        self
+    }
+
+    /// `spec.nodeName`.
+    #[must_use]
+    pub fn node_name(mut self, node: &str) -> Self {
+        self.spec().node_name = Some(node.into());
+        self
+    }
+
+    /// `status.phase`.
+    #[must_use]
+    pub fn phase(mut self, phase: &str) -> Self {
+        self.pod.status.get_or_insert_with(Default::default).phase = Some(phase.into());
+        self
+    }
+
+    /// The `Pod`.
+    #[must_use]
+    pub fn build(self) -> Pod {
+        self.pod
+    }
+
+    /// The compiled [`PodInfo`].
+    ///
+    /// # Panics
+    /// If the builder produced an invalid pod (builders are for tests).
+    #[must_use]
+    pub fn build_info(self) -> PodInfo {
+        PodInfo::from_pod(Arc::new(self.pod)).expect("builder pod must be valid")
+    }
+}
+
+fn requirement(key: &str, op: &str, values: &[&str]) -> NodeSelectorRequirement {
+    NodeSelectorRequirement {
+        key: key.into(),
+        operator: op.into(),
+        values: (!values.is_empty()).then(|| values.iter().map(|s| (*s).to_owned()).collect()),
+    }
+}
