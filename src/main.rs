@@ -1,1 +1,313 @@
-fn main() {}
+//! `flotilla`: the one user-facing binary.
+//!
+//! - `flotilla run`: coordinator + workers in one process (real gRPC over
+//!   loopback) on the embedded cluster; prints a report.
+//! - `flotilla coordinator`: the coordinator alone, waiting for
+//!   `--workers N` separate `flotilla worker` processes.
+//! - `flotilla worker`: one scheduler worker.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use tokio_util::sync::CancellationToken;
+
+use flotilla_loadtest::report::{self, Report};
+use flotilla_loadtest::run::{self, RunConfig};
+use flotilla_loadtest::workload::{self, OnBadInput, Workload, openb, synthetic};
+use flotilla_scheduler::worker::{self as sched_worker, WorkerConfig, WorkerStats};
+use flotilla_scheduler::Registry;
+use flotilla_shared::WorkloadClass;
+
+#[derive(Parser, Debug)]
+#[command(name = "flotilla", version, about = "Sharded multi-scheduler control plane for Kubernetes")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Coordinator and workers in one process on the embedded cluster.
+    Run(RunArgs),
+    /// The coordinator alone; start `flotilla worker` processes against it.
+    Coordinator(CoordinatorArgs),
+    /// One scheduler worker connecting to a coordinator.
+    Worker(WorkerArgs),
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+enum Trace {
+    /// Generated, shaped like upstream scheduler_perf SchedulingBasic.
+    Synthetic,
+    /// Alibaba GPU cluster trace v2023 (CSV files).
+    Openb,
+    /// A Kubernetes List of Nodes and Pods (YAML or JSON).
+    K8s,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+enum Output {
+    /// Human-readable.
+    Text,
+    /// One JSON object (schema in the README).
+    Json,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+enum BadInput {
+    /// Report bad rows/objects and go on with the valid rest.
+    Skip,
+    /// Stop at the first bad row/object.
+    Fail,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+enum Class {
+    /// Latency-sensitive services.
+    Online,
+    /// Batch and best-effort work.
+    Batch,
+}
+
+#[derive(Args, Debug)]
+struct WorkloadArgs {
+    /// Input workload.
+    #[arg(long, value_enum, default_value_t = Trace::Synthetic)]
+    trace: Trace,
+    /// openb node CSV (default: the trace beside the project, all 1,523 nodes).
+    #[arg(long, value_name = "CSV")]
+    nodes: Option<PathBuf>,
+    /// openb pod CSV (default: the trace beside the project, 8,152 pods).
+    #[arg(long, value_name = "CSV")]
+    pods: Option<PathBuf>,
+    /// Kubernetes List of Nodes and Pods, for `--trace k8s`.
+    #[arg(long, value_name = "FILE")]
+    cluster: Option<PathBuf>,
+    /// Nodes of the synthetic workload (4 CPU / 32 Gi / 110 pods each).
+    #[arg(long, default_value_t = synthetic::DEFAULT_NODES)]
+    synthetic_nodes: usize,
+    /// Pods of the synthetic workload (100m / 500 Mi each).
+    #[arg(long, default_value_t = synthetic::DEFAULT_PODS)]
+    synthetic_pods: usize,
+    /// What to do with a malformed trace row or object.
+    #[arg(long, value_enum, default_value_t = BadInput::Skip)]
+    on_bad_input: BadInput,
+}
+
+#[derive(Args, Debug)]
+struct ReportArgs {
+    /// Report format on stdout.
+    #[arg(long, value_enum, default_value_t = Output::Text)]
+    output: Output,
+    /// Write every pod's outcome as JSON Lines: {"pod": "ns/name", "node": "n" | null}.
+    #[arg(long, value_name = "FILE")]
+    placements: Option<PathBuf>,
+    /// Give up after this many seconds; unresolved pods are reported pending.
+    #[arg(long, default_value_t = 600)]
+    timeout: u64,
+    /// Hide the progress bar.
+    #[arg(long)]
+    no_progress: bool,
+}
+
+#[derive(Args, Debug)]
+struct RunArgs {
+    #[command(flatten)]
+    workload: WorkloadArgs,
+    /// Scheduler workers, split between the online and batch pools.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
+    workers: u16,
+    #[command(flatten)]
+    report: ReportArgs,
+}
+
+#[derive(Args, Debug)]
+struct CoordinatorArgs {
+    #[command(flatten)]
+    workload: WorkloadArgs,
+    /// gRPC listen address.
+    #[arg(long, default_value = "127.0.0.1:7070")]
+    listen: String,
+    /// Workers to wait for before submitting pods.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
+    workers: u16,
+    #[command(flatten)]
+    report: ReportArgs,
+}
+
+#[derive(Args, Debug)]
+struct WorkerArgs {
+    /// Coordinator address (host:port or http://host:port).
+    #[arg(long, default_value = "127.0.0.1:7070")]
+    coordinator: String,
+    /// Pool to serve.
+    #[arg(long, value_enum, default_value_t = Class::Online)]
+    class: Class,
+    /// Name in logs and reports (default: <class>-<pid>).
+    #[arg(long)]
+    name: Option<String>,
+}
+
+fn load(args: &WorkloadArgs) -> anyhow::Result<Workload> {
+    let on_bad = match args.on_bad_input {
+        BadInput::Skip => OnBadInput::Skip,
+        BadInput::Fail => OnBadInput::Fail,
+    };
+    let w = match args.trace {
+        Trace::Synthetic => {
+            synthetic::scheduling_basic(args.synthetic_nodes, args.synthetic_pods)
+        }
+        Trace::Openb => {
+            let dir = openb::default_openb_dir();
+            let pick = |given: &Option<PathBuf>, file: &str| -> anyhow::Result<PathBuf> {
+                match (given, &dir) {
+                    (Some(p), _) => Ok(p.clone()),
+                    (None, Some(d)) => Ok(d.join(file)),
+                    (None, None) => bail!(
+                        "--trace openb: no --nodes/--pods given and {} not found beside the project",
+                        openb::OPENB_DATA_DIR
+                    ),
+                }
+            };
+            let nodes = pick(&args.nodes, openb::NODES_ALL_FILE)?;
+            let pods = pick(&args.pods, openb::PODS_DEFAULT_FILE)?;
+            workload::load_openb(&nodes, &pods, on_bad)?
+        }
+        Trace::K8s => {
+            let Some(path) = &args.cluster else {
+                bail!("--trace k8s needs --cluster FILE");
+            };
+            workload::load_k8s_list(path, on_bad)?
+        }
+    };
+    for warning in w.warnings.iter().take(20) {
+        eprintln!("warning: skipped {warning}");
+    }
+    if w.warnings.len() > 20 {
+        eprintln!("warning: ... {} more skipped rows/objects", w.warnings.len() - 20);
+    }
+    Ok(w)
+}
+
+fn finish(report: &Report, args: &ReportArgs, placements: Option<&std::path::Path>) -> ExitCode {
+    match args.output {
+        Output::Text => print!("{}", report.to_text()),
+        Output::Json => match serde_json::to_string_pretty(report) {
+            Ok(j) => println!("{j}"),
+            Err(e) => {
+                eprintln!("error: cannot encode the report: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+    }
+    if let Some(p) = placements {
+        eprintln!("placements written to {}", p.display());
+    }
+    let c = &report.checks;
+    if c.overcommitted_nodes > 0 || c.bindings_written != c.pods_bound_by_flotilla as u64 {
+        eprintln!("error: safety check failed: {c:?}");
+        return ExitCode::from(2);
+    }
+    ExitCode::SUCCESS
+}
+
+async fn run_job(
+    workload: &WorkloadArgs,
+    report_args: &ReportArgs,
+    mut cfg: RunConfig,
+) -> anyhow::Result<ExitCode> {
+    let w = load(workload)?;
+    cfg.progress = !report_args.no_progress;
+    cfg.timeout = Duration::from_secs(report_args.timeout);
+    let placements = report_args.placements.clone();
+    let (report, cluster) = run::run_embedded_with_cluster(w, cfg).await?;
+    if let Some(p) = &placements {
+        report::write_placements(&cluster, p)
+            .with_context(|| format!("writing placements to {}", p.display()))?;
+    }
+    Ok(finish(&report, report_args, placements.as_deref()))
+}
+
+async fn worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
+    let class = match args.class {
+        Class::Online => WorkloadClass::Online,
+        Class::Batch => WorkloadClass::Batch,
+    };
+    let addr = if args.coordinator.contains("://") {
+        args.coordinator.clone()
+    } else {
+        format!("http://{}", args.coordinator)
+    };
+    let name = args
+        .name
+        .unwrap_or_else(|| format!("{class}-{}", std::process::id()));
+    let mut cfg = WorkerConfig::new(&addr, &name, class);
+    cfg.connect_timeout = Duration::from_secs(60);
+    let token = CancellationToken::new();
+    let t = token.clone();
+    tokio::spawn(async move {
+        let _ = tokio::signal::ctrl_c().await;
+        t.cancel();
+    });
+    let stats = Arc::new(WorkerStats::default());
+    sched_worker::run(cfg, &Registry::in_tree(), stats.clone(), token).await?;
+    eprintln!(
+        "worker {name} done: {} attempts, {} bound, {} conflicts",
+        stats.attempts.load(std::sync::atomic::Ordering::Relaxed),
+        stats.bound.load(std::sync::atomic::Ordering::Relaxed),
+        stats.conflicts.load(std::sync::atomic::Ordering::Relaxed)
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = rt.block_on(async move {
+        match cli.command {
+            Command::Run(a) => {
+                let n = usize::from(a.workers);
+                let cfg = RunConfig {
+                    in_process_workers: n,
+                    expect_workers: n,
+                    ..RunConfig::default()
+                };
+                run_job(&a.workload, &a.report, cfg).await
+            }
+            Command::Coordinator(a) => {
+                let cfg = RunConfig {
+                    in_process_workers: 0,
+                    expect_workers: usize::from(a.workers),
+                    listen: a.listen.clone(),
+                    ..RunConfig::default()
+                };
+                run_job(&a.workload, &a.report, cfg).await
+            }
+            Command::Worker(a) => worker(a).await,
+        }
+    });
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -111,6 +111,8 @@ pub struct Summary {
     pub last_activity: Option<Instant>,
     /// (worker name, class, pods bound through it), by worker id.
     pub workers: Vec<(Arc<str>, WorkloadClass, u64)>,
+    /// Pods that could not be read: the error, naming the pod and field.
+    pub invalid: Vec<String>,
 }
 
 #[derive(Debug, Default)]
@@ -126,8 +128,10 @@ struct Inner {
     partition_dirty: bool,
     /// Workers that left, for the final report.
     departed: Vec<(Arc<str>, WorkloadClass, u64)>,
-    /// Pods removed that never bound (deleted while pending): not counted.
+    /// `spec.schedulerName`s this coordinator serves.
     scheduler_names: HashSet<String>,
+    /// Pods that could not be read, by `namespace/name`: the error.
+    invalid: BTreeMap<String, String>,
 }
 
 /// The coordinator. Share it as `Arc<Coordinator>`.
@@ -443,8 +447,10 @@ impl Coordinator {
         let info = match PodInfo::from_pod(pod.clone()) {
             Ok(i) => Arc::new(i),
             Err(err) => {
-                inner.counters.invalid_pods += 1;
-                warn!(error = %err, "ignoring pod that cannot be read");
+                warn!(error = %err, "pod cannot be read; it will not be scheduled");
+                if inner.invalid.insert(err.pod.clone(), err.to_string()).is_none() {
+                    inner.counters.invalid_pods += 1;
+                }
                 return;
             }
         };
@@ -725,6 +731,7 @@ impl Coordinator {
                 PodPhase::Pending(_) => s.pending += 1,
             }
         }
+        s.invalid = inner.invalid.values().cloned().collect();
         s.workers = inner
             .workers
             .values()

@@ -1,3 +1,12 @@
-//! Flotilla load tests: workloads (synthetic, Alibaba openb trace, Kubernetes lists), runs and reports.
+//! Flotilla workloads, runs and reports.
+//!
+//! # Layout
+//! - [`workload`]: input as Kubernetes objects (synthetic SchedulingBasic,
+//!   the Alibaba openb trace, Kubernetes YAML/JSON lists).
+//! - [`run`]: one run on the embedded cluster (coordinator + workers over
+//!   loopback gRPC) until every pod is bound or unschedulable.
+//! - [`report`]: the end-of-run report (text and JSON) and placements file.
 
+pub mod report;
+pub mod run;
 pub mod workload;

@@ -33,7 +33,7 @@ use flotilla_shared::{PodInfo, WorkloadClass};
 
 use crate::cache::{DEFAULT_ASSUMED_POD_TTL, NodeCache, Snapshot};
 use crate::framework::{Framework, Profile, Registry, RegistryError, ScheduleError};
-use crate::queue::{QueueConfig, QueuedPodInfo, SchedulingQueue};
+use crate::queue::{QueueConfig, QueueLengths, QueuedPodInfo, SchedulingQueue};
 
 /// Worker settings.
 #[derive(Debug, Clone)]
@@ -123,6 +123,20 @@ pub struct WorkerStats {
     pub cycle_nanos: AtomicU64,
     /// Nanoseconds spent in cycles whose decision the arbiter rejected.
     pub wasted_nanos: AtomicU64,
+    /// Queue sizes, refreshed every 200 ms.
+    pub queue: parking_lot::Mutex<QueueLengths>,
+    /// Set once the worker registered and replayed the coordinator's view.
+    pub ready: std::sync::atomic::AtomicBool,
+}
+
+impl WorkerStats {
+    /// Whether the worker holds no pod: nothing queued, backing off or in
+    /// flight (unschedulable pods may remain parked).
+    #[must_use]
+    pub fn is_idle(&self) -> bool {
+        let q = *self.queue.lock();
+        q.active == 0 && q.backoff == 0 && q.in_flight == 0
+    }
 }
 
 struct Shared {
@@ -202,15 +216,16 @@ async fn connect(cfg: &WorkerConfig) -> Result<CoordinatorClient<Channel>, Worke
 
 /// Runs a worker until `shutdown` fires or the coordinator ends the stream.
 /// On shutdown it stops taking pods, lets in-flight bindings settle, then
-/// returns its counters.
+/// returns. `stats` is updated while it runs.
 ///
 /// # Errors
 /// See [`WorkerError`].
 pub async fn run(
     cfg: WorkerConfig,
     registry: &Registry,
+    stats: Arc<WorkerStats>,
     shutdown: CancellationToken,
-) -> Result<Arc<WorkerStats>, WorkerError> {
+) -> Result<(), WorkerError> {
     let framework = Framework::new(&cfg.profile, registry)?;
     let mut client = connect(&cfg).await?;
     let class = match cfg.class {
@@ -247,7 +262,7 @@ pub async fn run(
         cache: NodeCache::new(cfg.assumed_pod_ttl),
         queue: SchedulingQueue::new(cfg.queue, interest),
         framework,
-        stats: Arc::new(WorkerStats::default()),
+        stats,
         tracker: TaskTracker::new(),
         runtime: tokio::runtime::Handle::current(),
     });
@@ -273,6 +288,7 @@ pub async fn run(
             }
         };
         if let pb::watch_event::Event::Synced(_) = event {
+            shared.stats.ready.store(true, Ordering::Release);
             if scheduler_thread.is_none() {
                 let s = shared.clone();
                 let name = cfg.name.clone();
@@ -297,7 +313,8 @@ pub async fn run(
     shared.tracker.close();
     let _ = tokio::time::timeout(Duration::from_secs(10), shared.tracker.wait()).await;
     let _ = housekeeping.await;
-    Ok(shared.stats.clone())
+    *shared.stats.queue.lock() = shared.queue.lengths();
+    Ok(())
 }
 
 fn apply_event(s: &Shared, event: pb::watch_event::Event) {
@@ -345,12 +362,13 @@ fn apply_event(s: &Shared, event: pb::watch_event::Event) {
 }
 
 async fn housekeeping(s: Arc<Shared>, stop: CancellationToken) {
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut tick = tokio::time::interval(Duration::from_millis(200));
     loop {
         tokio::select! {
             () = stop.cancelled() => return,
             _ = tick.tick() => {}
         }
+        *s.stats.queue.lock() = s.queue.lengths();
         let now = Instant::now();
         for key in s.cache.cleanup_expired(now) {
             warn!(pod = %key, "assumed pod expired without confirmation");

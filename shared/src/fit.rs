@@ -36,8 +36,15 @@ pub struct Insufficient {
 }
 
 fn insufficient(name: Cow<'static, str>, requested: i64, used: i64, capacity: i64) -> Insufficient {
+    // The common reasons are static: no allocation per rejected node.
+    let reason = match &*name {
+        CPU => Cow::Borrowed("Insufficient cpu"),
+        MEMORY => Cow::Borrowed("Insufficient memory"),
+        EPHEMERAL_STORAGE => Cow::Borrowed("Insufficient ephemeral-storage"),
+        other => Cow::Owned(format!("Insufficient {other}")),
+    };
     Insufficient {
-        reason: Cow::Owned(format!("Insufficient {name}")),
+        reason,
         resource: name,
         requested,
         used,

@@ -4,14 +4,18 @@
 //! `kubernetes/test/integration/scheduler_perf`: identical nodes from
 //! `node-default.yaml` (4 CPUs, 32 GiB, 110 pods) and identical pods from
 //! `pod-default.yaml` (100m CPU, 500 MiB). Unlike upstream, the pods carry
-//! requests only (no limits), and every object gets a fixed name so runs are
-//! reproducible.
+//! requests only (no limits), every object gets a fixed name so runs are
+//! reproducible, and pods alternate between the `online` and `batch` workload
+//! classes (label `flotilla.io/workload-class`) so both worker pools work.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Container, ResourceRequirements};
 
-use super::{PAUSE_IMAGE, Workload, pending_pod, ready_node, resource_list};
+use super::{
+    LABEL_WORKLOAD_CLASS, PAUSE_IMAGE, WORKLOAD_CLASS_BATCH, WORKLOAD_CLASS_ONLINE, Workload,
+    pending_pod, ready_node, resource_list,
+};
 
 /// Default node count of [`scheduling_basic`], like upstream's `500Nodes` case.
 pub const DEFAULT_NODES: usize = 500;
@@ -75,7 +79,17 @@ pub fn scheduling_basic(nodes: usize, pods: usize) -> Workload {
                 }),
                 ..Container::default()
             };
-            pending_pod(NAMESPACE, &format!("pod-{i:05}"), container)
+            let mut pod = pending_pod(NAMESPACE, &format!("pod-{i:05}"), container);
+            let class = if i % 2 == 0 {
+                WORKLOAD_CLASS_ONLINE
+            } else {
+                WORKLOAD_CLASS_BATCH
+            };
+            pod.metadata
+                .labels
+                .get_or_insert_with(BTreeMap::new)
+                .insert(LABEL_WORKLOAD_CLASS.to_owned(), class.to_owned());
+            pod
         })
         .collect();
 

@@ -192,66 +192,35 @@ impl Framework {
         }
 
         let nodes = snap.nodes();
-        let candidates: Vec<usize>;
-        let (count, index_of): (usize, Box<dyn Fn(usize) -> usize + Sync>) = match &allowed {
+        let total = nodes.len();
+        let limit = num_feasible_nodes_to_find(self.percentage_of_nodes_to_score, total);
+        let (mut feasible, rejected) = match &allowed {
             Some(names) => {
-                let mut c: Vec<usize> = names.iter().filter_map(|n| snap.index_of(n)).collect();
-                c.sort_unstable();
-                candidates = c;
-                let cands = &candidates;
-                (cands.len(), Box::new(move |i| cands[i]))
+                let mut cands: Vec<usize> = names.iter().filter_map(|n| snap.index_of(n)).collect();
+                cands.sort_unstable();
+                self.filter_phase(&state, pod, nodes, cands.len(), limit, |i| cands[i])
             }
             None => {
-                let total = nodes.len();
+                // The partition first (rotating start); only if nothing there
+                // fits, every other node (Gödel's fallback).
                 let p = snap.partition_len();
                 let start = self.next_start.load(Ordering::Relaxed);
-                (
-                    total,
-                    Box::new(move |i| {
-                        if i < p {
-                            (start + i) % p
-                        } else {
-                            p + (start + i - p) % (total - p)
-                        }
-                    }),
-                )
-            }
-        };
-        let limit = num_feasible_nodes_to_find(self.percentage_of_nodes_to_score, count);
-        let found = AtomicUsize::new(0);
-        let eval_chunk = |range: std::ops::Range<usize>| {
-            let mut feasible = Vec::new();
-            let mut rejected = Vec::new();
-            for i in range {
-                if found.load(Ordering::Relaxed) >= limit {
-                    break;
-                }
-                let idx = index_of(i);
-                match self.run_filters(&state, pod, &nodes[idx]) {
-                    NodeOutcome::Feasible => {
-                        found.fetch_add(1, Ordering::Relaxed);
-                        feasible.push(idx);
-                    }
-                    NodeOutcome::Rejected(st) => rejected.push((idx, st)),
+                let (feasible, mut rejected) = if p > 0 {
+                    self.filter_phase(&state, pod, nodes, p, limit, |i| (start + i) % p)
+                } else {
+                    (Vec::new(), Vec::new())
+                };
+                if feasible.is_empty() && total > p {
+                    let rest = total - p;
+                    let (f, r) =
+                        self.filter_phase(&state, pod, nodes, rest, limit, |i| p + (start + i) % rest);
+                    rejected.extend(r);
+                    (f, rejected)
+                } else {
+                    (feasible, rejected)
                 }
             }
-            (feasible, rejected)
         };
-        let chunks: Vec<(Vec<usize>, Vec<(usize, Status)>)> =
-            if count < PARALLEL_FILTER_MIN_NODES {
-                vec![eval_chunk(0..count)]
-            } else {
-                (0..count.div_ceil(FILTER_CHUNK))
-                    .into_par_iter()
-                    .map(|c| eval_chunk(c * FILTER_CHUNK..((c + 1) * FILTER_CHUNK).min(count)))
-                    .collect()
-            };
-        let mut feasible: Vec<usize> = Vec::with_capacity(limit.min(count));
-        let mut rejected: Vec<(usize, Status)> = Vec::new();
-        for (f, r) in chunks {
-            feasible.extend(f);
-            rejected.extend(r);
-        }
         let evaluated = feasible.len() + rejected.len();
         if allowed.is_none() && !nodes.is_empty() {
             self.next_start.fetch_add(evaluated, Ordering::Relaxed);
@@ -296,6 +265,53 @@ impl Framework {
             feasible: feasible.len(),
             outside_partition: best >= snap.partition_len(),
         })
+    }
+
+    /// Runs Filter over `count` candidates (`index_of(i)` → node index),
+    /// stopping once `limit` feasible nodes are found; in parallel chunks
+    /// above [`PARALLEL_FILTER_MIN_NODES`].
+    fn filter_phase(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        nodes: &[Arc<NodeInfo>],
+        count: usize,
+        limit: usize,
+        index_of: impl Fn(usize) -> usize + Sync,
+    ) -> (Vec<usize>, Vec<(usize, Status)>) {
+        let found = AtomicUsize::new(0);
+        let eval_chunk = |range: std::ops::Range<usize>| {
+            let mut feasible = Vec::new();
+            let mut rejected = Vec::new();
+            for i in range {
+                if found.load(Ordering::Relaxed) >= limit {
+                    break;
+                }
+                let idx = index_of(i);
+                match self.run_filters(state, pod, &nodes[idx]) {
+                    NodeOutcome::Feasible => {
+                        found.fetch_add(1, Ordering::Relaxed);
+                        feasible.push(idx);
+                    }
+                    NodeOutcome::Rejected(st) => rejected.push((idx, st)),
+                }
+            }
+            (feasible, rejected)
+        };
+        if count < PARALLEL_FILTER_MIN_NODES {
+            return eval_chunk(0..count);
+        }
+        let chunks: Vec<(Vec<usize>, Vec<(usize, Status)>)> = (0..count.div_ceil(FILTER_CHUNK))
+            .into_par_iter()
+            .map(|c| eval_chunk(c * FILTER_CHUNK..((c + 1) * FILTER_CHUNK).min(count)))
+            .collect();
+        let mut feasible = Vec::with_capacity(limit.min(count));
+        let mut rejected = Vec::new();
+        for (f, r) in chunks {
+            feasible.extend(f);
+            rejected.extend(r);
+        }
+        (feasible, rejected)
     }
 
     fn score_and_select(

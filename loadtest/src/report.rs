@@ -1,0 +1,513 @@
+//! The end-of-run report, printed as text or JSON (`--output json`).
+//!
+//! Everything is computed from the cluster's final state (the source of
+//! truth) plus the coordinator's records for timing. The JSON schema is the
+//! [`Report`] struct with camelCase keys; see the README for a sample.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::Serialize;
+
+use flotilla_coordinator::Coordinator;
+use flotilla_coordinator::cluster::EmbeddedCluster;
+use flotilla_shared::node_info::{NodeInfo, NodeSpec};
+use flotilla_shared::pod_info::PodInfo;
+use flotilla_shared::resources::NVIDIA_GPU;
+
+use crate::workload::RESOURCE_GPU_MILLI;
+
+/// Scheduling latency percentiles, milliseconds, from the coordinator first
+/// seeing a pending pod to its Binding being written.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct Latency {
+    /// Median.
+    pub p50: f64,
+    /// 90th percentile.
+    pub p90: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// Slowest.
+    pub max: f64,
+}
+
+/// Bind arbitration outcome counts.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Conflicts {
+    /// Proposals the arbiter rejected (room taken, node changed).
+    pub count: u64,
+    /// All bind proposals.
+    pub proposals: u64,
+    /// `count / proposals` (0 when no proposals).
+    pub fraction: f64,
+}
+
+/// One FitError reason and how many unschedulable pods it applied to.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ReasonCount {
+    /// Upstream reason text, e.g. `Insufficient nvidia.com/gpu`.
+    pub reason: String,
+    /// Unschedulable pods whose message carries it.
+    pub pods: usize,
+}
+
+/// Per-worker figures.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkerReport {
+    /// Worker name (`online-0`).
+    pub worker: String,
+    /// `online` or `batch`.
+    pub class: String,
+    /// Pods bound through it.
+    pub pods: u64,
+    /// Scheduling cycles it ran.
+    pub attempts: u64,
+    /// Its proposals the arbiter rejected.
+    pub conflicts: u64,
+    /// Placements outside its partition.
+    pub fallbacks: u64,
+    /// Seconds spent in scheduling cycles.
+    pub busy_seconds: f64,
+    /// Seconds spent on decisions the arbiter rejected.
+    pub wasted_seconds: f64,
+}
+
+/// Cluster allocation after the run: requests of bound pods over allocatable.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Allocation {
+    /// cpu, percent.
+    pub cpu_percent: f64,
+    /// memory, percent.
+    pub memory_percent: f64,
+    /// GPU (milli-GPU when the nodes offer it, else whole GPUs), percent;
+    /// `null` without GPUs.
+    pub gpu_percent: Option<f64>,
+}
+
+/// Safety checks over the final cluster state.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Checks {
+    /// Nodes whose bound pods request more than allocatable on any resource
+    /// (pods count included). Must be 0.
+    pub overcommitted_nodes: usize,
+    /// Bindings the cluster accepted. Equals `podsBoundByFlotilla` when no
+    /// pod was bound twice.
+    pub bindings_written: u64,
+    /// Pods the coordinator bound.
+    pub pods_bound_by_flotilla: usize,
+    /// `PodScheduled=False` status writes.
+    pub status_writes: u64,
+}
+
+/// The report.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    /// Workload name.
+    pub workload: String,
+    /// Scheduler workers.
+    pub workers: usize,
+    /// Nodes in the cluster.
+    pub nodes: usize,
+    /// Pods in the workload.
+    pub pods: usize,
+    /// Pods bound to a node.
+    pub scheduled: usize,
+    /// Pods left `PodScheduled=False` (fit nowhere).
+    pub unschedulable: usize,
+    /// Pods neither bound nor marked unschedulable (only after a timeout).
+    pub pending: usize,
+    /// Pods rejected as invalid input (by the cluster or the coordinator),
+    /// with the reason.
+    pub invalid: Vec<String>,
+    /// Rows/objects skipped while loading the workload.
+    pub load_warnings: Vec<String>,
+    /// Seconds from first pod submitted to the run settling.
+    pub scheduling_seconds: f64,
+    /// Seconds for the whole run, setup included.
+    pub wall_seconds: f64,
+    /// Pods bound per second of `schedulingSeconds`.
+    pub pods_per_second: f64,
+    /// Queue-add to bind latency.
+    pub latency_ms: Latency,
+    /// Bind arbitration.
+    pub conflicts: Conflicts,
+    /// Scheduling cycles per pod.
+    pub attempts_per_pod: f64,
+    /// Most common FitError reasons among unschedulable pods.
+    pub top_unschedulable_reasons: Vec<ReasonCount>,
+    /// Per-worker figures.
+    pub pods_per_worker: Vec<WorkerReport>,
+    /// Allocation after the run.
+    pub allocation: Allocation,
+    /// Safety checks.
+    pub checks: Checks,
+    /// Whether the run hit its timeout.
+    pub timed_out: bool,
+}
+
+/// What [`build`] needs.
+pub struct Inputs<'a> {
+    /// Workload name.
+    pub workload_name: String,
+    /// Worker count.
+    pub workers: usize,
+    /// The cluster after the run.
+    pub cluster: &'a Arc<EmbeddedCluster>,
+    /// The coordinator after the run.
+    pub coordinator: &'a Arc<Coordinator>,
+    /// Pods the cluster refused.
+    pub rejected: Vec<String>,
+    /// Loader warnings.
+    pub warnings: Vec<String>,
+    /// When pods started being submitted.
+    pub submitted: Instant,
+    /// When the run settled.
+    pub scheduling_done: Instant,
+    /// When the run started.
+    pub started: Instant,
+    /// Whether it timed out.
+    pub timed_out: bool,
+    /// Per-worker figures (pods filled in by [`build`]).
+    pub worker_reports: Vec<WorkerReport>,
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_precision_loss
+    )]
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// The reasons of a FitError message (`0/N nodes are available: 3 A, 2 B.`).
+#[must_use]
+pub fn fit_error_reasons(message: &str) -> Vec<String> {
+    let Some((_, rest)) = message.split_once("nodes are available:") else {
+        return vec![message.to_owned()];
+    };
+    let hist = rest.split(". ").next().unwrap_or(rest).trim().trim_end_matches('.');
+    hist.split(", ")
+        .filter_map(|e| e.split_once(' ').map(|(_, r)| r.to_owned()))
+        .collect()
+}
+
+#[allow(clippy::cast_precision_loss)]
+fn pct(used: i64, total: i64) -> f64 {
+    if total <= 0 {
+        0.0
+    } else {
+        (used as f64) * 100.0 / (total as f64)
+    }
+}
+
+/// Builds the report.
+#[must_use]
+#[allow(clippy::cast_precision_loss, clippy::too_many_lines)]
+pub fn build(i: &Inputs<'_>) -> Report {
+    let summary = i.coordinator.summary();
+    let mut invalid = i.rejected.clone();
+    invalid.extend(summary.invalid.iter().cloned());
+
+    // Final cluster state.
+    let mut nodes: HashMap<String, NodeInfo> = HashMap::new();
+    for n in i.cluster.nodes() {
+        if let Ok(spec) = NodeSpec::from_node(n) {
+            nodes.insert(spec.name.to_string(), NodeInfo::new(Arc::new(spec)));
+        }
+    }
+    let pods = i.cluster.pods();
+    let (mut scheduled, mut unschedulable, mut pending) = (0usize, 0usize, 0usize);
+    let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
+    for p in &pods {
+        let node = p.spec.as_ref().and_then(|s| s.node_name.clone());
+        if let Some(node) = node {
+            scheduled += 1;
+            if let (Some(ni), Ok(info)) = (nodes.get_mut(&node), PodInfo::from_pod(p.clone())) {
+                ni.add_pod(Arc::new(info));
+            }
+            continue;
+        }
+        let cond = p
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled" && c.status == "False"));
+        match cond {
+            Some(c) => {
+                unschedulable += 1;
+                for r in fit_error_reasons(c.message.as_deref().unwrap_or_default()) {
+                    *reasons.entry(r).or_default() += 1;
+                }
+            }
+            None => pending += 1,
+        }
+    }
+    let pending = pending.saturating_sub(summary.invalid.len());
+    let mut top: Vec<ReasonCount> = reasons
+        .into_iter()
+        .map(|(reason, pods)| ReasonCount { reason, pods })
+        .collect();
+    top.sort_by(|a, b| b.pods.cmp(&a.pods).then_with(|| a.reason.cmp(&b.reason)));
+    top.truncate(5);
+
+    // Over-commit check and allocation, with the shared resource model.
+    let mut over = 0;
+    let (mut cpu, mut cpu_alloc, mut mem, mut mem_alloc) = (0i64, 0i64, 0i64, 0i64);
+    let gpu_res = if nodes
+        .values()
+        .any(|n| n.spec.allocatable.scalar(RESOURCE_GPU_MILLI) > 0)
+    {
+        Some(RESOURCE_GPU_MILLI)
+    } else if nodes.values().any(|n| n.spec.allocatable.scalar(NVIDIA_GPU) > 0) {
+        Some(NVIDIA_GPU)
+    } else {
+        None
+    };
+    let (mut gpu, mut gpu_alloc) = (0i64, 0i64);
+    for n in nodes.values() {
+        let (a, r) = (&n.spec.allocatable, &n.requested);
+        let pods_n = i64::try_from(n.pod_count()).unwrap_or(i64::MAX);
+        if r.milli_cpu > a.milli_cpu
+            || r.memory > a.memory
+            || r.ephemeral_storage > a.ephemeral_storage
+            || pods_n > a.allowed_pod_number
+            || r.scalar.iter().any(|(name, v)| *v > a.scalar(name))
+        {
+            over += 1;
+        }
+        cpu += r.milli_cpu;
+        cpu_alloc += a.milli_cpu;
+        mem += r.memory;
+        mem_alloc += a.memory;
+        if let Some(g) = gpu_res {
+            gpu += r.scalar(g);
+            gpu_alloc += a.scalar(g);
+        }
+    }
+
+    // Timing from the coordinator's records.
+    let records = i.coordinator.records();
+    let mut lat: Vec<f64> = records
+        .iter()
+        .filter_map(|r| r.bound_at.map(|b| b.duration_since(r.first_seen).as_secs_f64() * 1000.0))
+        .collect();
+    lat.sort_by(f64::total_cmp);
+    let bound_by_us = lat.len();
+    let last_bind = records.iter().filter_map(|r| r.bound_at).max();
+    let sched_secs = last_bind
+        .unwrap_or(i.scheduling_done)
+        .saturating_duration_since(i.submitted)
+        .as_secs_f64();
+    let mut per_worker = i.worker_reports.clone();
+    for (name, class, bound) in &summary.workers {
+        match per_worker.iter_mut().find(|w| w.worker == **name) {
+            Some(w) => w.pods = *bound,
+            None => per_worker.push(WorkerReport {
+                worker: name.to_string(),
+                class: class.to_string(),
+                pods: *bound,
+                ..WorkerReport::default()
+            }),
+        }
+    }
+    let attempts: u64 = per_worker.iter().map(|w| w.attempts).sum();
+    let c = summary.counters;
+    let (bindings, status_writes) = i.cluster.write_counts();
+    Report {
+        workload: i.workload_name.clone(),
+        workers: i.workers,
+        nodes: nodes.len(),
+        pods: pods.len() + i.rejected.len(),
+        scheduled,
+        unschedulable,
+        pending,
+        invalid,
+        load_warnings: i.warnings.clone(),
+        scheduling_seconds: sched_secs,
+        wall_seconds: i.started.elapsed().as_secs_f64(),
+        pods_per_second: if sched_secs > 0.0 {
+            bound_by_us as f64 / sched_secs
+        } else {
+            0.0
+        },
+        latency_ms: Latency {
+            p50: percentile(&lat, 50.0),
+            p90: percentile(&lat, 90.0),
+            p99: percentile(&lat, 99.0),
+            max: lat.last().copied().unwrap_or(0.0),
+        },
+        conflicts: Conflicts {
+            count: c.conflicts,
+            proposals: c.proposals,
+            fraction: if c.proposals == 0 {
+                0.0
+            } else {
+                c.conflicts as f64 / c.proposals as f64
+            },
+        },
+        attempts_per_pod: if pods.is_empty() {
+            0.0
+        } else {
+            attempts as f64 / pods.len() as f64
+        },
+        top_unschedulable_reasons: top,
+        pods_per_worker: per_worker,
+        allocation: Allocation {
+            cpu_percent: pct(cpu, cpu_alloc),
+            memory_percent: pct(mem, mem_alloc),
+            gpu_percent: gpu_res.map(|_| pct(gpu, gpu_alloc)),
+        },
+        checks: Checks {
+            overcommitted_nodes: over,
+            bindings_written: bindings,
+            pods_bound_by_flotilla: bound_by_us,
+            status_writes,
+        },
+        timed_out: i.timed_out,
+    }
+}
+
+impl Report {
+    /// The human-readable form.
+    #[must_use]
+    pub fn to_text(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(s, "Flotilla run: {}", self.workload);
+        let _ = writeln!(
+            s,
+            "  cluster        {} nodes, {} pods, {} workers",
+            self.nodes, self.pods, self.workers
+        );
+        let _ = writeln!(
+            s,
+            "  pods           {} scheduled, {} unschedulable, {} pending, {} invalid",
+            self.scheduled,
+            self.unschedulable,
+            self.pending,
+            self.invalid.len()
+        );
+        let _ = writeln!(
+            s,
+            "  throughput     {:.0} pods/s ({:.2} s scheduling, {:.2} s wall)",
+            self.pods_per_second, self.scheduling_seconds, self.wall_seconds
+        );
+        let _ = writeln!(
+            s,
+            "  latency        p50 {:.1} ms, p90 {:.1} ms, p99 {:.1} ms, max {:.1} ms (queue add to bind)",
+            self.latency_ms.p50, self.latency_ms.p90, self.latency_ms.p99, self.latency_ms.max
+        );
+        let _ = writeln!(
+            s,
+            "  conflicts      {} of {} proposals ({:.2} %), {:.2} attempts per pod",
+            self.conflicts.count,
+            self.conflicts.proposals,
+            self.conflicts.fraction * 100.0,
+            self.attempts_per_pod
+        );
+        let gpu = self
+            .allocation
+            .gpu_percent
+            .map_or_else(|| "n/a".to_owned(), |g| format!("{g:.1} %"));
+        let _ = writeln!(
+            s,
+            "  allocation     cpu {:.1} %, memory {:.1} %, gpu {gpu}",
+            self.allocation.cpu_percent, self.allocation.memory_percent
+        );
+        let _ = writeln!(s, "  workers");
+        for w in &self.pods_per_worker {
+            let _ = writeln!(
+                s,
+                "    {:<10} {:<7} {:>6} pods  {:>6} attempts  {:>5} conflicts  {:>5} fallbacks  busy {:.2} s",
+                w.worker, w.class, w.pods, w.attempts, w.conflicts, w.fallbacks, w.busy_seconds
+            );
+        }
+        if !self.top_unschedulable_reasons.is_empty() {
+            let _ = writeln!(s, "  top reasons for unschedulable pods");
+            for r in &self.top_unschedulable_reasons {
+                let _ = writeln!(s, "    {:>6} pods  {}", r.pods, r.reason);
+            }
+        }
+        let _ = writeln!(
+            s,
+            "  checks         {} over-committed nodes, {} bindings for {} pods bound, {} status writes",
+            self.checks.overcommitted_nodes,
+            self.checks.bindings_written,
+            self.checks.pods_bound_by_flotilla,
+            self.checks.status_writes
+        );
+        for inv in self.invalid.iter().take(10) {
+            let _ = writeln!(s, "  invalid: {inv}");
+        }
+        if self.invalid.len() > 10 {
+            let _ = writeln!(s, "  ... and {} more invalid pods", self.invalid.len() - 10);
+        }
+        if !self.load_warnings.is_empty() {
+            let _ = writeln!(s, "  {} input rows/objects skipped, e.g. {}", self.load_warnings.len(), self.load_warnings[0]);
+        }
+        if self.timed_out {
+            let _ = writeln!(s, "  TIMED OUT: pending pods were still being retried");
+        }
+        s
+    }
+}
+
+/// Writes every pod's outcome as JSON Lines, in submission order:
+/// `{"pod": "namespace/name", "node": "node-name"}` or `"node": null`.
+///
+/// # Errors
+/// I/O errors creating or writing `path`.
+pub fn write_placements(cluster: &EmbeddedCluster, path: &Path) -> std::io::Result<()> {
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+    for p in cluster.pods() {
+        let line = serde_json::json!({
+            "pod": format!(
+                "{}/{}",
+                p.metadata.namespace.as_deref().unwrap_or("default"),
+                p.metadata.name.as_deref().unwrap_or_default()
+            ),
+            "node": p.spec.as_ref().and_then(|s| s.node_name.clone()),
+        });
+        writeln!(out, "{line}")?;
+    }
+    out.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fit_error_reasons_are_split_out_of_the_message() {
+        assert_eq!(
+            fit_error_reasons("0/5 nodes are available: 2 node(s) had untolerated taint(s), 3 Insufficient cpu."),
+            ["node(s) had untolerated taint(s)", "Insufficient cpu"]
+        );
+        assert_eq!(
+            fit_error_reasons("0/3 nodes are available: 1 Insufficient cpu. preemption: 0/3 nodes are available: 3 x."),
+            ["Insufficient cpu"]
+        );
+    }
+
+    #[test]
+    fn percentiles_use_nearest_rank() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert!((percentile(&v, 50.0) - 50.0).abs() < f64::EPSILON);
+        assert!((percentile(&v, 99.0) - 99.0).abs() < f64::EPSILON);
+        assert!((percentile(&[7.0], 99.0) - 7.0).abs() < f64::EPSILON);
+        assert!(percentile(&[], 50.0).abs() < f64::EPSILON);
+    }
+}

@@ -1,0 +1,250 @@
+//! One scheduling run on the embedded cluster: load a [`Workload`], start the
+//! coordinator (real gRPC on loopback) and N workers, submit the pods, wait
+//! until every pod is bound or unschedulable, and build a [`Report`].
+//!
+//! The same code serves `flotilla run` (workers in process) and
+//! `flotilla coordinator` (workers as separate `flotilla worker` processes:
+//! `in_process_workers = 0`, `expect_workers = N`).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressStyle};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use flotilla_coordinator::cluster::EmbeddedCluster;
+use flotilla_coordinator::{Coordinator, server};
+use flotilla_scheduler::worker::{self, WorkerConfig, WorkerStats};
+use flotilla_scheduler::{Profile, Registry};
+use flotilla_shared::WorkloadClass;
+
+use crate::report::{self, Report, WorkerReport};
+use crate::workload::Workload;
+
+/// How a run is set up.
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    /// Workers started in this process (split between the online and batch
+    /// pools, online getting the odd one).
+    pub in_process_workers: usize,
+    /// Workers to wait for before submitting pods (≥ `in_process_workers`;
+    /// the rest connect from other processes).
+    pub expect_workers: usize,
+    /// Coordinator listen address (`127.0.0.1:0` = any free port).
+    pub listen: String,
+    /// Show a progress bar (on stderr, only when it is a terminal).
+    pub progress: bool,
+    /// Give up waiting after this long; unresolved pods are reported pending.
+    pub timeout: Duration,
+    /// How long nothing must happen before the run is considered settled.
+    pub settle: Duration,
+    /// Profile the workers run.
+    pub profile: Profile,
+}
+
+impl Default for RunConfig {
+    fn default() -> Self {
+        RunConfig {
+            in_process_workers: 4,
+            expect_workers: 4,
+            listen: "127.0.0.1:0".into(),
+            progress: true,
+            timeout: Duration::from_secs(600),
+            settle: Duration::from_millis(1000),
+            profile: Profile::default(),
+        }
+    }
+}
+
+/// Errors that stop a run.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The coordinator could not start.
+    #[error("coordinator: {0}")]
+    Coordinator(#[from] server::ServeError),
+    /// A node of the workload was rejected by the cluster.
+    #[error("loading node: {0}")]
+    Load(#[from] flotilla_coordinator::cluster::embedded::AdminError),
+    /// Workers did not connect in time.
+    #[error("only {connected} of {expected} workers connected within {waited:?}")]
+    Workers {
+        /// Connected.
+        connected: usize,
+        /// Expected.
+        expected: usize,
+        /// Waited.
+        waited: Duration,
+    },
+}
+
+/// Pool sizes for `n` workers: online gets half, rounded up.
+#[must_use]
+pub fn pools(n: usize) -> (usize, usize) {
+    (n.div_ceil(2), n / 2)
+}
+
+/// Runs `workload` and reports. Invalid pods (rejected by the cluster or not
+/// readable by the coordinator) are counted, never dropped silently.
+///
+/// # Errors
+/// See [`RunError`].
+pub async fn run_embedded(workload: Workload, cfg: RunConfig) -> Result<Report, RunError> {
+    run_embedded_with_cluster(workload, cfg).await.map(|(r, _)| r)
+}
+
+/// As [`run_embedded`], also returning the cluster in its final state (for
+/// placements and independent checks).
+///
+/// # Errors
+/// See [`RunError`].
+pub async fn run_embedded_with_cluster(
+    workload: Workload,
+    cfg: RunConfig,
+) -> Result<(Report, Arc<EmbeddedCluster>), RunError> {
+    let started = Instant::now();
+    let cluster = Arc::new(EmbeddedCluster::new());
+    for node in &workload.nodes {
+        cluster.apply_node(node.clone())?;
+    }
+    let token = CancellationToken::new();
+    let coordinator = Arc::new(Coordinator::new(
+        cluster.clone(),
+        &[cfg.profile.scheduler_name.as_str()],
+    ));
+    let running = server::start(coordinator.clone(), &cfg.listen, token.clone()).await?;
+    let _ = running.synced.await;
+    info!(addr = %running.addr, "coordinator listening");
+    if cfg.in_process_workers < cfg.expect_workers {
+        eprintln!(
+            "coordinator listening on {}; waiting for {} worker(s)",
+            running.addr,
+            cfg.expect_workers - cfg.in_process_workers
+        );
+    }
+
+    let registry = Registry::in_tree();
+    let (online, batch) = pools(cfg.in_process_workers);
+    let mut workers = Vec::new();
+    let mut stats = Vec::new();
+    for (class, count) in [(WorkloadClass::Online, online), (WorkloadClass::Batch, batch)] {
+        for i in 0..count {
+            let name = worker::worker_name(class, i);
+            let mut wcfg = WorkerConfig::new(&format!("http://{}", running.addr), &name, class);
+            wcfg.profile = cfg.profile.clone();
+            let st = Arc::new(WorkerStats::default());
+            stats.push((name.clone(), class, st.clone()));
+            let registry = registry.clone();
+            let t = token.clone();
+            workers.push(tokio::spawn(async move {
+                if let Err(e) = worker::run(wcfg, &registry, st, t).await {
+                    warn!(worker = %name, error = %e, "worker stopped with an error");
+                }
+            }));
+        }
+    }
+    let wait_from = Instant::now();
+    let wait_limit = Duration::from_secs(if cfg.expect_workers > cfg.in_process_workers {
+        300
+    } else {
+        30
+    });
+    while coordinator.live_workers() < cfg.expect_workers {
+        if wait_from.elapsed() > wait_limit {
+            token.cancel();
+            return Err(RunError::Workers {
+                connected: coordinator.live_workers(),
+                expected: cfg.expect_workers,
+                waited: wait_limit,
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let submitted = Instant::now();
+    let mut rejected = Vec::new();
+    for pod in &workload.pods {
+        if let Err(e) = cluster.create_pod(pod.clone()) {
+            rejected.push(e.to_string());
+        }
+    }
+    let accepted = workload.pods.len() - rejected.len();
+
+    let bar = if cfg.progress {
+        let b = ProgressBar::new(workload.pods.len() as u64);
+        b.set_style(
+            ProgressStyle::with_template(
+                "{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} pods resolved  {msg}",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        b
+    } else {
+        ProgressBar::hidden()
+    };
+    let deadline = submitted + cfg.timeout;
+    let mut timed_out = false;
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let s = coordinator.summary();
+        let invalid = usize::try_from(s.counters.invalid_pods).unwrap_or(usize::MAX);
+        let resolved = s.bound + s.unschedulable;
+        bar.set_position((resolved + invalid + rejected.len()) as u64);
+        bar.set_message(format!(
+            "bound {}  unschedulable {}  conflicts {}",
+            s.bound, s.unschedulable, s.counters.conflicts
+        ));
+        let idle_workers = stats.iter().all(|(_, _, st)| st.is_idle());
+        let quiet = s
+            .last_activity
+            .is_none_or(|t| t.elapsed() >= cfg.settle);
+        let all_seen = s.pods_total + invalid >= accepted;
+        if all_seen && s.pending == 0 && s.granting == 0 && idle_workers && quiet {
+            break;
+        }
+        if Instant::now() > deadline {
+            timed_out = true;
+            warn!("run timed out; reporting unresolved pods as pending");
+            break;
+        }
+    }
+    bar.finish_and_clear();
+    let scheduling_done = Instant::now();
+
+    token.cancel();
+    for w in workers {
+        let _ = w.await;
+    }
+    let _ = running.handle.await;
+
+    let worker_reports = stats
+        .iter()
+        .map(|(name, class, st)| WorkerReport {
+            worker: name.clone(),
+            class: class.to_string(),
+            pods: 0,
+            attempts: st.attempts.load(Ordering::Relaxed),
+            conflicts: st.conflicts.load(Ordering::Relaxed),
+            fallbacks: st.fallbacks.load(Ordering::Relaxed),
+            busy_seconds: Duration::from_nanos(st.cycle_nanos.load(Ordering::Relaxed))
+                .as_secs_f64(),
+            wasted_seconds: Duration::from_nanos(st.wasted_nanos.load(Ordering::Relaxed))
+                .as_secs_f64(),
+        })
+        .collect();
+    let report = report::build(&report::Inputs {
+        workload_name: workload.name.clone(),
+        workers: cfg.expect_workers,
+        cluster: &cluster,
+        coordinator: &coordinator,
+        rejected,
+        warnings: workload.warnings.iter().map(ToString::to_string).collect(),
+        submitted,
+        scheduling_done,
+        started,
+        timed_out,
+        worker_reports,
+    });
+    Ok((report, cluster))
+}
