@@ -18,12 +18,16 @@ use tokio_util::sync::CancellationToken;
 use flotilla_loadtest::report::{self, Report};
 use flotilla_loadtest::run::{self, RunConfig};
 use flotilla_loadtest::workload::{self, OnBadInput, Workload, openb, synthetic};
-use flotilla_scheduler::worker::{self as sched_worker, WorkerConfig, WorkerStats};
 use flotilla_scheduler::Registry;
+use flotilla_scheduler::worker::{self as sched_worker, WorkerConfig, WorkerStats};
 use flotilla_shared::WorkloadClass;
 
 #[derive(Parser, Debug)]
-#[command(name = "flotilla", version, about = "Sharded multi-scheduler control plane for Kubernetes")]
+#[command(
+    name = "flotilla",
+    version,
+    about = "Sharded multi-scheduler control plane for Kubernetes"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -158,9 +162,7 @@ fn load(args: &WorkloadArgs) -> anyhow::Result<Workload> {
         BadInput::Fail => OnBadInput::Fail,
     };
     let w = match args.trace {
-        Trace::Synthetic => {
-            synthetic::scheduling_basic(args.synthetic_nodes, args.synthetic_pods)
-        }
+        Trace::Synthetic => synthetic::scheduling_basic(args.synthetic_nodes, args.synthetic_pods),
         Trace::Openb => {
             let dir = openb::default_openb_dir();
             let pick = |given: &Option<PathBuf>, file: &str| -> anyhow::Result<PathBuf> {
@@ -188,7 +190,10 @@ fn load(args: &WorkloadArgs) -> anyhow::Result<Workload> {
         eprintln!("warning: skipped {warning}");
     }
     if w.warnings.len() > 20 {
-        eprintln!("warning: ... {} more skipped rows/objects", w.warnings.len() - 20);
+        eprintln!(
+            "warning: ... {} more skipped rows/objects",
+            w.warnings.len() - 20
+        );
     }
     Ok(w)
 }
@@ -273,7 +278,10 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");

@@ -152,7 +152,9 @@ impl CoordinatorApi for CoordinatorService {
         let r = req.into_inner();
         parse_worker_id(&r.worker_id)?;
         let pod = parse_pod(r.pod)?;
-        self.coordinator.report_unschedulable(&pod, &r.message).await;
+        self.coordinator
+            .report_unschedulable(&pod, &r.message)
+            .await;
         Ok(Response::new(pb::ReportAck {}))
     }
 }

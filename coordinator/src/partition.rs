@@ -26,7 +26,10 @@ fn weight(node: &str, worker: WorkerId) -> u64 {
 /// The owner of `node` among `workers` (highest weight; `None` if empty).
 #[must_use]
 pub fn owner(node: &str, workers: &[WorkerId]) -> Option<WorkerId> {
-    workers.iter().copied().max_by_key(|w| (weight(node, *w), *w))
+    workers
+        .iter()
+        .copied()
+        .max_by_key(|w| (weight(node, *w), *w))
 }
 
 /// Partitions `nodes` within each pool: worker → its node names (sorted).
@@ -36,11 +39,8 @@ pub fn partition<'a>(
     nodes: impl IntoIterator<Item = &'a Arc<str>>,
     pools: &BTreeMap<WorkloadClass, Vec<WorkerId>>,
 ) -> HashMap<WorkerId, Vec<Arc<str>>> {
-    let mut out: HashMap<WorkerId, Vec<Arc<str>>> = pools
-        .values()
-        .flatten()
-        .map(|w| (*w, Vec::new()))
-        .collect();
+    let mut out: HashMap<WorkerId, Vec<Arc<str>>> =
+        pools.values().flatten().map(|w| (*w, Vec::new())).collect();
     for node in nodes {
         for workers in pools.values() {
             if let Some(w) = owner(node, workers) {
@@ -59,7 +59,9 @@ mod tests {
     use super::*;
 
     fn nodes(n: usize) -> Vec<Arc<str>> {
-        (0..n).map(|i| Arc::from(format!("node-{i:05}").as_str())).collect()
+        (0..n)
+            .map(|i| Arc::from(format!("node-{i:05}").as_str()))
+            .collect()
     }
 
     #[test]
@@ -75,15 +77,25 @@ mod tests {
         assert_eq!(online, 1000);
         assert_eq!(batch, 1000);
         for w in [3, 4, 5] {
-            assert!((250..420).contains(&p[&w].len()), "roughly even: {}", p[&w].len());
+            assert!(
+                (250..420).contains(&p[&w].len()),
+                "roughly even: {}",
+                p[&w].len()
+            );
         }
     }
 
     #[test]
     fn a_worker_leaving_moves_only_its_own_nodes() {
         let ns = nodes(2000);
-        let before = partition(&ns, &BTreeMap::from([(WorkloadClass::Online, vec![1, 2, 3, 4])]));
-        let after = partition(&ns, &BTreeMap::from([(WorkloadClass::Online, vec![1, 2, 3])]));
+        let before = partition(
+            &ns,
+            &BTreeMap::from([(WorkloadClass::Online, vec![1, 2, 3, 4])]),
+        );
+        let after = partition(
+            &ns,
+            &BTreeMap::from([(WorkloadClass::Online, vec![1, 2, 3])]),
+        );
         for w in [1, 2, 3] {
             for n in &before[&w] {
                 assert!(after[&w].contains(n), "{n} moved off surviving worker {w}");

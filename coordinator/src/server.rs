@@ -53,10 +53,12 @@ pub async fn start(
     addr: &str,
     shutdown: CancellationToken,
 ) -> Result<RunningCoordinator, ServeError> {
-    let listener = TcpListener::bind(addr).await.map_err(|source| ServeError::Listen {
-        addr: addr.to_owned(),
-        source,
-    })?;
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| ServeError::Listen {
+            addr: addr.to_owned(),
+            source,
+        })?;
     let local = listener.local_addr().map_err(|source| ServeError::Listen {
         addr: addr.to_owned(),
         source,

@@ -209,7 +209,9 @@ impl Inner {
     }
 
     fn dispatch(&mut self, uid: &Arc<str>) {
-        let Some(rec) = self.pods.get(uid) else { return };
+        let Some(rec) = self.pods.get(uid) else {
+            return;
+        };
         if !matches!(rec.phase, PodPhase::Pending(_)) {
             return;
         }
@@ -234,7 +236,9 @@ impl Inner {
     }
 
     fn unassign(&mut self, uid: &Arc<str>) {
-        let Some(rec) = self.pods.get(uid) else { return };
+        let Some(rec) = self.pods.get(uid) else {
+            return;
+        };
         if let PodPhase::Pending(Some(w)) = rec.phase {
             let msg = ev(pb::watch_event::Event::UnassignedPod(pb_pod_ref(&rec.info)));
             if let Some(entry) = self.workers.get_mut(&w) {
@@ -255,7 +259,9 @@ impl Inner {
         let parts = partition::partition(self.nodes.keys(), &pools);
         let epoch = self.epoch;
         for (id, names) in parts {
-            let Some(w) = self.workers.get_mut(&id) else { continue };
+            let Some(w) = self.workers.get_mut(&id) else {
+                continue;
+            };
             if w.partition == names {
                 continue;
             }
@@ -419,7 +425,9 @@ impl Coordinator {
                 inner.broadcast(&ev(pb::watch_event::Event::NodeUpsert(raw(&*node))));
             }
             WatchEvent::NodeDeleted(node) => {
-                let Some(name) = node.metadata.name.as_deref() else { return };
+                let Some(name) = node.metadata.name.as_deref() else {
+                    return;
+                };
                 if inner.nodes.remove(name).is_some() {
                     inner.partition_dirty = true;
                     inner.broadcast(&ev(pb::watch_event::Event::NodeDeleted(pb::NodeDeleted {
@@ -429,8 +437,12 @@ impl Coordinator {
             }
             WatchEvent::PodApplied(pod) => Self::apply_pod(inner, pod),
             WatchEvent::PodDeleted(pod) => {
-                let Some(uid) = pod.metadata.uid.as_deref() else { return };
-                let Some((uid, _)) = inner.pods.get_key_value(uid) else { return };
+                let Some(uid) = pod.metadata.uid.as_deref() else {
+                    return;
+                };
+                let Some((uid, _)) = inner.pods.get_key_value(uid) else {
+                    return;
+                };
                 let uid = uid.clone();
                 inner.unassign(&uid);
                 let rec = inner.pods.remove(&uid).expect("present");
@@ -438,7 +450,9 @@ impl Coordinator {
                     inner.unplace(n, &uid);
                 }
                 inner.undispatched.retain(|u| *u != uid);
-                inner.broadcast(&ev(pb::watch_event::Event::PodDeleted(pb_pod_ref(&rec.info))));
+                inner.broadcast(&ev(pb::watch_event::Event::PodDeleted(pb_pod_ref(
+                    &rec.info,
+                ))));
             }
         }
     }
@@ -448,7 +462,11 @@ impl Coordinator {
             Ok(i) => Arc::new(i),
             Err(err) => {
                 warn!(error = %err, "pod cannot be read; it will not be scheduled");
-                if inner.invalid.insert(err.pod.clone(), err.to_string()).is_none() {
+                if inner
+                    .invalid
+                    .insert(err.pod.clone(), err.to_string())
+                    .is_none()
+                {
                     inner.counters.invalid_pods += 1;
                 }
                 return;
@@ -589,7 +607,9 @@ impl Coordinator {
     /// nodes are repartitioned.
     pub fn detach(&self, id: WorkerId) {
         let mut inner = self.inner.lock();
-        let Some(w) = inner.workers.remove(&id) else { return };
+        let Some(w) = inner.workers.remove(&id) else {
+            return;
+        };
         info!(worker = id, name = %w.name, pods = w.assigned.len(), "worker left; re-dispatching its pods");
         inner.departed.push((w.name.clone(), w.class, w.bound));
         inner.epoch += 1;
@@ -622,7 +642,9 @@ impl Coordinator {
                 return Decision::PodGone(format!("pod {pod} is not pending"));
             };
             match &rec.phase {
-                PodPhase::Bound(n) | PodPhase::Granted(n) if &**n == node => return Decision::Bound,
+                PodPhase::Bound(n) | PodPhase::Granted(n) if &**n == node => {
+                    return Decision::Bound;
+                }
                 PodPhase::Bound(n) | PodPhase::Granted(n) => {
                     return Decision::PodGone(format!("pod {pod} is already bound to {n}"));
                 }
@@ -687,7 +709,9 @@ impl Coordinator {
                     ClusterError::AlreadyBound { pod, node } => {
                         Decision::PodGone(format!("pod {pod} is already bound to {node}"))
                     }
-                    ClusterError::NodeNotFound(n) => Decision::Conflict(format!("node {n} not found")),
+                    ClusterError::NodeNotFound(n) => {
+                        Decision::Conflict(format!("node {n} not found"))
+                    }
                     other => Decision::Error(other.to_string()),
                 }
             }
@@ -760,6 +784,11 @@ impl Coordinator {
     /// Number of workers with an open stream.
     #[must_use]
     pub fn live_workers(&self) -> usize {
-        self.inner.lock().workers.values().filter(|w| w.tx.is_some()).count()
+        self.inner
+            .lock()
+            .workers
+            .values()
+            .filter(|w| w.tx.is_some())
+            .count()
     }
 }

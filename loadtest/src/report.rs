@@ -199,7 +199,12 @@ pub fn fit_error_reasons(message: &str) -> Vec<String> {
     let Some((_, rest)) = message.split_once("nodes are available:") else {
         return vec![message.to_owned()];
     };
-    let hist = rest.split(". ").next().unwrap_or(rest).trim().trim_end_matches('.');
+    let hist = rest
+        .split(". ")
+        .next()
+        .unwrap_or(rest)
+        .trim()
+        .trim_end_matches('.');
     hist.split(", ")
         .filter_map(|e| e.split_once(' ').map(|(_, r)| r.to_owned()))
         .collect()
@@ -245,7 +250,10 @@ pub fn build(i: &Inputs<'_>) -> Report {
             .status
             .as_ref()
             .and_then(|s| s.conditions.as_ref())
-            .and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled" && c.status == "False"));
+            .and_then(|c| {
+                c.iter()
+                    .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+            });
         match cond {
             Some(c) => {
                 unschedulable += 1;
@@ -272,7 +280,10 @@ pub fn build(i: &Inputs<'_>) -> Report {
         .any(|n| n.spec.allocatable.scalar(RESOURCE_GPU_MILLI) > 0)
     {
         Some(RESOURCE_GPU_MILLI)
-    } else if nodes.values().any(|n| n.spec.allocatable.scalar(NVIDIA_GPU) > 0) {
+    } else if nodes
+        .values()
+        .any(|n| n.spec.allocatable.scalar(NVIDIA_GPU) > 0)
+    {
         Some(NVIDIA_GPU)
     } else {
         None
@@ -303,7 +314,10 @@ pub fn build(i: &Inputs<'_>) -> Report {
     let records = i.coordinator.records();
     let mut lat: Vec<f64> = records
         .iter()
-        .filter_map(|r| r.bound_at.map(|b| b.duration_since(r.first_seen).as_secs_f64() * 1000.0))
+        .filter_map(|r| {
+            r.bound_at
+                .map(|b| b.duration_since(r.first_seen).as_secs_f64() * 1000.0)
+        })
         .collect();
     lat.sort_by(f64::total_cmp);
     let bound_by_us = lat.len();
@@ -456,7 +470,12 @@ impl Report {
             let _ = writeln!(s, "  ... and {} more invalid pods", self.invalid.len() - 10);
         }
         if !self.load_warnings.is_empty() {
-            let _ = writeln!(s, "  {} input rows/objects skipped, e.g. {}", self.load_warnings.len(), self.load_warnings[0]);
+            let _ = writeln!(
+                s,
+                "  {} input rows/objects skipped, e.g. {}",
+                self.load_warnings.len(),
+                self.load_warnings[0]
+            );
         }
         if self.timed_out {
             let _ = writeln!(s, "  TIMED OUT: pending pods were still being retried");
@@ -493,11 +512,15 @@ mod tests {
     #[test]
     fn fit_error_reasons_are_split_out_of_the_message() {
         assert_eq!(
-            fit_error_reasons("0/5 nodes are available: 2 node(s) had untolerated taint(s), 3 Insufficient cpu."),
+            fit_error_reasons(
+                "0/5 nodes are available: 2 node(s) had untolerated taint(s), 3 Insufficient cpu."
+            ),
             ["node(s) had untolerated taint(s)", "Insufficient cpu"]
         );
         assert_eq!(
-            fit_error_reasons("0/3 nodes are available: 1 Insufficient cpu. preemption: 0/3 nodes are available: 3 x."),
+            fit_error_reasons(
+                "0/3 nodes are available: 1 Insufficient cpu. preemption: 0/3 nodes are available: 3 x."
+            ),
             ["Insufficient cpu"]
         );
     }

@@ -91,7 +91,9 @@ pub fn pools(n: usize) -> (usize, usize) {
 /// # Errors
 /// See [`RunError`].
 pub async fn run_embedded(workload: Workload, cfg: RunConfig) -> Result<Report, RunError> {
-    run_embedded_with_cluster(workload, cfg).await.map(|(r, _)| r)
+    run_embedded_with_cluster(workload, cfg)
+        .await
+        .map(|(r, _)| r)
 }
 
 /// As [`run_embedded`], also returning the cluster in its final state (for
@@ -128,7 +130,10 @@ pub async fn run_embedded_with_cluster(
     let (online, batch) = pools(cfg.in_process_workers);
     let mut workers = Vec::new();
     let mut stats = Vec::new();
-    for (class, count) in [(WorkloadClass::Online, online), (WorkloadClass::Batch, batch)] {
+    for (class, count) in [
+        (WorkloadClass::Online, online),
+        (WorkloadClass::Batch, batch),
+    ] {
         for i in 0..count {
             let name = worker::worker_name(class, i);
             let mut wcfg = WorkerConfig::new(&format!("http://{}", running.addr), &name, class);
@@ -196,9 +201,7 @@ pub async fn run_embedded_with_cluster(
             s.bound, s.unschedulable, s.counters.conflicts
         ));
         let idle_workers = stats.iter().all(|(_, _, st)| st.is_idle());
-        let quiet = s
-            .last_activity
-            .is_none_or(|t| t.elapsed() >= cfg.settle);
+        let quiet = s.last_activity.is_none_or(|t| t.elapsed() >= cfg.settle);
         let all_seen = s.pods_total + invalid >= accepted;
         if all_seen && s.pending == 0 && s.granting == 0 && idle_workers && quiet {
             break;

@@ -185,12 +185,11 @@ fn parse_node(raw: &pb::RawObject) -> Option<NodeSpec> {
 }
 
 async fn connect(cfg: &WorkerConfig) -> Result<CoordinatorClient<Channel>, WorkerError> {
-    let endpoint = Endpoint::from_shared(cfg.coordinator.clone()).map_err(|source| {
-        WorkerError::Address {
+    let endpoint =
+        Endpoint::from_shared(cfg.coordinator.clone()).map_err(|source| WorkerError::Address {
             addr: cfg.coordinator.clone(),
             source,
-        }
-    })?;
+        })?;
     let deadline = Instant::now() + cfg.connect_timeout;
     let mut delay = Duration::from_millis(50);
     loop {
@@ -404,7 +403,9 @@ fn schedule_one(s: &Arc<Shared>, worker: &str, snapshot: &mut Snapshot, qp: Queu
     s.stats.attempts.fetch_add(1, Ordering::Relaxed);
     let result = s.framework.schedule(&pod, snapshot);
     let cycle = start.elapsed();
-    s.stats.cycle_nanos.fetch_add(nanos(cycle), Ordering::Relaxed);
+    s.stats
+        .cycle_nanos
+        .fetch_add(nanos(cycle), Ordering::Relaxed);
     match result {
         Ok(r) => {
             debug!(node = %r.node, score = r.score, evaluated = r.evaluated, feasible = r.feasible, "placed");
@@ -418,15 +419,17 @@ fn schedule_one(s: &Arc<Shared>, worker: &str, snapshot: &mut Snapshot, qp: Queu
                 return;
             }
             let s2 = s.clone();
-            s.tracker
-                .spawn_on(bind(s2, pod, r.node, cycle), &s.runtime);
+            s.tracker.spawn_on(bind(s2, pod, r.node, cycle), &s.runtime);
         }
         Err(ScheduleError::Unschedulable(fit)) => {
             s.stats.unschedulable.fetch_add(1, Ordering::Relaxed);
             let message = fit.to_string();
             debug!(%message, "unschedulable");
-            s.queue
-                .add_unschedulable(&pod.uid, fit.diagnosis.unschedulable_plugins.clone(), Instant::now());
+            s.queue.add_unschedulable(
+                &pod.uid,
+                fit.diagnosis.unschedulable_plugins.clone(),
+                Instant::now(),
+            );
             let mut client = s.client.clone();
             let req = pb::UnschedulableReport {
                 worker_id: s.id.clone(),
@@ -479,7 +482,9 @@ async fn bind(s: Arc<Shared>, pod: Arc<PodInfo>, node: Arc<str>, cycle: Duration
         pb::BindOutcome::Conflict => {
             debug!(pod = %pod.key, %node, %reason, "bind conflict; re-queueing with backoff");
             s.stats.conflicts.fetch_add(1, Ordering::Relaxed);
-            s.stats.wasted_nanos.fetch_add(nanos(cycle), Ordering::Relaxed);
+            s.stats
+                .wasted_nanos
+                .fetch_add(nanos(cycle), Ordering::Relaxed);
             s.cache.forget(&pod.uid);
             s.queue.add_backoff(&pod.uid, now);
             // Forgetting freed room in our cache: pods waiting on it may fit.
@@ -493,7 +498,9 @@ async fn bind(s: Arc<Shared>, pod: Arc<PodInfo>, node: Arc<str>, cycle: Duration
         pb::BindOutcome::Error | pb::BindOutcome::Unspecified => {
             warn!(pod = %pod.key, %node, %reason, "binding failed; re-queueing with backoff");
             s.stats.errors.fetch_add(1, Ordering::Relaxed);
-            s.stats.wasted_nanos.fetch_add(nanos(cycle), Ordering::Relaxed);
+            s.stats
+                .wasted_nanos
+                .fetch_add(nanos(cycle), Ordering::Relaxed);
             s.cache.forget(&pod.uid);
             s.queue.add_backoff(&pod.uid, now);
             s.queue.on_event(ClusterEvent::AssignedPodDeleted, now);

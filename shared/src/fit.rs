@@ -150,7 +150,11 @@ pub fn check_placement(pod: &PodInfo, node: &NodeInfo) -> Result<(), String> {
     if blocked_by_cordon(pod, node) {
         reasons.push(Cow::Borrowed(REASON_UNSCHEDULABLE));
     }
-    reasons.extend(insufficient_resources(pod, node).into_iter().map(|i| i.reason));
+    reasons.extend(
+        insufficient_resources(pod, node)
+            .into_iter()
+            .map(|i| i.reason),
+    );
     if ports_conflict(pod, node) {
         reasons.push(Cow::Borrowed(REASON_PORTS));
     }
@@ -181,7 +185,9 @@ mod tests {
     #[test]
     fn reports_each_short_resource_in_upstream_order() {
         let mut n = node("2", "4Gi", 10);
-        n.add_pod(Arc::new(PodBuilder::new("a").cpu("1500m").memory("3Gi").build_info()));
+        n.add_pod(Arc::new(
+            PodBuilder::new("a").cpu("1500m").memory("3Gi").build_info(),
+        ));
         let p = PodBuilder::new("p")
             .cpu("1")
             .memory("2Gi")
@@ -189,10 +195,23 @@ mod tests {
             .build_info();
         let r = insufficient_resources(&p, &n);
         let reasons: Vec<_> = r.iter().map(|i| i.reason.as_ref()).collect();
-        assert_eq!(reasons, ["Insufficient cpu", "Insufficient memory", "Insufficient nvidia.com/gpu"]);
-        assert!(!r[0].unresolvable, "1 cpu < 2 allocatable: preemption could help");
+        assert_eq!(
+            reasons,
+            [
+                "Insufficient cpu",
+                "Insufficient memory",
+                "Insufficient nvidia.com/gpu"
+            ]
+        );
+        assert!(
+            !r[0].unresolvable,
+            "1 cpu < 2 allocatable: preemption could help"
+        );
         assert!(r[2].unresolvable, "3 GPUs > 2 allocatable");
-        assert_eq!((r[0].requested, r[0].used, r[0].capacity), (1000, 1500, 2000));
+        assert_eq!(
+            (r[0].requested, r[0].used, r[0].capacity),
+            (1000, 1500, 2000)
+        );
     }
 
     #[test]
@@ -211,7 +230,12 @@ mod tests {
     #[test]
     fn placement_check_combines_cordon_resources_and_ports() {
         let mut n = NodeInfo::new(Arc::new(
-            NodeBuilder::new("n1").cpu("1").memory("1Gi").pods(10).unschedulable().build_spec(),
+            NodeBuilder::new("n1")
+                .cpu("1")
+                .memory("1Gi")
+                .pods(10)
+                .unschedulable()
+                .build_spec(),
         ));
         n.add_pod(Arc::new(PodBuilder::new("a").host_port(80).build_info()));
         let p = PodBuilder::new("p").cpu("2").host_port(80).build_info();

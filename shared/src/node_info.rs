@@ -184,7 +184,13 @@ mod tests {
     #[test]
     fn add_and_remove_keep_aggregates_exact() {
         let mut n = NodeInfo::new(Arc::new(NodeBuilder::new("n1").cpu("4").build_spec()));
-        let a = Arc::new(PodBuilder::new("a").cpu("1").memory("1Gi").host_port(80).build_info());
+        let a = Arc::new(
+            PodBuilder::new("a")
+                .cpu("1")
+                .memory("1Gi")
+                .host_port(80)
+                .build_info(),
+        );
         let b = Arc::new(PodBuilder::new("b").build_info());
         assert!(n.add_pod(a.clone()));
         assert!(!n.add_pod(a.clone()), "adding twice is a no-op");
@@ -204,14 +210,23 @@ mod tests {
     #[test]
     fn terminal_pods_hold_nothing() {
         let mut n = NodeInfo::new(Arc::new(NodeBuilder::new("n1").build_spec()));
-        let p = Arc::new(PodBuilder::new("done").cpu("1").phase("Succeeded").build_info());
+        let p = Arc::new(
+            PodBuilder::new("done")
+                .cpu("1")
+                .phase("Succeeded")
+                .build_info(),
+        );
         assert!(!n.add_pod(p));
         assert_eq!(n.requested.milli_cpu, 0);
     }
 
     #[test]
     fn allocatable_falls_back_to_capacity_and_bad_quantity_is_named() {
-        let s = NodeBuilder::new("n1").cpu("2").memory("8Gi").pods(110).build_spec();
+        let s = NodeBuilder::new("n1")
+            .cpu("2")
+            .memory("8Gi")
+            .pods(110)
+            .build_spec();
         assert_eq!(s.allocatable.milli_cpu, 2000);
         assert_eq!(s.allocatable.allowed_pod_number, 110);
         let bad = NodeBuilder::new("n2").cpu("two").build();

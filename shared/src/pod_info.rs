@@ -148,7 +148,11 @@ impl PodInfo {
 
         let mut required_affinity = None;
         let mut preferred_affinity = Vec::new();
-        if let Some(na) = spec.affinity.as_ref().and_then(|a| a.node_affinity.as_ref()) {
+        if let Some(na) = spec
+            .affinity
+            .as_ref()
+            .and_then(|a| a.node_affinity.as_ref())
+        {
             const BASE: &str = "spec.affinity.nodeAffinity";
             if let Some(req) = &na.required_during_scheduling_ignored_during_execution {
                 let field = format!("{BASE}.requiredDuringSchedulingIgnoredDuringExecution");
@@ -161,8 +165,7 @@ impl PodInfo {
                 .flatten()
                 .enumerate()
             {
-                let field =
-                    format!("{BASE}.preferredDuringSchedulingIgnoredDuringExecution[{i}]");
+                let field = format!("{BASE}.preferredDuringSchedulingIgnoredDuringExecution[{i}]");
                 if !(1..=100).contains(&p.weight) {
                     return Err(err(format!(
                         "{field}.weight: {} must be in the range 1-100",
@@ -205,7 +208,12 @@ impl PodInfo {
                     )));
                 }
                 host_ports.push(HostPort {
-                    ip: Arc::from(p.host_ip.as_deref().filter(|s| !s.is_empty()).unwrap_or("0.0.0.0")),
+                    ip: Arc::from(
+                        p.host_ip
+                            .as_deref()
+                            .filter(|s| !s.is_empty())
+                            .unwrap_or("0.0.0.0"),
+                    ),
                     protocol: Arc::from(p.protocol.as_deref().unwrap_or("TCP")),
                     port,
                 });
@@ -279,7 +287,8 @@ mod tests {
         let e = PodInfo::from_pod(Arc::new(pod)).unwrap_err();
         assert_eq!(e.pod, "default/bad");
         assert!(
-            e.to_string().contains("spec.containers[0].resources.requests.cpu"),
+            e.to_string()
+                .contains("spec.containers[0].resources.requests.cpu"),
             "{e}"
         );
     }

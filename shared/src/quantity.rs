@@ -123,7 +123,11 @@ fn scaled(s: &str, scale: i32) -> Result<i64, QuantityError> {
     let e10 = p.exp10 + scale;
     if e10 >= 0 {
         num = num
-            .checked_mul(10u128.checked_pow(e10.unsigned_abs()).ok_or_else(overflow)?)
+            .checked_mul(
+                10u128
+                    .checked_pow(e10.unsigned_abs())
+                    .ok_or_else(overflow)?,
+            )
             .ok_or_else(overflow)?;
     } else {
         den = 10u128

@@ -142,7 +142,10 @@ fn compile_requirement(
                 ));
             }
             if is_field && values.len() != 1 {
-                return Err(err(".values", "must have one element for matchFields".into()));
+                return Err(err(
+                    ".values",
+                    "must have one element for matchFields".into(),
+                ));
             }
             if r.operator == "In" {
                 Operator::In(values)
@@ -272,7 +275,10 @@ mod tests {
         assert!(term(vec![req("gen", "Gt", &["4"])]).matches("n", &l));
         assert!(!term(vec![req("gen", "Gt", &["5"])]).matches("n", &l));
         assert!(term(vec![req("gen", "Lt", &["6"])]).matches("n", &l));
-        assert!(!term(vec![req("zone", "Lt", &["6"])]).matches("n", &l), "non-integer label");
+        assert!(
+            !term(vec![req("zone", "Lt", &["6"])]).matches("n", &l),
+            "non-integer label"
+        );
         assert!(!term(vec![req("missing", "Gt", &["1"])]).matches("n", &l));
         // expressions are ANDed
         assert!(!term(vec![req("zone", "In", &["a"]), req("gen", "Gt", &["9"])]).matches("n", &l));
@@ -325,9 +331,18 @@ mod tests {
             )
             .unwrap_err()
         };
-        assert_eq!(bad(req("k", "In", &[])).field, "t.matchExpressions[0].values");
-        assert_eq!(bad(req("k", "Gt", &["x"])).field, "t.matchExpressions[0].values[0]");
-        assert_eq!(bad(req("k", "Foo", &[])).field, "t.matchExpressions[0].operator");
+        assert_eq!(
+            bad(req("k", "In", &[])).field,
+            "t.matchExpressions[0].values"
+        );
+        assert_eq!(
+            bad(req("k", "Gt", &["x"])).field,
+            "t.matchExpressions[0].values[0]"
+        );
+        assert_eq!(
+            bad(req("k", "Foo", &[])).field,
+            "t.matchExpressions[0].operator"
+        );
         let e = compile_term(
             &NodeSelectorTerm {
                 match_expressions: None,

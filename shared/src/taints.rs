@@ -111,9 +111,28 @@ mod tests {
             ..Default::default()
         };
         assert!(eq.tolerates(&t));
-        assert!(!Toleration { value: "false".into(), ..eq.clone() }.tolerates(&t));
-        assert!(!Toleration { effect: NO_EXECUTE.into(), ..eq.clone() }.tolerates(&t));
-        assert!(Toleration { exists: true, value: String::new(), ..eq.clone() }.tolerates(&t));
+        assert!(
+            !Toleration {
+                value: "false".into(),
+                ..eq.clone()
+            }
+            .tolerates(&t)
+        );
+        assert!(
+            !Toleration {
+                effect: NO_EXECUTE.into(),
+                ..eq.clone()
+            }
+            .tolerates(&t)
+        );
+        assert!(
+            Toleration {
+                exists: true,
+                value: String::new(),
+                ..eq.clone()
+            }
+            .tolerates(&t)
+        );
         let all = Toleration {
             exists: true,
             ..Default::default()

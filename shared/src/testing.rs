@@ -109,7 +109,10 @@ impl NodeBuilder {
     /// Cordons the node (`spec.unschedulable: true`).
     #[must_use]
     pub fn unschedulable(mut self) -> Self {
-        self.node.spec.get_or_insert_with(Default::default).unschedulable = Some(true);
+        self.node
+            .spec
+            .get_or_insert_with(Default::default)
+            .unschedulable = Some(true);
         self
     }
 

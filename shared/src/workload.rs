@@ -132,7 +132,10 @@ mod tests {
             ..Default::default()
         }]);
         assert_eq!(classify(&p), Ok(WorkloadClass::Batch));
-        p.metadata.labels = Some(BTreeMap::from([(WORKLOAD_CLASS_LABEL.into(), "online".into())]));
+        p.metadata.labels = Some(BTreeMap::from([(
+            WORKLOAD_CLASS_LABEL.into(),
+            "online".into(),
+        )]));
         assert_eq!(classify(&p), Ok(WorkloadClass::Online));
         let best_effort = Pod {
             spec: Some(PodSpec {
@@ -147,8 +150,14 @@ mod tests {
     #[test]
     fn unknown_label_value_names_the_field() {
         let mut p = pod_with_requests();
-        p.metadata.labels = Some(BTreeMap::from([(WORKLOAD_CLASS_LABEL.into(), "gold".into())]));
+        p.metadata.labels = Some(BTreeMap::from([(
+            WORKLOAD_CLASS_LABEL.into(),
+            "gold".into(),
+        )]));
         let e = classify(&p).unwrap_err();
-        assert!(e.contains("flotilla.io/workload-class") && e.contains("gold"), "{e}");
+        assert!(
+            e.contains("flotilla.io/workload-class") && e.contains("gold"),
+            "{e}"
+        );
     }
 }

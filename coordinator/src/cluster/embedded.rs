@@ -79,7 +79,10 @@ pub struct EmbeddedCluster {
 
 fn pod_key(p: &Pod) -> (String, String) {
     (
-        p.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
+        p.metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into()),
         p.metadata.name.clone().unwrap_or_default(),
     )
 }
@@ -134,7 +137,9 @@ impl EmbeddedCluster {
         if pod.metadata.name.is_none() {
             return Err(AdminError::MissingName { kind: "Pod" });
         }
-        pod.metadata.namespace.get_or_insert_with(|| "default".into());
+        pod.metadata
+            .namespace
+            .get_or_insert_with(|| "default".into());
         let key = pod_key(&pod);
         let mut st = self.state.lock();
         if st.pods.contains_key(&key) {
@@ -217,7 +222,10 @@ impl EmbeddedCluster {
             .get(&key)
             .ok_or_else(|| ClusterError::PodNotFound(pod.to_string()))?;
         if !pod.uid.is_empty() && cur.metadata.uid.as_deref() != Some(pod.uid.as_str()) {
-            return Err(ClusterError::PodNotFound(format!("{pod} (uid {})", pod.uid)));
+            return Err(ClusterError::PodNotFound(format!(
+                "{pod} (uid {})",
+                pod.uid
+            )));
         }
         let mut next = (**cur).clone();
         f(&mut next)?;
@@ -272,7 +280,9 @@ impl Cluster for EmbeddedCluster {
     fn watch(&self, resource_version: u64) -> BoxStream<'static, Result<WatchEvent, ClusterError>> {
         let (tx, rx) = mpsc::unbounded_channel();
         let mut st = self.state.lock();
-        let start = st.history.partition_point(|(rv, _)| *rv <= resource_version);
+        let start = st
+            .history
+            .partition_point(|(rv, _)| *rv <= resource_version);
         for (_, ev) in &st.history[start..] {
             // The receiver is alive: it is in our hands.
             let _ = tx.send(Ok(ev.clone()));
@@ -386,7 +396,14 @@ mod tests {
         let (WatchEvent::PodApplied(p1), WatchEvent::PodApplied(p2)) = (first, second) else {
             panic!("expected two pod events");
         };
-        let rv = |p: &Pod| p.metadata.resource_version.clone().unwrap().parse::<u64>().unwrap();
+        let rv = |p: &Pod| {
+            p.metadata
+                .resource_version
+                .clone()
+                .unwrap()
+                .parse::<u64>()
+                .unwrap()
+        };
         assert!(rv(&p2) > rv(&p1));
         let cond = &p2.status.as_ref().unwrap().conditions.as_ref().unwrap()[0];
         assert_eq!(cond.type_, "PodScheduled");

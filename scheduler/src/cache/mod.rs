@@ -365,7 +365,13 @@ mod tests {
     fn cache_with(nodes: &[&str]) -> NodeCache {
         let c = NodeCache::new(Duration::from_secs(30));
         for n in nodes {
-            c.upsert_node(NodeBuilder::new(n).cpu("4").memory("8Gi").pods(110).build_spec());
+            c.upsert_node(
+                NodeBuilder::new(n)
+                    .cpu("4")
+                    .memory("8Gi")
+                    .pods(110)
+                    .build_spec(),
+            );
         }
         c
     }
@@ -412,7 +418,11 @@ mod tests {
         c.add_bound_pod(bound("a", "1", "n1"));
         assert!(!c.is_assumed("uid-a"));
         assert!(!c.forget("uid-a"));
-        assert_eq!(c.node("n1").unwrap().requested.milli_cpu, 1000, "counted once");
+        assert_eq!(
+            c.node("n1").unwrap().requested.milli_cpu,
+            1000,
+            "counted once"
+        );
     }
 
     #[test]
@@ -429,7 +439,10 @@ mod tests {
         let c = cache_with(&["n1"]);
         let t0 = Instant::now();
         c.assume(pod("a", "1"), "n1").unwrap();
-        assert!(c.cleanup_expired(t0 + Duration::from_secs(3600)).is_empty(), "binding still running");
+        assert!(
+            c.cleanup_expired(t0 + Duration::from_secs(3600)).is_empty(),
+            "binding still running"
+        );
         c.finish_binding("uid-a", t0);
         assert!(c.cleanup_expired(t0 + Duration::from_secs(29)).is_empty());
         let expired = c.cleanup_expired(t0 + Duration::from_secs(30));
@@ -470,7 +483,10 @@ mod tests {
         );
         assert_eq!(
             ev,
-            vec![ClusterEvent::NodeAllocatableGrew, ClusterEvent::NodeLabelChanged]
+            vec![
+                ClusterEvent::NodeAllocatableGrew,
+                ClusterEvent::NodeLabelChanged
+            ]
         );
         let ev = c.upsert_node(NodeBuilder::new("n2").build_spec());
         assert_eq!(ev, vec![ClusterEvent::NodeAdded]);
@@ -487,7 +503,11 @@ mod tests {
         let first: HashSet<&str> = s.nodes()[..2].iter().map(|n| n.name()).collect();
         assert_eq!(first, HashSet::from(["a", "c"]));
         c.assume(pod("p", "1"), "b").unwrap();
-        assert_eq!(s.get("b").unwrap().requested.milli_cpu, 0, "snapshot is a stable view");
+        assert_eq!(
+            s.get("b").unwrap().requested.milli_cpu,
+            0,
+            "snapshot is a stable view"
+        );
         c.update_snapshot(&mut s);
         assert_eq!(s.get("b").unwrap().requested.milli_cpu, 1000);
         c.remove_node("d");

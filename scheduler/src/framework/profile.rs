@@ -94,7 +94,11 @@ mod tests {
     #[test]
     fn adaptive_percentage_matches_upstream_examples() {
         assert_eq!(num_feasible_nodes_to_find(0, 99), 99);
-        assert_eq!(num_feasible_nodes_to_find(0, 100), 100, "50% of 100 is below the floor");
+        assert_eq!(
+            num_feasible_nodes_to_find(0, 100),
+            100,
+            "50% of 100 is below the floor"
+        );
         assert_eq!(num_feasible_nodes_to_find(0, 1000), 420, "42%");
         assert_eq!(num_feasible_nodes_to_find(0, 1523), 578, "38% of 1523");
         assert_eq!(num_feasible_nodes_to_find(0, 5000), 500, "10%");
@@ -102,6 +106,10 @@ mod tests {
         assert_eq!(num_feasible_nodes_to_find(0, 100_000), 5000);
         assert_eq!(num_feasible_nodes_to_find(30, 1000), 300);
         assert_eq!(num_feasible_nodes_to_find(100, 5000), 5000);
-        assert_eq!(num_feasible_nodes_to_find(1, 1000), 100, "explicit percentage keeps the floor");
+        assert_eq!(
+            num_feasible_nodes_to_find(1, 1000),
+            100,
+            "explicit percentage keeps the floor"
+        );
     }
 }

@@ -19,13 +19,17 @@ use super::profile::{Profile, num_feasible_nodes_to_find};
 use super::registry::{Registry, RegistryError};
 use crate::cache::Snapshot;
 
-/// Below this many candidate nodes, Filter runs on the calling thread: the
-/// fork/join cost would exceed the work.
-const PARALLEL_FILTER_MIN_NODES: usize = 256;
+/// Below this many candidate nodes, Filter runs on the calling thread.
+/// Measured on 2 cores (criterion `scheduling_cycle`): sequential Filter is
+/// 5x faster at 1,000 nodes (26 µs vs 135 µs) and still faster at 15,000
+/// (112 µs vs 168 µs), because chunks running in parallel overshoot the
+/// feasible-node limit and thread wake-ups cost more than the work. Parallel
+/// chunks only pay off on very large clusters with few feasible nodes.
+const PARALLEL_FILTER_MIN_NODES: usize = 20_000;
 /// Nodes per parallel Filter task.
-const FILTER_CHUNK: usize = 64;
+const FILTER_CHUNK: usize = 256;
 /// Below this many feasible nodes, Score runs on the calling thread.
-const PARALLEL_SCORE_MIN_NODES: usize = 256;
+const PARALLEL_SCORE_MIN_NODES: usize = 4096;
 
 /// The chosen node.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,11 +79,25 @@ impl std::fmt::Debug for Framework {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Framework")
             .field("profile", &self.profile_name)
-            .field("pre_filters", &self.pre_filters.iter().map(|p| p.name()).collect::<Vec<_>>())
-            .field("filters", &self.filters.iter().map(|p| p.name()).collect::<Vec<_>>())
+            .field(
+                "pre_filters",
+                &self
+                    .pre_filters
+                    .iter()
+                    .map(|p| p.name())
+                    .collect::<Vec<_>>(),
+            )
+            .field(
+                "filters",
+                &self.filters.iter().map(|p| p.name()).collect::<Vec<_>>(),
+            )
             .field(
                 "scores",
-                &self.scores.iter().map(|(p, w)| (p.name(), *w)).collect::<Vec<_>>(),
+                &self
+                    .scores
+                    .iter()
+                    .map(|(p, w)| (p.name(), *w))
+                    .collect::<Vec<_>>(),
             )
             .finish_non_exhaustive()
     }
@@ -158,7 +176,11 @@ impl Framework {
     /// # Errors
     /// [`ScheduleError::Unschedulable`] when no node fits (after a search of
     /// the whole cluster); [`ScheduleError::Internal`] when a plugin errs.
-    pub fn schedule(&self, pod: &PodInfo, snap: &Snapshot) -> Result<ScheduleResult, ScheduleError> {
+    pub fn schedule(
+        &self,
+        pod: &PodInfo,
+        snap: &Snapshot,
+    ) -> Result<ScheduleResult, ScheduleError> {
         let mut state = CycleState::default();
         let mut allowed: Option<HashSet<Arc<str>>> = None;
         for p in &self.pre_filters {
@@ -212,8 +234,8 @@ impl Framework {
                 };
                 if feasible.is_empty() && total > p {
                     let rest = total - p;
-                    let (f, r) =
-                        self.filter_phase(&state, pod, nodes, rest, limit, |i| p + (start + i) % rest);
+                    let (f, r) = self
+                        .filter_phase(&state, pod, nodes, rest, limit, |i| p + (start + i) % rest);
                     rejected.extend(r);
                     (f, rejected)
                 } else {
@@ -233,9 +255,9 @@ impl Framework {
         }
         if feasible.is_empty() {
             let unschedulable_plugins = rejected.iter().map(|(_, st)| st.plugin).collect();
-            let absent_nodes_status = allowed.as_ref().map(|_| {
-                Status::unresolvable(REASON_FILTERED_BY_PREFILTER)
-            });
+            let absent_nodes_status = allowed
+                .as_ref()
+                .map(|_| Status::unresolvable(REASON_FILTERED_BY_PREFILTER));
             return Err(ScheduleError::Unschedulable(Box::new(FitError {
                 pod: pod.key.clone(),
                 num_all_nodes: snap.len(),

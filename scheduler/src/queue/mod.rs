@@ -172,7 +172,9 @@ impl SchedulingQueue {
     fn push_active(inner: &mut Inner, uid: &Arc<str>) {
         inner.seq += 1;
         let seq = inner.seq;
-        let Some(e) = inner.pods.get_mut(uid) else { return };
+        let Some(e) = inner.pods.get_mut(uid) else {
+            return;
+        };
         e.version += 1;
         e.loc = Location::Active;
         let key = ActiveKey {
@@ -188,7 +190,9 @@ impl SchedulingQueue {
     fn push_backoff(inner: &mut Inner, uid: &Arc<str>, until: Instant) {
         inner.seq += 1;
         let seq = inner.seq;
-        let Some(e) = inner.pods.get_mut(uid) else { return };
+        let Some(e) = inner.pods.get_mut(uid) else {
+            return;
+        };
         e.version += 1;
         e.loc = Location::Backoff(until);
         let v = e.version;
@@ -315,7 +319,11 @@ impl SchedulingQueue {
     /// The cycle (and binding) for an in-flight pod succeeded: stop tracking it.
     pub fn done(&self, uid: &str) {
         let mut inner = self.inner.lock();
-        if inner.pods.get(uid).is_some_and(|e| e.loc == Location::InFlight) {
+        if inner
+            .pods
+            .get(uid)
+            .is_some_and(|e| e.loc == Location::InFlight)
+        {
             inner.pods.remove(uid);
         }
     }
@@ -332,7 +340,9 @@ impl SchedulingQueue {
     /// Moves a pod to backoffQ if the backoff earned by its last failure has
     /// not expired yet, else to activeQ.
     fn requeue(inner: &mut Inner, uid: &Arc<str>, now: Instant) {
-        let Some(e) = inner.pods.get_mut(uid) else { return };
+        let Some(e) = inner.pods.get_mut(uid) else {
+            return;
+        };
         e.info.timestamp = now;
         match e.backoff_expiry {
             Some(until) if until > now => Self::push_backoff(inner, uid, until),
@@ -343,12 +353,7 @@ impl SchedulingQueue {
     /// The pod fits nowhere. It parks in the unschedulable pool (keyed by the
     /// plugins that rejected it), or goes to backoffQ if a relevant event
     /// arrived during its cycle.
-    pub fn add_unschedulable(
-        &self,
-        uid: &str,
-        plugins: BTreeSet<&'static str>,
-        now: Instant,
-    ) {
+    pub fn add_unschedulable(&self, uid: &str, plugins: BTreeSet<&'static str>, now: Instant) {
         let mut inner = self.inner.lock();
         let cycle = inner.move_request_cycle;
         let Some((key, e)) = inner.pods.get_key_value(uid) else {
@@ -408,10 +413,7 @@ impl SchedulingQueue {
                 inner.pods.get(*uid).is_some_and(|e| {
                     e.info.unschedulable_plugins.is_empty()
                         || interested.is_some_and(|set| {
-                            e.info
-                                .unschedulable_plugins
-                                .iter()
-                                .any(|p| set.contains(p))
+                            e.info.unschedulable_plugins.iter().any(|p| set.contains(p))
                         })
                 })
             })
@@ -436,9 +438,9 @@ impl SchedulingQueue {
             .unschedulable
             .iter()
             .filter(|uid| {
-                inner.pods.get(*uid).is_some_and(|e| {
-                    matches!(e.loc, Location::Unschedulable(t) if now.duration_since(t) >= max)
-                })
+                inner.pods.get(*uid).is_some_and(
+                    |e| matches!(e.loc, Location::Unschedulable(t) if now.duration_since(t) >= max),
+                )
             })
             .cloned()
             .collect();
@@ -500,7 +502,10 @@ mod tests {
                 ClusterEvent::AssignedPodDeleted,
                 HashSet::from([NODE_RESOURCES_FIT]),
             ),
-            (ClusterEvent::NodeLabelChanged, HashSet::from([NODE_AFFINITY])),
+            (
+                ClusterEvent::NodeLabelChanged,
+                HashSet::from([NODE_AFFINITY]),
+            ),
         ]);
         SchedulingQueue::new(
             QueueConfig {
@@ -540,12 +545,18 @@ mod tests {
         q.add(pod("a", 0), t0);
         let a = q.pop(t0).unwrap();
         q.add_backoff(&a.pod.uid, t0);
-        assert!(q.pop(t0 + Duration::from_millis(999)).is_none(), "1 s backoff");
+        assert!(
+            q.pop(t0 + Duration::from_millis(999)).is_none(),
+            "1 s backoff"
+        );
         let a = q.pop(t0 + Duration::from_secs(1)).unwrap();
         assert_eq!(a.attempts, 1);
         let t1 = t0 + Duration::from_secs(1);
         q.add_backoff(&a.pod.uid, t1);
-        assert!(q.pop(t1 + Duration::from_millis(1999)).is_none(), "2 s backoff");
+        assert!(
+            q.pop(t1 + Duration::from_millis(1999)).is_none(),
+            "2 s backoff"
+        );
         assert!(q.pop(t1 + Duration::from_secs(2)).is_some());
 
         // Two pods backing off leave in expiry order, not priority order.
@@ -566,8 +577,15 @@ mod tests {
         q.add(pod("a", 0), t0);
         let a = q.pop(t0).unwrap();
         q.add_unschedulable(&a.pod.uid, BTreeSet::from([NODE_RESOURCES_FIT]), t0);
-        assert!(matches!(q.location(&a.pod.uid), Some(Location::Unschedulable(_))));
-        assert_eq!(q.on_event(ClusterEvent::NodeLabelChanged, t0), 0, "affinity event is irrelevant");
+        assert!(matches!(
+            q.location(&a.pod.uid),
+            Some(Location::Unschedulable(_))
+        ));
+        assert_eq!(
+            q.on_event(ClusterEvent::NodeLabelChanged, t0),
+            0,
+            "affinity event is irrelevant"
+        );
         assert!(q.pop(t0 + Duration::from_secs(60)).is_none());
         let t1 = t0 + Duration::from_secs(60);
         assert_eq!(q.on_event(ClusterEvent::AssignedPodDeleted, t1), 1);
@@ -591,8 +609,14 @@ mod tests {
         q.add(pod("a", 0), t0);
         let a = q.pop(t0).unwrap();
         q.add_unschedulable(&a.pod.uid, BTreeSet::from([NODE_AFFINITY]), t0);
-        assert_eq!(q.flush_unschedulable_leftover(t0 + Duration::from_secs(299)), 0);
-        assert_eq!(q.flush_unschedulable_leftover(t0 + Duration::from_secs(300)), 1);
+        assert_eq!(
+            q.flush_unschedulable_leftover(t0 + Duration::from_secs(299)),
+            0
+        );
+        assert_eq!(
+            q.flush_unschedulable_leftover(t0 + Duration::from_secs(300)),
+            1
+        );
         assert!(q.pop(t0 + Duration::from_secs(302)).is_some());
     }
 

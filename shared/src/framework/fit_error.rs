@@ -166,10 +166,13 @@ mod tests {
     fn absent_nodes_are_counted_with_the_prefilter_reason() {
         let mut e = fit_error(
             3,
-            vec![st(&["node(s) didn't have free ports for the requested pod ports"])],
+            vec![st(&[
+                "node(s) didn't have free ports for the requested pod ports",
+            ])],
         );
         e.diagnosis.absent_nodes_status = Some(st(&[REASON_FILTERED_BY_PREFILTER]));
-        e.diagnosis.post_filter_msg = Some("preemption: not eligible due to preemptionPolicy=Never.".into());
+        e.diagnosis.post_filter_msg =
+            Some("preemption: not eligible due to preemptionPolicy=Never.".into());
         assert_eq!(
             e.to_string(),
             "0/3 nodes are available: 1 node(s) didn't have free ports for the requested pod ports, 2 node is filtered out by the prefilter result. preemption: not eligible due to preemptionPolicy=Never."
@@ -179,7 +182,8 @@ mod tests {
     #[test]
     fn prefilter_message_replaces_histogram() {
         let mut e = fit_error(4, vec![]);
-        e.diagnosis.pre_filter_msg = Some("pod has unbound immediate PersistentVolumeClaims".into());
+        e.diagnosis.pre_filter_msg =
+            Some("pod has unbound immediate PersistentVolumeClaims".into());
         assert_eq!(
             e.to_string(),
             "0/4 nodes are available: pod has unbound immediate PersistentVolumeClaims."

@@ -1,0 +1,425 @@
+//! Bind arbitration through ProposeBind.
+
+use flotilla_coordinator::cluster::EmbeddedCluster;
+use flotilla_proto::v1 as pb;
+use flotilla_proto::v1::WorkloadClass::{Batch, Online};
+use flotilla_shared::testing::{NodeBuilder, PodBuilder};
+use tonic::Code;
+
+use crate::{FakeWorker, Harness, STEP, assigned_names, node_of, pod_ref, wait_until, within};
+
+const CLASS_LABEL: &str = "flotilla.io/workload-class";
+
+fn outcome(d: &pb::BindDecision) -> pb::BindOutcome {
+    pb::BindOutcome::try_from(d.outcome).expect("a known outcome")
+}
+
+fn bound_pods(h: &Harness) -> Vec<(String, String)> {
+    h.cluster
+        .pods()
+        .iter()
+        .filter_map(|p| {
+            node_of(p).map(|n| (p.metadata.name.clone().unwrap_or_default(), n.to_owned()))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_workers_claiming_the_last_room_on_one_node_exactly_one_wins() {
+    let cluster = EmbeddedCluster::new();
+    cluster
+        .apply_node(NodeBuilder::new("n1").cpu("1").pods(110).build())
+        .expect("node");
+    let h = Harness::start(cluster).await;
+    let mut online = FakeWorker::join(&h, "online-0", Online).await;
+    let mut batch = FakeWorker::join(&h, "batch-0", Batch).await;
+    online.until_synced().await;
+    batch.until_synced().await;
+
+    for (name, class) in [("a", "online"), ("b", "batch")] {
+        h.cluster
+            .create_pod(
+                PodBuilder::new(name)
+                    .cpu("1")
+                    .label(CLASS_LABEL, class)
+                    .build(),
+            )
+            .expect("pod");
+    }
+    // Each pod goes to the pool of its class.
+    let got = online.read_until(|e| !assigned_names(e).is_empty()).await;
+    assert_eq!(assigned_names(&got), ["a"]);
+    let got = batch.read_until(|e| !assigned_names(e).is_empty()).await;
+    assert_eq!(assigned_names(&got), ["b"]);
+
+    let (da, db) = within(STEP, "two concurrent proposals", async {
+        tokio::join!(online.propose("a", "n1"), batch.propose("b", "n1"))
+    })
+    .await;
+    let outcomes = [outcome(&da), outcome(&db)];
+    let winners = outcomes
+        .iter()
+        .filter(|o| **o == pb::BindOutcome::Bound)
+        .count();
+    assert_eq!(winners, 1, "exactly one proposal is bound: {da:?} {db:?}");
+    let loser = if outcome(&da) == pb::BindOutcome::Bound {
+        &db
+    } else {
+        &da
+    };
+    assert_eq!(outcome(loser), pb::BindOutcome::Conflict, "{loser:?}");
+    assert!(
+        loser.reason.contains("Insufficient cpu"),
+        "reason: {:?}",
+        loser.reason
+    );
+
+    let bound = bound_pods(&h);
+    assert_eq!(
+        bound.len(),
+        1,
+        "exactly one pod bound in the cluster: {bound:?}"
+    );
+    assert_eq!(bound[0].1, "n1");
+    assert_eq!(h.cluster.write_counts().0, 1, "one Binding written");
+    let s = h.coordinator.summary();
+    assert_eq!(
+        (
+            s.counters.proposals,
+            s.counters.grants,
+            s.counters.conflicts
+        ),
+        (2, 1, 1)
+    );
+    drop((online, batch));
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn proposal_for_an_already_bound_pod_is_pod_gone_and_never_double_binds() {
+    let cluster = EmbeddedCluster::new();
+    for n in ["n1", "n2"] {
+        cluster
+            .apply_node(NodeBuilder::new(n).cpu("4").pods(110).build())
+            .expect("node");
+    }
+    // Bound by someone else before the coordinator started.
+    cluster
+        .create_pod(
+            PodBuilder::new("elsewhere")
+                .cpu("1")
+                .node_name("n2")
+                .build(),
+        )
+        .expect("pod");
+    cluster
+        .create_pod(PodBuilder::new("a").cpu("1").build())
+        .expect("pod");
+    cluster
+        .create_pod(PodBuilder::new("b").cpu("1").build())
+        .expect("pod");
+    let h = Harness::start(cluster).await;
+    let w1 = FakeWorker::register(&h, "online-0", Online).await;
+    let w2 = FakeWorker::register(&h, "online-1", Online).await;
+
+    let d = w1.propose("a", "n1").await;
+    assert_eq!(outcome(&d), pb::BindOutcome::Bound, "{d:?}");
+    let d = w2.propose("a", "n2").await;
+    assert_eq!(outcome(&d), pb::BindOutcome::PodGone, "{d:?}");
+    assert!(
+        d.reason.contains("already bound to n1"),
+        "reason: {:?}",
+        d.reason
+    );
+    // Re-proposing the bound placement is idempotent and writes nothing.
+    let d = w2.propose("a", "n1").await;
+    assert_eq!(outcome(&d), pb::BindOutcome::Bound, "{d:?}");
+
+    // A pod bound outside Flotilla is never moved.
+    let d = w1.propose("elsewhere", "n1").await;
+    assert_eq!(outcome(&d), pb::BindOutcome::PodGone, "{d:?}");
+    assert!(
+        d.reason.contains("already bound to n2"),
+        "reason: {:?}",
+        d.reason
+    );
+
+    // Two workers racing for the same pod on different nodes.
+    let (d1, d2) = within(STEP, "two concurrent proposals", async {
+        tokio::join!(w1.propose("b", "n1"), w2.propose("b", "n2"))
+    })
+    .await;
+    let mut outcomes = [outcome(&d1), outcome(&d2)];
+    outcomes.sort_by_key(|o| *o as i32);
+    assert_eq!(
+        outcomes,
+        [pb::BindOutcome::Bound, pb::BindOutcome::PodGone],
+        "{d1:?} {d2:?}"
+    );
+
+    let pod = |n: &str| h.cluster.pod("default", n).expect("pod exists");
+    assert_eq!(node_of(&pod("a")), Some("n1"));
+    assert_eq!(node_of(&pod("elsewhere")), Some("n2"));
+    assert!(matches!(node_of(&pod("b")), Some("n1" | "n2")));
+    assert_eq!(
+        h.cluster.write_counts().0,
+        2,
+        "one Binding per pod we bound"
+    );
+    // The authoritative view counts each pod once, on its node.
+    let on = |n: &str| {
+        let mut v: Vec<String> = h
+            .coordinator
+            .node_pods(n)
+            .expect("node known")
+            .into_iter()
+            .map(|k| k.name.to_string())
+            .collect();
+        v.sort();
+        v
+    };
+    let total = on("n1").len() + on("n2").len();
+    assert_eq!(total, 3, "n1 {:?} n2 {:?}", on("n1"), on("n2"));
+    assert!(on("n1").contains(&"a".to_owned()));
+    assert!(on("n2").contains(&"elsewhere".to_owned()));
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn proposal_for_an_unknown_node_is_a_conflict() {
+    let cluster = EmbeddedCluster::new();
+    cluster
+        .apply_node(NodeBuilder::new("n1").cpu("4").pods(110).build())
+        .expect("node");
+    cluster
+        .create_pod(PodBuilder::new("a").cpu("1").build())
+        .expect("pod");
+    let h = Harness::start(cluster).await;
+    let w = FakeWorker::register(&h, "online-0", Online).await;
+
+    let d = w.propose("a", "nx").await;
+    assert_eq!(outcome(&d), pb::BindOutcome::Conflict, "{d:?}");
+    assert!(
+        d.reason.contains("nx") && d.reason.contains("not found"),
+        "reason: {:?}",
+        d.reason
+    );
+    assert_eq!(h.cluster.write_counts().0, 0);
+    assert_eq!(node_of(&h.cluster.pod("default", "a").expect("pod")), None);
+
+    // The pod is still pending and can be placed on a real node.
+    let d = w.propose("a", "n1").await;
+    assert_eq!(outcome(&d), pb::BindOutcome::Bound, "{d:?}");
+    assert_eq!(
+        node_of(&h.cluster.pod("default", "a").expect("pod")),
+        Some("n1")
+    );
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_proposal_for_an_unknown_pod_is_pod_gone() {
+    let cluster = EmbeddedCluster::new();
+    cluster
+        .apply_node(NodeBuilder::new("n1").cpu("4").pods(110).build())
+        .expect("node");
+    let h = Harness::start(cluster).await;
+    let w = FakeWorker::register(&h, "online-0", Online).await;
+    let d = w.propose("ghost", "n1").await;
+    assert_eq!(outcome(&d), pb::BindOutcome::PodGone, "{d:?}");
+    assert_eq!(h.cluster.write_counts().0, 0);
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn malformed_requests_are_invalid_argument_and_unknown_workers_cannot_watch() {
+    let cluster = EmbeddedCluster::new();
+    cluster
+        .apply_node(NodeBuilder::new("n1").cpu("4").pods(110).build())
+        .expect("node");
+    cluster
+        .create_pod(PodBuilder::new("a").cpu("1").build())
+        .expect("pod");
+    let h = Harness::start(cluster).await;
+    let w = FakeWorker::register(&h, "online-0", Online).await;
+    let mut c = h.client().await;
+
+    let propose = |worker_id: &str, pod: Option<pb::PodRef>, node: &str| pb::BindProposal {
+        worker_id: worker_id.into(),
+        pod,
+        node_name: node.into(),
+    };
+    let cases = [
+        ("empty worker_id", propose("", Some(pod_ref("a")), "n1")),
+        (
+            "non-numeric worker_id",
+            propose("online-0", Some(pod_ref("a")), "n1"),
+        ),
+        ("missing pod", propose(&w.id, None, "n1")),
+        (
+            "pod without a name",
+            propose(
+                &w.id,
+                Some(pb::PodRef {
+                    name: String::new(),
+                    ..pod_ref("a")
+                }),
+                "n1",
+            ),
+        ),
+        (
+            "pod without a uid",
+            propose(
+                &w.id,
+                Some(pb::PodRef {
+                    uid: String::new(),
+                    ..pod_ref("a")
+                }),
+                "n1",
+            ),
+        ),
+        ("empty node_name", propose(&w.id, Some(pod_ref("a")), "")),
+    ];
+    for (what, req) in cases {
+        let err = within(STEP, what, c.propose_bind(req))
+            .await
+            .expect_err(what);
+        assert_eq!(err.code(), Code::InvalidArgument, "{what}: {err:?}");
+    }
+
+    let err = within(
+        STEP,
+        "report without pod",
+        c.report_unschedulable(pb::UnschedulableReport {
+            worker_id: w.id.clone(),
+            pod: None,
+            message: "0/1 nodes are available: 1 Insufficient cpu.".into(),
+        }),
+    )
+    .await
+    .expect_err("missing pod");
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    let err = within(
+        STEP,
+        "report without worker",
+        c.report_unschedulable(pb::UnschedulableReport {
+            worker_id: String::new(),
+            pod: Some(pod_ref("a")),
+            message: "x".into(),
+        }),
+    )
+    .await
+    .expect_err("empty worker_id");
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+
+    let err = within(
+        STEP,
+        "register without class",
+        c.register(pb::RegisterRequest {
+            worker_name: "w".into(),
+            workload_class: pb::WorkloadClass::Unspecified.into(),
+        }),
+    )
+    .await
+    .expect_err("unspecified class");
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+
+    let err = within(
+        STEP,
+        "watch as a stranger",
+        c.watch(pb::WatchRequest {
+            worker_id: "999".into(),
+        }),
+    )
+    .await
+    .expect_err("unknown worker");
+    assert_eq!(err.code(), Code::NotFound, "{err:?}");
+
+    // Nothing was bound or recorded by the bad requests.
+    assert_eq!(h.cluster.write_counts(), (0, 0));
+    assert_eq!(h.coordinator.summary().counters.proposals, 0);
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "bug: Coordinator::apply_locked drops a deleted node's NodeInfo together with the pods \
+            still bound to it; when the node comes back it starts empty, so the arbiter grants \
+            room those pods still hold (upstream's cache keeps the pods of a removed node)"]
+async fn a_node_deleted_and_re_added_still_counts_the_pods_bound_to_it() {
+    let cluster = EmbeddedCluster::new();
+    cluster
+        .apply_node(NodeBuilder::new("n1").cpu("1").pods(110).build())
+        .expect("node");
+    cluster
+        .create_pod(PodBuilder::new("a").cpu("1").build())
+        .expect("pod");
+    cluster
+        .create_pod(PodBuilder::new("b").cpu("1").build())
+        .expect("pod");
+    let h = Harness::start(cluster).await;
+    let w = FakeWorker::register(&h, "online-0", Online).await;
+    let d = w.propose("a", "n1").await;
+    assert_eq!(outcome(&d), pb::BindOutcome::Bound, "{d:?}");
+
+    // The node object is deleted and re-created (pods bound to it stay, as
+    // in Kubernetes until garbage collection).
+    let node = h.cluster.nodes().into_iter().next().expect("n1");
+    h.cluster.delete_node("n1").expect("delete");
+    let c = h.coordinator.clone();
+    wait_until(STEP, "the coordinator dropping n1", || {
+        c.node_pods("n1").is_none()
+    })
+    .await;
+    h.cluster.apply_node((*node).clone()).expect("re-create");
+    wait_until(STEP, "the coordinator seeing n1 again", || {
+        c.node_pods("n1").is_some()
+    })
+    .await;
+
+    let d = w.propose("b", "n1").await;
+    let bound: Vec<_> = bound_pods(&h);
+    assert_eq!(
+        outcome(&d),
+        pb::BindOutcome::Conflict,
+        "pod a still holds n1's only cpu; bound now: {bound:?}"
+    );
+    assert!(
+        d.reason.contains("Insufficient cpu"),
+        "reason: {:?}",
+        d.reason
+    );
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "bug: a pod bound to a node the coordinator does not know yet is not counted when the \
+            node arrives (Inner::place is a no-op for an unknown node and nothing re-attaches the \
+            pod later), so the arbiter grants its room again"]
+async fn a_pod_bound_before_its_node_appears_is_counted_when_the_node_arrives() {
+    let cluster = EmbeddedCluster::new();
+    cluster
+        .create_pod(PodBuilder::new("early").cpu("1").node_name("n1").build())
+        .expect("pod");
+    cluster
+        .create_pod(PodBuilder::new("b").cpu("1").build())
+        .expect("pod");
+    let h = Harness::start(cluster).await;
+    h.cluster
+        .apply_node(NodeBuilder::new("n1").cpu("1").pods(110).build())
+        .expect("node");
+    let c = h.coordinator.clone();
+    wait_until(STEP, "the coordinator seeing n1", || {
+        c.node_pods("n1").is_some()
+    })
+    .await;
+    let w = FakeWorker::register(&h, "online-0", Online).await;
+
+    let d = w.propose("b", "n1").await;
+    assert_eq!(
+        outcome(&d),
+        pb::BindOutcome::Conflict,
+        "pod early already holds n1's only cpu; on n1: {:?}",
+        c.node_pods("n1")
+    );
+    h.shutdown().await;
+}

@@ -1,0 +1,235 @@
+//! Watch streams: the initial replay, pod dispatch and re-dispatch when a
+//! worker leaves, and node partitions.
+
+use std::collections::BTreeSet;
+
+use flotilla_coordinator::cluster::EmbeddedCluster;
+use flotilla_proto::v1::WorkloadClass::{Batch, Online};
+use flotilla_proto::v1::watch_event::Event;
+use flotilla_shared::testing::{NodeBuilder, PodBuilder};
+
+use crate::{FakeWorker, Harness, STEP, assigned_names, raw_name, wait_until};
+
+const CLASS_LABEL: &str = "flotilla.io/workload-class";
+
+fn node_names(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("node-{i}")).collect()
+}
+
+fn cluster_with_nodes(n: usize) -> EmbeddedCluster {
+    let c = EmbeddedCluster::new();
+    for name in node_names(n) {
+        c.apply_node(
+            NodeBuilder::new(&name)
+                .cpu("8")
+                .memory("16Gi")
+                .pods(110)
+                .build(),
+        )
+        .expect("node");
+    }
+    c
+}
+
+/// The node names of the last partition event in `events`.
+fn last_partition(events: &[Event]) -> Option<BTreeSet<String>> {
+    events.iter().rev().find_map(|e| match e {
+        Event::Partition(p) => Some(p.node_names.iter().cloned().collect()),
+        _ => None,
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_departing_workers_pods_are_redispatched_to_the_remaining_worker() {
+    const NODES: usize = 6;
+    const PODS: usize = 10;
+    let h = Harness::start(cluster_with_nodes(NODES)).await;
+    let mut w1 = FakeWorker::join(&h, "online-0", Online).await;
+    let mut w2 = FakeWorker::join(&h, "online-1", Online).await;
+    let mut ev1 = w1.until_synced().await;
+    let mut ev2 = w2.until_synced().await;
+    wait_until(STEP, "two live workers", || {
+        h.coordinator.live_workers() == 2
+    })
+    .await;
+
+    for i in 0..PODS {
+        h.cluster
+            .create_pod(
+                PodBuilder::new(&format!("p-{i}"))
+                    .cpu("100m")
+                    .label(CLASS_LABEL, "online")
+                    .build(),
+            )
+            .expect("pod");
+    }
+    // Pods are spread over both workers (fewest assigned first). Read each
+    // stream until the two together hold every pod.
+    let mut got1 = Vec::new();
+    let mut got2 = Vec::new();
+    while got1.len() + got2.len() < PODS {
+        tokio::select! {
+            e = w1.next_event() => { ev1.push(e); got1 = assigned_names(&ev1); }
+            e = w2.next_event() => { ev2.push(e); got2 = assigned_names(&ev2); }
+        }
+    }
+    assert_eq!(got1.len() + got2.len(), PODS, "w1 {got1:?} w2 {got2:?}");
+    assert!(
+        !got1.is_empty() && !got2.is_empty(),
+        "both workers get pods: w1 {got1:?} w2 {got2:?}"
+    );
+    let all: BTreeSet<String> = got1.iter().chain(&got2).cloned().collect();
+    assert_eq!(all.len(), PODS, "no pod is assigned twice");
+
+    // Both workers got a partition; together they cover every node once.
+    let p1 = last_partition(&ev1).expect("worker 1 received a partition");
+    let p2 = last_partition(&ev2).expect("worker 2 received a partition");
+    assert!(p1.is_disjoint(&p2), "{p1:?} / {p2:?}");
+    let every_node: BTreeSet<String> = node_names(NODES).into_iter().collect();
+    assert_eq!(p1.union(&p2).cloned().collect::<BTreeSet<_>>(), every_node);
+
+    // Worker 1 leaves: its pods move to worker 2, which now owns every node.
+    w1.leave();
+    let want: BTreeSet<String> = got1.iter().cloned().collect();
+    let after = w2
+        .read_until(|e| {
+            let moved: BTreeSet<String> = assigned_names(e).into_iter().collect();
+            want.is_subset(&moved) && last_partition(e).as_ref() == Some(&every_node)
+        })
+        .await;
+    let moved = assigned_names(&after);
+    assert_eq!(
+        moved.len(),
+        want.len(),
+        "each of worker 1's pods is re-sent once: {moved:?}"
+    );
+    assert!(
+        moved.iter().all(|p| !got2.contains(p)),
+        "worker 2's own pods are not re-sent: {moved:?}"
+    );
+    wait_until(STEP, "worker 1 gone", || h.coordinator.live_workers() == 1).await;
+    drop(w2);
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn watch_replays_nodes_and_bound_pods_then_synced() {
+    let h = Harness::start(cluster_with_nodes(3)).await;
+    let mut early = FakeWorker::join(&h, "online-0", Online).await;
+    early.until_synced().await;
+
+    h.cluster
+        .create_pod(
+            PodBuilder::new("bound-0")
+                .cpu("1")
+                .node_name("node-0")
+                .build(),
+        )
+        .expect("pod");
+    h.cluster
+        .create_pod(
+            PodBuilder::new("bound-1")
+                .cpu("1")
+                .node_name("node-2")
+                .build(),
+        )
+        .expect("pod");
+    h.cluster
+        .create_pod(
+            PodBuilder::new("pending")
+                .cpu("1")
+                .label(CLASS_LABEL, "online")
+                .build(),
+        )
+        .expect("pod");
+    let seen = early
+        .read_until(|e| assigned_names(e).contains(&"pending".to_owned()))
+        .await;
+    assert_eq!(
+        seen.iter()
+            .filter(|e| matches!(e, Event::BoundPod(_)))
+            .count(),
+        2,
+        "the attached worker saw both bound pods live"
+    );
+
+    let mut late = FakeWorker::join(&h, "batch-0", Batch).await;
+    let replay = late.until_synced().await;
+    let kinds: Vec<&str> = replay
+        .iter()
+        .map(|e| match e {
+            Event::NodeUpsert(_) => "node",
+            Event::BoundPod(_) => "bound",
+            Event::Partition(_) => "partition",
+            Event::AssignedPod(_) => "assigned",
+            _ => "other",
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        ["node", "node", "node", "bound", "bound", "partition"],
+        "nodes, then bound pods, then the partition, then synced"
+    );
+    let nodes: BTreeSet<String> = replay[..3]
+        .iter()
+        .map(|e| match e {
+            Event::NodeUpsert(raw) => raw_name(raw),
+            _ => unreachable!(),
+        })
+        .collect();
+    assert_eq!(nodes, node_names(3).into_iter().collect());
+    let bound: BTreeSet<String> = replay[3..5]
+        .iter()
+        .map(|e| match e {
+            Event::BoundPod(raw) => raw_name(raw),
+            _ => unreachable!(),
+        })
+        .collect();
+    assert_eq!(
+        bound,
+        BTreeSet::from(["bound-0".to_owned(), "bound-1".to_owned()])
+    );
+    let Event::Partition(p) = &replay[5] else {
+        unreachable!()
+    };
+    let owned: BTreeSet<String> = p.node_names.iter().cloned().collect();
+    assert_eq!(
+        owned,
+        node_names(3).into_iter().collect(),
+        "the only batch worker owns every node for its pool"
+    );
+
+    // After the replay, changes stream live.
+    h.cluster
+        .create_pod(
+            PodBuilder::new("bound-2")
+                .cpu("1")
+                .node_name("node-1")
+                .build(),
+        )
+        .expect("pod");
+    let Event::BoundPod(raw) = late.next_event().await else {
+        panic!("expected the new bound pod");
+    };
+    assert_eq!(raw_name(&raw), "bound-2");
+    drop((early, late));
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn pods_waiting_for_a_worker_are_dispatched_in_the_replay_before_synced() {
+    let cluster = cluster_with_nodes(2);
+    for i in 0..3 {
+        cluster
+            .create_pod(PodBuilder::new(&format!("w-{i}")).cpu("1").build())
+            .expect("pod");
+    }
+    let h = Harness::start(cluster).await;
+    let mut w = FakeWorker::join(&h, "online-0", Online).await;
+    let replay = w.until_synced().await;
+    let mut got = assigned_names(&replay);
+    got.sort();
+    assert_eq!(got, ["w-0", "w-1", "w-2"]);
+    drop(w);
+    h.shutdown().await;
+}

@@ -1,0 +1,268 @@
+//! End to end: the coordinator with real scheduler workers
+//! (`flotilla_scheduler::worker::run`) over loopback gRPC.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use flotilla_coordinator::cluster::EmbeddedCluster;
+use flotilla_coordinator::partition;
+use flotilla_scheduler::Registry;
+use flotilla_scheduler::worker::{self, WorkerConfig, WorkerError, WorkerStats};
+use flotilla_shared::WorkloadClass;
+use flotilla_shared::testing::{NodeBuilder, PodBuilder};
+use tokio::task::JoinHandle;
+
+use crate::{Harness, OUTCOME, STEP, node_of, unschedulable_message, wait_until, within};
+
+const CLASS_LABEL: &str = "flotilla.io/workload-class";
+
+struct Worker {
+    name: String,
+    stats: Arc<WorkerStats>,
+    handle: JoinHandle<Result<(), WorkerError>>,
+}
+
+fn spawn_worker(h: &Harness, name: &str, class: WorkloadClass) -> Worker {
+    let cfg = WorkerConfig::new(&h.url(), name, class);
+    let stats = Arc::new(WorkerStats::default());
+    let st = stats.clone();
+    let token = h.token.clone();
+    let handle =
+        tokio::spawn(async move { worker::run(cfg, &Registry::in_tree(), st, token).await });
+    Worker {
+        name: name.to_owned(),
+        stats,
+        handle,
+    }
+}
+
+async fn start_workers(h: &Harness, spec: &[(&str, WorkloadClass)]) -> Vec<Worker> {
+    let workers: Vec<Worker> = spec.iter().map(|(n, c)| spawn_worker(h, n, *c)).collect();
+    let c = h.coordinator.clone();
+    let want = spec.len();
+    wait_until(STEP, "workers connecting", || c.live_workers() == want).await;
+    wait_until(STEP, "workers replaying the coordinator's view", || {
+        workers
+            .iter()
+            .all(|w| w.stats.ready.load(Ordering::Acquire))
+    })
+    .await;
+    workers
+}
+
+async fn stop(h: Harness, workers: Vec<Worker>) {
+    h.token.cancel();
+    for w in workers {
+        within(STEP, &format!("worker {} stopping", w.name), w.handle)
+            .await
+            .expect("worker task does not panic")
+            .unwrap_or_else(|e| panic!("worker {} failed: {e}", w.name));
+    }
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_pod_that_loses_the_last_room_stays_pending_with_the_fit_error() {
+    let cluster = EmbeddedCluster::new();
+    cluster
+        .apply_node(
+            NodeBuilder::new("n1")
+                .cpu("1")
+                .memory("4Gi")
+                .pods(110)
+                .build(),
+        )
+        .expect("node");
+    let h = Harness::start(cluster).await;
+    let workers = start_workers(
+        &h,
+        &[
+            ("online-0", WorkloadClass::Online),
+            ("batch-0", WorkloadClass::Batch),
+        ],
+    )
+    .await;
+    // One pod per pool: two workers race for the one cpu.
+    for (name, class) in [("a", "online"), ("b", "batch")] {
+        h.cluster
+            .create_pod(
+                PodBuilder::new(name)
+                    .cpu("1")
+                    .label(CLASS_LABEL, class)
+                    .build(),
+            )
+            .expect("pod");
+    }
+    let cluster = h.cluster.clone();
+    let resolved = move || {
+        let pods = cluster.pods();
+        let bound = pods.iter().filter(|p| node_of(p).is_some()).count();
+        let refused = pods
+            .iter()
+            .filter(|p| unschedulable_message(p).is_some())
+            .count();
+        bound == 1 && refused == 1
+    };
+    wait_until(OUTCOME, "one pod bound, the other unschedulable", resolved).await;
+
+    let pods = h.cluster.pods();
+    let bound: Vec<_> = pods.iter().filter(|p| node_of(p).is_some()).collect();
+    assert_eq!(bound.len(), 1, "exactly one pod bound");
+    assert_eq!(node_of(bound[0]), Some("n1"));
+    let loser = pods.iter().find(|p| node_of(p).is_none()).expect("a loser");
+    assert_eq!(
+        unschedulable_message(loser),
+        Some("0/1 nodes are available: 1 Insufficient cpu.")
+    );
+    assert_eq!(h.cluster.write_counts().0, 1, "one Binding written");
+    let s = h.coordinator.summary();
+    assert_eq!((s.bound, s.unschedulable, s.pending), (1, 1, 0));
+    stop(h, workers).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_pod_that_fits_only_outside_the_workers_partition_is_still_placed() {
+    const PODS: usize = 10;
+    let cluster = EmbeddedCluster::new();
+    let names: Vec<String> = (0..6).map(|i| format!("node-{i}")).collect();
+    for (i, n) in names.iter().enumerate() {
+        let b = NodeBuilder::new(n).cpu("4").memory("8Gi").pods(110);
+        let b = if i == 3 {
+            b.label("disk", "ssd")
+        } else {
+            b.label("disk", "hdd")
+        };
+        cluster.apply_node(b.build()).expect("node");
+    }
+    let h = Harness::start(cluster).await;
+    let workers = start_workers(
+        &h,
+        &[
+            ("online-0", WorkloadClass::Online),
+            ("online-1", WorkloadClass::Online),
+        ],
+    )
+    .await;
+    for i in 0..PODS {
+        h.cluster
+            .create_pod(
+                PodBuilder::new(&format!("ssd-{i}"))
+                    .cpu("100m")
+                    .memory("100Mi")
+                    .node_selector("disk", "ssd")
+                    .label(CLASS_LABEL, "online")
+                    .build(),
+            )
+            .expect("pod");
+    }
+    let cluster = h.cluster.clone();
+    wait_until(OUTCOME, "every ssd pod bound", move || {
+        cluster
+            .pods()
+            .iter()
+            .filter(|p| node_of(p).is_some())
+            .count()
+            == PODS
+    })
+    .await;
+    for p in h.cluster.pods() {
+        assert_eq!(node_of(&p), Some("node-3"), "{:?}", p.metadata.name);
+    }
+    assert_eq!(
+        h.cluster.write_counts().0,
+        PODS as u64,
+        "one Binding per pod"
+    );
+
+    // The worker that does not own node-3 placed its pods by falling back.
+    let summary = h.coordinator.summary();
+    let owner = partition::owner("node-3", &[1, 2]).expect("an owner");
+    let (owner_name, other_name) = if owner == 1 {
+        (&summary.workers[0].0, &summary.workers[1].0)
+    } else {
+        (&summary.workers[1].0, &summary.workers[0].0)
+    };
+    let other_bound = summary
+        .workers
+        .iter()
+        .find(|w| w.0 == *other_name)
+        .expect("worker")
+        .2;
+    let other = workers
+        .iter()
+        .find(|w| *w.name == **other_name)
+        .expect("the non-owner is one of ours");
+    let fallbacks = other.stats.fallbacks.load(Ordering::Relaxed);
+    eprintln!(
+        "node-3 owned by {owner_name}; {other_name} bound {other_bound} pod(s) with {fallbacks} fallback(s)"
+    );
+    // Pods are dealt out alternately, so both workers got some.
+    assert!(
+        other_bound > 0,
+        "{other_name} placed none of the pods: {summary:?}"
+    );
+    assert!(
+        fallbacks >= other_bound,
+        "every pod {other_name} bound was a fallback placement: {fallbacks} < {other_bound}"
+    );
+    stop(h, workers).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_unschedulable_pod_carries_the_upstream_message_through_the_real_pipeline() {
+    let cluster = EmbeddedCluster::new();
+    for i in 0..3 {
+        cluster
+            .apply_node(
+                NodeBuilder::new(&format!("small-{i}"))
+                    .cpu("1")
+                    .memory("8Gi")
+                    .pods(110)
+                    .build(),
+            )
+            .expect("node");
+    }
+    for i in 0..2 {
+        cluster
+            .apply_node(
+                NodeBuilder::new(&format!("tainted-{i}"))
+                    .cpu("8")
+                    .memory("8Gi")
+                    .pods(110)
+                    .taint("dedicated", "gpu", "NoSchedule")
+                    .build(),
+            )
+            .expect("node");
+    }
+    let h = Harness::start(cluster).await;
+    let workers = start_workers(
+        &h,
+        &[
+            ("online-0", WorkloadClass::Online),
+            ("online-1", WorkloadClass::Online),
+        ],
+    )
+    .await;
+    h.cluster
+        .create_pod(PodBuilder::new("big").cpu("2").build())
+        .expect("pod");
+    let cluster = h.cluster.clone();
+    wait_until(OUTCOME, "the pod marked unschedulable", move || {
+        cluster
+            .pod("default", "big")
+            .is_some_and(|p| unschedulable_message(&p).is_some())
+    })
+    .await;
+    let p = h.cluster.pod("default", "big").expect("pod");
+    assert_eq!(node_of(&p), None);
+    assert_eq!(
+        unschedulable_message(&p),
+        Some("0/5 nodes are available: 2 node(s) had untolerated taint(s), 3 Insufficient cpu.")
+    );
+    assert_eq!(
+        h.cluster.write_counts(),
+        (0, 1),
+        "no Binding, one status write"
+    );
+    stop(h, workers).await;
+}

@@ -1,0 +1,105 @@
+//! End-to-end runs of `flotilla_loadtest::run`: coordinator and in-process
+//! workers over loopback gRPC on the embedded cluster, checked against the
+//! cluster's final state independently of the report.
+
+mod bad_input;
+mod external_workers;
+mod openb;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::time::Duration;
+
+use flotilla_shared::quantity;
+use k8s_openapi::api::core::v1::{Node, Pod};
+
+/// Awaits `f`, failing the test if it takes longer than `limit`.
+pub async fn within<T>(limit: Duration, what: &str, f: impl Future<Output = T>) -> T {
+    tokio::time::timeout(limit, f)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: timed out after {limit:?}, likely deadlocked"))
+}
+
+/// Resources tracked by the independent over-commit check.
+pub const CHECKED: [&str; 4] = [
+    "cpu",
+    "memory",
+    "nvidia.com/gpu",
+    "alibabacloud.com/gpu-milli",
+];
+
+/// A resource amount in the unit the scheduler compares: millicores for cpu,
+/// integer units (bytes, devices, milli-GPU) for the rest.
+pub fn amount(resource: &str, q: &str) -> i64 {
+    let v = if resource == "cpu" {
+        quantity::milli_value(q)
+    } else {
+        quantity::value(q)
+    };
+    v.unwrap_or_else(|e| panic!("{resource}: {e}"))
+}
+
+/// A node's allocatable for [`CHECKED`] plus `pods`.
+pub fn allocatable(n: &Node) -> HashMap<String, i64> {
+    let list = n
+        .status
+        .as_ref()
+        .and_then(|s| s.allocatable.as_ref())
+        .expect("nodes carry allocatable");
+    CHECKED
+        .iter()
+        .chain(&["pods"])
+        .map(|r| (r.to_string(), list.get(*r).map_or(0, |q| amount(r, &q.0))))
+        .collect()
+}
+
+/// A pod's requests for [`CHECKED`]: the sum over its containers (the
+/// workloads here have neither init containers nor overhead).
+pub fn requests(p: &Pod) -> HashMap<String, i64> {
+    let spec = p.spec.as_ref().expect("pods have a spec");
+    assert!(
+        spec.init_containers.as_ref().is_none_or(Vec::is_empty) && spec.overhead.is_none(),
+        "the independent check only sums containers"
+    );
+    let mut out: HashMap<String, i64> = HashMap::new();
+    for c in &spec.containers {
+        for (r, q) in c
+            .resources
+            .as_ref()
+            .and_then(|r| r.requests.as_ref())
+            .into_iter()
+            .flatten()
+        {
+            if CHECKED.contains(&r.as_str()) {
+                *out.entry(r.clone()).or_default() += amount(r, &q.0);
+            }
+        }
+    }
+    out
+}
+
+/// Its `spec.nodeName`, if bound.
+pub fn node_of(p: &Pod) -> Option<&str> {
+    p.spec.as_ref().and_then(|s| s.node_name.as_deref())
+}
+
+/// The message of its `PodScheduled=False` condition, if any.
+pub fn unschedulable_message(p: &Pod) -> Option<&str> {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| {
+            c.iter()
+                .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+        })
+        .and_then(|c| c.message.as_deref())
+}
+
+/// `namespace/name`.
+pub fn key(p: &Pod) -> String {
+    format!(
+        "{}/{}",
+        p.metadata.namespace.as_deref().unwrap_or("default"),
+        p.metadata.name.as_deref().unwrap_or_default()
+    )
+}

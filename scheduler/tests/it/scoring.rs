@@ -1,0 +1,96 @@
+//! Score plugins through the full pipeline: which node wins.
+
+use flotilla_shared::testing::PodBuilder;
+
+use crate::{bind_in_cache, cache_with, default_framework, info, node, snapshot_of};
+
+#[test]
+fn a_new_pod_goes_to_the_least_allocated_node() {
+    let cache = cache_with([
+        node("busy", "4", "8Gi").build_spec(),
+        node("idle", "4", "8Gi").build_spec(),
+    ]);
+    bind_in_cache(
+        &cache,
+        PodBuilder::new("half").cpu("2").memory("4Gi"),
+        "busy",
+    );
+    let snap = snapshot_of(&cache);
+    let fw = default_framework();
+    let pod = info(PodBuilder::new("p").cpu("1").memory("1Gi"));
+    for _ in 0..20 {
+        let r = fw.schedule(&pod, &snap).expect("both nodes fit");
+        assert_eq!(&*r.node, "idle");
+        assert_eq!(r.feasible, 2);
+        // TaintToleration 100 x 3 + NodeAffinity 0 x 2
+        // + LeastAllocated (75 + 87) / 2 = 81 + BalancedAllocation 93.
+        assert_eq!(r.score, 300 + 81 + 93);
+    }
+}
+
+#[test]
+fn a_preferred_node_affinity_picks_the_matching_node_when_resources_are_equal() {
+    let cache = cache_with([
+        node("in-zone-b", "4", "8Gi")
+            .label("zone", "b")
+            .build_spec(),
+        node("in-zone-a", "4", "8Gi")
+            .label("zone", "a")
+            .build_spec(),
+        node("no-zone", "4", "8Gi").build_spec(),
+    ]);
+    let snap = snapshot_of(&cache);
+    let fw = default_framework();
+    let pod = info(
+        PodBuilder::new("p")
+            .cpu("1")
+            .memory("1Gi")
+            .preferred_affinity(10, "zone", "In", &["a"]),
+    );
+    for _ in 0..20 {
+        let r = fw.schedule(&pod, &snap).expect("all nodes fit");
+        assert_eq!(&*r.node, "in-zone-a");
+    }
+}
+
+#[test]
+fn a_prefer_no_schedule_taint_loses_to_an_untainted_node_even_a_busier_one() {
+    let fw = default_framework();
+    let pod = info(PodBuilder::new("p").cpu("1").memory("1Gi"));
+
+    let equal = cache_with([
+        node("soft", "4", "8Gi")
+            .taint("dedicated", "batch", "PreferNoSchedule")
+            .build_spec(),
+        node("plain", "4", "8Gi").build_spec(),
+    ]);
+    let mut snap = snapshot_of(&equal);
+    for _ in 0..20 {
+        assert_eq!(&*fw.schedule(&pod, &snap).expect("both fit").node, "plain");
+    }
+
+    // TaintToleration weighs 3: 300 points outweigh the resource scores.
+    bind_in_cache(
+        &equal,
+        PodBuilder::new("half").cpu("2").memory("4Gi"),
+        "plain",
+    );
+    equal.update_snapshot(&mut snap);
+    assert_eq!(snap.get("plain").expect("plain").requested.milli_cpu, 2000);
+    for _ in 0..20 {
+        assert_eq!(&*fw.schedule(&pod, &snap).expect("both fit").node, "plain");
+    }
+
+    // A pod tolerating the taint no longer avoids the node: it now prefers
+    // the emptier tainted node.
+    let tolerant = info(PodBuilder::new("t").cpu("1").memory("1Gi").toleration(
+        "dedicated",
+        "Equal",
+        "batch",
+        "PreferNoSchedule",
+    ));
+    assert_eq!(
+        &*fw.schedule(&tolerant, &snap).expect("both fit").node,
+        "soft"
+    );
+}
