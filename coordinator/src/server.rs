@@ -67,10 +67,16 @@ pub async fn start(
     let sync = tokio::spawn(coordinator.clone().sync_and_watch(shutdown.clone(), tx));
     let svc = CoordinatorService::new(coordinator.clone()).into_server();
     let token = shutdown.clone();
+    let closing = coordinator.clone();
     let handle = tokio::spawn(async move {
+        let stop = async move {
+            token.cancelled().await;
+            // End the worker streams, or graceful shutdown waits on them.
+            closing.close_streams();
+        };
         tonic::transport::Server::builder()
             .add_service(svc)
-            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), token.cancelled_owned())
+            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), stop)
             .await?;
         sync.abort();
         Ok(())

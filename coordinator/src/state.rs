@@ -540,10 +540,8 @@ impl Coordinator {
                 if let Some(r) = inner.pods.get_mut(&uid) {
                     r.info = info;
                 }
-                if changed {
-                    if let PodPhase::Pending(Some(w)) = rec.phase {
-                        inner.send_to(w, ev(pb::watch_event::Event::AssignedPod(raw(&*pod))));
-                    }
+                if changed && let PodPhase::Pending(Some(w)) = rec.phase {
+                    inner.send_to(w, ev(pb::watch_event::Event::AssignedPod(raw(&*pod))));
                 }
             }
         }
@@ -615,10 +613,10 @@ impl Coordinator {
         inner.epoch += 1;
         inner.repartition();
         for uid in &w.assigned {
-            if let Some(rec) = inner.pods.get_mut(uid) {
-                if rec.phase == PodPhase::Pending(Some(id)) {
-                    rec.phase = PodPhase::Pending(None);
-                }
+            if let Some(rec) = inner.pods.get_mut(uid)
+                && rec.phase == PodPhase::Pending(Some(id))
+            {
+                rec.phase = PodPhase::Pending(None);
             }
         }
         let mut uids: Vec<&Arc<str>> = w.assigned.iter().collect();
@@ -779,6 +777,15 @@ impl Coordinator {
             .nodes
             .get(node)
             .map(|n| n.pods.iter().map(|p| p.key.clone()).collect())
+    }
+
+    /// Ends every worker stream (shutdown): workers see the stream close and
+    /// stop, so the gRPC server's graceful shutdown does not wait on them.
+    pub fn close_streams(&self) {
+        let mut inner = self.inner.lock();
+        for w in inner.workers.values_mut() {
+            w.tx = None;
+        }
     }
 
     /// Number of workers with an open stream.

@@ -140,8 +140,9 @@ pub struct Report {
     pub latency_ms: Latency,
     /// Bind arbitration.
     pub conflicts: Conflicts,
-    /// Scheduling cycles per pod.
-    pub attempts_per_pod: f64,
+    /// Scheduling cycles per pod; `null` when the workers ran as separate
+    /// processes (each prints its own counters when it stops).
+    pub attempts_per_pod: Option<f64>,
     /// Most common FitError reasons among unschedulable pods.
     pub top_unschedulable_reasons: Vec<ReasonCount>,
     /// Per-worker figures.
@@ -373,11 +374,8 @@ pub fn build(i: &Inputs<'_>) -> Report {
                 c.conflicts as f64 / c.proposals as f64
             },
         },
-        attempts_per_pod: if pods.is_empty() {
-            0.0
-        } else {
-            attempts as f64 / pods.len() as f64
-        },
+        attempts_per_pod: (!i.worker_reports.is_empty() && !pods.is_empty())
+            .then(|| attempts as f64 / pods.len() as f64),
         top_unschedulable_reasons: top,
         pods_per_worker: per_worker,
         allocation: Allocation {
@@ -424,13 +422,15 @@ impl Report {
             "  latency        p50 {:.1} ms, p90 {:.1} ms, p99 {:.1} ms, max {:.1} ms (queue add to bind)",
             self.latency_ms.p50, self.latency_ms.p90, self.latency_ms.p99, self.latency_ms.max
         );
+        let attempts = self
+            .attempts_per_pod
+            .map_or_else(|| "n/a".to_owned(), |a| format!("{a:.2}"));
         let _ = writeln!(
             s,
-            "  conflicts      {} of {} proposals ({:.2} %), {:.2} attempts per pod",
+            "  conflicts      {} of {} proposals ({:.2} %), {attempts} attempts per pod",
             self.conflicts.count,
             self.conflicts.proposals,
             self.conflicts.fraction * 100.0,
-            self.attempts_per_pod
         );
         let gpu = self
             .allocation

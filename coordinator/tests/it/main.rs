@@ -3,6 +3,7 @@
 //! client as fake workers, and real scheduler workers for end-to-end runs.
 
 mod arbitration;
+mod bind_failures;
 mod dispatch;
 mod real_workers;
 mod shutdown;
@@ -17,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
 
 use flotilla_coordinator::Coordinator;
-use flotilla_coordinator::cluster::EmbeddedCluster;
+use flotilla_coordinator::cluster::{Cluster, EmbeddedCluster};
 use flotilla_coordinator::server;
 use flotilla_proto::v1 as pb;
 use flotilla_proto::v1::coordinator_client::CoordinatorClient;
@@ -62,7 +63,12 @@ impl Harness {
     /// Starts a coordinator over `cluster` and waits until it listed it.
     pub async fn start(cluster: EmbeddedCluster) -> Self {
         let cluster = Arc::new(cluster);
-        let coordinator = Arc::new(Coordinator::new(cluster.clone(), &["default-scheduler"]));
+        Self::start_with(cluster.clone(), cluster).await
+    }
+
+    /// Starts a coordinator over `backend`, a wrapper of `cluster`.
+    pub async fn start_with(backend: Arc<dyn Cluster>, cluster: Arc<EmbeddedCluster>) -> Self {
+        let coordinator = Arc::new(Coordinator::new(backend, &["default-scheduler"]));
         let token = CancellationToken::new();
         let running = within(
             STEP,
@@ -108,8 +114,7 @@ impl Harness {
         .await;
     }
 
-    /// Stops the server and waits for it. Close every Watch stream first:
-    /// the server does not end open streams on shutdown (see
+    /// Stops the server and waits for it (open Watch streams must end:
     /// `shutdown::shutting_down_the_coordinator_ends_every_worker_stream`).
     pub async fn shutdown(mut self) {
         self.token.cancel();

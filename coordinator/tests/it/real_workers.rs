@@ -266,3 +266,99 @@ async fn an_unschedulable_pod_carries_the_upstream_message_through_the_real_pipe
     );
     stop(h, workers).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_unschedulable_pod_is_placed_once_a_fitting_node_joins() {
+    let cluster = EmbeddedCluster::new();
+    cluster
+        .apply_node(
+            NodeBuilder::new("small")
+                .cpu("1")
+                .memory("4Gi")
+                .pods(110)
+                .build(),
+        )
+        .expect("node");
+    let h = Harness::start(cluster).await;
+    let workers = start_workers(&h, &[("online-0", WorkloadClass::Online)]).await;
+    h.cluster
+        .create_pod(PodBuilder::new("big").cpu("2").build())
+        .expect("pod");
+    let cluster = h.cluster.clone();
+    wait_until(OUTCOME, "the pod marked unschedulable", move || {
+        cluster
+            .pod("default", "big")
+            .is_some_and(|p| unschedulable_message(&p).is_some())
+    })
+    .await;
+    assert_eq!(
+        unschedulable_message(&h.cluster.pod("default", "big").expect("pod")),
+        Some("0/1 nodes are available: 1 Insufficient cpu.")
+    );
+
+    h.cluster
+        .apply_node(
+            NodeBuilder::new("large")
+                .cpu("4")
+                .memory("8Gi")
+                .pods(110)
+                .build(),
+        )
+        .expect("node");
+    let cluster = h.cluster.clone();
+    wait_until(OUTCOME, "the pod bound to the new node", move || {
+        cluster
+            .pod("default", "big")
+            .is_some_and(|p| node_of(&p).is_some())
+    })
+    .await;
+    let p = h.cluster.pod("default", "big").expect("pod");
+    assert_eq!(node_of(&p), Some("large"));
+    let cond = crate::pod_scheduled(&p).expect("PodScheduled condition");
+    assert_eq!(
+        cond.status, "True",
+        "binding clears the Unschedulable condition"
+    );
+    assert_eq!(h.coordinator.summary().unschedulable, 0);
+    stop(h, workers).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_pod_waiting_for_room_is_placed_when_a_bound_pod_is_deleted() {
+    let cluster = EmbeddedCluster::new();
+    cluster
+        .apply_node(
+            NodeBuilder::new("n1")
+                .cpu("2")
+                .memory("4Gi")
+                .pods(110)
+                .build(),
+        )
+        .expect("node");
+    cluster
+        .create_pod(PodBuilder::new("old").cpu("2").node_name("n1").build())
+        .expect("pod");
+    let h = Harness::start(cluster).await;
+    let workers = start_workers(&h, &[("online-0", WorkloadClass::Online)]).await;
+    h.cluster
+        .create_pod(PodBuilder::new("new").cpu("2").build())
+        .expect("pod");
+    let cluster = h.cluster.clone();
+    wait_until(OUTCOME, "the new pod marked unschedulable", move || {
+        cluster
+            .pod("default", "new")
+            .is_some_and(|p| unschedulable_message(&p).is_some())
+    })
+    .await;
+
+    h.cluster.delete_pod("default", "old").expect("delete");
+    let cluster = h.cluster.clone();
+    wait_until(OUTCOME, "the new pod bound in the freed room", move || {
+        cluster
+            .pod("default", "new")
+            .is_some_and(|p| node_of(&p) == Some("n1"))
+    })
+    .await;
+    assert_eq!(h.cluster.write_counts().0, 1);
+    stop(h, workers).await;
+}

@@ -55,9 +55,6 @@ async fn a_worker_stopping_on_its_own_leaves_the_coordinator() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "bug: on shutdown the coordinator never ends open Watch streams (a stream ends only when \
-            its worker detaches), so tonic's graceful shutdown waits forever for any connected \
-            worker and the worker, which stops only when its stream ends, waits for the coordinator"]
 async fn shutting_down_the_coordinator_ends_every_worker_stream() {
     let h = Harness::start(one_node()).await;
     let mut w = FakeWorker::join(&h, "online-0", Online).await;
@@ -79,9 +76,6 @@ async fn shutting_down_the_coordinator_ends_every_worker_stream() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "bug: a worker with its own shutdown signal (a `flotilla worker` process) never stops when \
-            the coordinator shuts down, because the coordinator never ends its Watch stream; the \
-            coordinator's server in turn waits for that stream, so neither finishes"]
 async fn a_worker_with_its_own_shutdown_signal_stops_when_the_coordinator_stops() {
     let h = Harness::start(one_node()).await;
     let own = CancellationToken::new();

@@ -100,10 +100,10 @@ impl Inner {
     }
 
     fn unplace(&mut self, node: &Arc<str>, uid: &str) -> Option<Arc<PodInfo>> {
-        if let Some(list) = self.orphans.get_mut(node) {
-            if let Some(i) = list.iter().position(|p| &*p.uid == uid) {
-                return Some(list.swap_remove(i));
-            }
+        if let Some(list) = self.orphans.get_mut(node)
+            && let Some(i) = list.iter().position(|p| &*p.uid == uid)
+        {
+            return Some(list.swap_remove(i));
         }
         self.touch(node)?.remove_pod(uid)
     }
@@ -207,10 +207,10 @@ impl NodeCache {
     pub fn finish_binding(&self, uid: &str, now: Instant) {
         let ttl = self.assumed_pod_ttl;
         let mut inner = self.inner.lock();
-        if let Some(st) = inner.pods.get_mut(uid) {
-            if st.assumed {
-                st.deadline = Some(now + ttl);
-            }
+        if let Some(st) = inner.pods.get_mut(uid)
+            && st.assumed
+        {
+            st.deadline = Some(now + ttl);
         }
     }
 

@@ -122,7 +122,7 @@ impl Registry {
             &mut r,
             names::NODE_UNSCHEDULABLE,
             Arc::new(|_| {
-                let p = Arc::new(NodeUnschedulable::default());
+                let p = Arc::new(NodeUnschedulable);
                 Ok(PluginHandle::new(p.clone()).filter(p))
             }),
         );
@@ -130,7 +130,7 @@ impl Registry {
             &mut r,
             names::NODE_NAME,
             Arc::new(|_| {
-                let p = Arc::new(NodeName::default());
+                let p = Arc::new(NodeName);
                 Ok(PluginHandle::new(p.clone()).filter(p))
             }),
         );
@@ -138,7 +138,7 @@ impl Registry {
             &mut r,
             names::TAINT_TOLERATION,
             Arc::new(|_| {
-                let p = Arc::new(TaintToleration::default());
+                let p = Arc::new(TaintToleration);
                 Ok(PluginHandle::new(p.clone()).filter(p.clone()).score(p))
             }),
         );
@@ -146,7 +146,7 @@ impl Registry {
             &mut r,
             names::NODE_AFFINITY,
             Arc::new(|_| {
-                let p = Arc::new(NodeAffinity::default());
+                let p = Arc::new(NodeAffinity);
                 Ok(PluginHandle::new(p.clone())
                     .pre_filter(p.clone())
                     .filter(p.clone())
@@ -157,7 +157,7 @@ impl Registry {
             &mut r,
             names::NODE_PORTS,
             Arc::new(|_| {
-                let p = Arc::new(NodePorts::default());
+                let p = Arc::new(NodePorts);
                 Ok(PluginHandle::new(p.clone()).filter(p))
             }),
         );
@@ -173,7 +173,7 @@ impl Registry {
             &mut r,
             names::NODE_RESOURCES_BALANCED_ALLOCATION,
             Arc::new(|_| {
-                let p = Arc::new(NodeResourcesBalancedAllocation::default());
+                let p = Arc::new(NodeResourcesBalancedAllocation);
                 Ok(PluginHandle::new(p.clone()).score(p))
             }),
         );

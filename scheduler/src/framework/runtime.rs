@@ -103,6 +103,9 @@ impl std::fmt::Debug for Framework {
     }
 }
 
+/// Filter results: feasible node indices, and rejected ones with their status.
+type FilterOutcome = (Vec<usize>, Vec<(usize, Status)>);
+
 enum NodeOutcome {
     Feasible,
     Rejected(Status),
@@ -300,7 +303,7 @@ impl Framework {
         count: usize,
         limit: usize,
         index_of: impl Fn(usize) -> usize + Sync,
-    ) -> (Vec<usize>, Vec<(usize, Status)>) {
+    ) -> FilterOutcome {
         let found = AtomicUsize::new(0);
         let eval_chunk = |range: std::ops::Range<usize>| {
             let mut feasible = Vec::new();
@@ -323,7 +326,7 @@ impl Framework {
         if count < PARALLEL_FILTER_MIN_NODES {
             return eval_chunk(0..count);
         }
-        let chunks: Vec<(Vec<usize>, Vec<(usize, Status)>)> = (0..count.div_ceil(FILTER_CHUNK))
+        let chunks: Vec<FilterOutcome> = (0..count.div_ceil(FILTER_CHUNK))
             .into_par_iter()
             .map(|c| eval_chunk(c * FILTER_CHUNK..((c + 1) * FILTER_CHUNK).min(count)))
             .collect();

@@ -121,11 +121,14 @@ impl PartialOrd for ActiveKey {
     }
 }
 
+/// backoffQ entry: (expiry, sequence, uid, pod version); min-heap by expiry.
+type BackoffKey = Reverse<(Instant, u64, Arc<str>, u64)>;
+
 #[derive(Debug, Default)]
 struct Inner {
     pods: HashMap<Arc<str>, Entry>,
     active: BinaryHeap<ActiveKey>,
-    backoff: BinaryHeap<Reverse<(Instant, u64, Arc<str>, u64)>>,
+    backoff: BinaryHeap<BackoffKey>,
     unschedulable: HashSet<Arc<str>>,
     seq: u64,
     /// Counts relevant cluster events (for pods in flight).
@@ -282,13 +285,14 @@ impl SchedulingQueue {
         Self::flush_backoff(inner, now);
         while let Some(k) = inner.active.pop() {
             let cycle = inner.move_request_cycle;
-            if let Some(e) = inner.pods.get_mut(&k.uid) {
-                if e.version == k.version && e.loc == Location::Active {
-                    e.loc = Location::InFlight;
-                    e.version += 1;
-                    e.popped_at_cycle = cycle;
-                    return Some(e.info.clone());
-                }
+            if let Some(e) = inner.pods.get_mut(&k.uid)
+                && e.version == k.version
+                && e.loc == Location::Active
+            {
+                e.loc = Location::InFlight;
+                e.version += 1;
+                e.popped_at_cycle = cycle;
+                return Some(e.info.clone());
             }
         }
         None
