@@ -128,6 +128,9 @@ struct Inner {
     partition_dirty: bool,
     /// Workers that left, for the final report.
     departed: Vec<(Arc<str>, WorkloadClass, u64)>,
+    /// Bound pods whose node is not known (yet, or any more), by node: they
+    /// are counted again when the node (re)appears.
+    orphans: HashMap<Arc<str>, Vec<Arc<PodInfo>>>,
     /// `spec.schedulerName`s this coordinator serves.
     scheduler_names: HashSet<String>,
     /// Pods that could not be read, by `namespace/name`: the error.
@@ -277,12 +280,28 @@ impl Inner {
     }
 
     fn place(&mut self, node: &Arc<str>, info: &Arc<PodInfo>) {
-        if let Some(n) = self.nodes.get_mut(node) {
-            n.add_pod(info.clone());
+        match self.nodes.get_mut(node) {
+            Some(n) => {
+                n.add_pod(info.clone());
+            }
+            None => self
+                .orphans
+                .entry(node.clone())
+                .or_default()
+                .push(info.clone()),
         }
     }
 
     fn unplace(&mut self, node: &Arc<str>, uid: &str) {
+        if let Some(list) = self.orphans.get_mut(node)
+            && let Some(i) = list.iter().position(|p| &*p.uid == uid)
+        {
+            list.swap_remove(i);
+            if list.is_empty() {
+                self.orphans.remove(node);
+            }
+            return;
+        }
         if let Some(n) = self.nodes.get_mut(node) {
             n.remove_pod(uid);
         }
@@ -418,7 +437,11 @@ impl Coordinator {
                 match inner.nodes.get_mut(&name) {
                     Some(n) => n.set_spec(spec),
                     None => {
-                        inner.nodes.insert(name, NodeInfo::new(spec));
+                        let mut info = NodeInfo::new(spec);
+                        for pod in inner.orphans.remove(&name).unwrap_or_default() {
+                            info.add_pod(pod);
+                        }
+                        inner.nodes.insert(name, info);
                         inner.partition_dirty = true;
                     }
                 }
@@ -428,7 +451,16 @@ impl Coordinator {
                 let Some(name) = node.metadata.name.as_deref() else {
                     return;
                 };
-                if inner.nodes.remove(name).is_some() {
+                if let Some(info) = inner.nodes.remove(name) {
+                    // Pods bound to it still hold its room (a deleted and
+                    // re-created Node keeps them in Kubernetes).
+                    if !info.pods.is_empty() {
+                        inner
+                            .orphans
+                            .entry(info.spec.name.clone())
+                            .or_default()
+                            .extend(info.pods.iter().cloned());
+                    }
                     inner.partition_dirty = true;
                     inner.broadcast(&ev(pb::watch_event::Event::NodeDeleted(pb::NodeDeleted {
                         name: name.to_owned(),
@@ -697,9 +729,14 @@ impl Coordinator {
                     .is_some_and(|r| r.phase == PodPhase::Granted(node_name.clone()));
                 if granted_here {
                     inner.unplace(&node_name, &info.uid);
-                    let back_to = inner.workers.contains_key(&worker).then_some(worker);
+                    let alive = inner.workers.get(&worker).is_some_and(|w| w.tx.is_some());
                     if let Some(rec) = inner.pods.get_mut(&info.uid) {
-                        rec.phase = PodPhase::Pending(back_to);
+                        rec.phase = PodPhase::Pending(alive.then_some(worker));
+                    }
+                    if !alive {
+                        // The proposer left while the Binding was written:
+                        // nobody would retry it, so hand it to another worker.
+                        inner.dispatch(&info.uid);
                     }
                 }
                 match e {

@@ -342,9 +342,6 @@ async fn malformed_requests_are_invalid_argument_and_unknown_workers_cannot_watc
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "bug: Coordinator::apply_locked drops a deleted node's NodeInfo together with the pods \
-            still bound to it; when the node comes back it starts empty, so the arbiter grants \
-            room those pods still hold (upstream's cache keeps the pods of a removed node)"]
 async fn a_node_deleted_and_re_added_still_counts_the_pods_bound_to_it() {
     let cluster = EmbeddedCluster::new();
     cluster
@@ -392,9 +389,6 @@ async fn a_node_deleted_and_re_added_still_counts_the_pods_bound_to_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "bug: a pod bound to a node the coordinator does not know yet is not counted when the \
-            node arrives (Inner::place is a no-op for an unknown node and nothing re-attaches the \
-            pod later), so the arbiter grants its room again"]
 async fn a_pod_bound_before_its_node_appears_is_counted_when_the_node_arrives() {
     let cluster = EmbeddedCluster::new();
     cluster

@@ -140,9 +140,6 @@ async fn a_binding_that_fails_at_the_cluster_is_an_error_and_frees_the_room() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "bug: Coordinator::propose, when a Binding fails after the proposing worker left, sets \
-            the pod to Pending(None) without queueing it in `undispatched` or dispatching it, and \
-            detach skipped it because it was Granted then: no worker is ever given the pod again"]
 async fn a_pod_whose_binding_fails_after_its_worker_left_goes_to_another_worker() {
     let (h, gated) = start().await;
     let mut w1 = FakeWorker::join(&h, "online-0", Online).await;

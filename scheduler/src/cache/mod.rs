@@ -26,7 +26,7 @@
 
 mod snapshot;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -67,35 +67,41 @@ struct PodState {
 struct Inner {
     nodes: HashMap<Arc<str>, Arc<NodeInfo>>,
     pods: HashMap<Arc<str>, PodState>,
-    /// Bound pods whose node is not known yet (the node event comes later).
+    /// Bound pods whose node is not known (yet, or any more): they are
+    /// attached when the node (re)appears, so its room stays counted.
     orphans: HashMap<Arc<str>, Vec<Arc<PodInfo>>>,
     partition: HashSet<Arc<str>>,
     /// Global change counter; a NodeInfo's `generation` is the value at its
     /// last change.
     generation: u64,
-    /// Nodes changed since the snapshot was last refreshed.
-    dirty: HashSet<Arc<str>>,
-    /// The node set or the partition changed: the snapshot re-orders.
-    layout_changed: bool,
+    /// Node names by the generation of their last change: a snapshot at
+    /// generation `g` copies `recency.range(g + 1..)`.
+    recency: BTreeMap<u64, Arc<str>>,
+    /// Bumped when the node set or the partition changes: snapshots re-order.
+    layout_generation: u64,
 }
 
 impl Inner {
-    fn touch(&mut self, name: &Arc<str>) -> Option<&mut NodeInfo> {
+    /// Mutates a node, stamping it with a new generation.
+    fn touch<R>(&mut self, name: &Arc<str>, f: impl FnOnce(&mut NodeInfo) -> R) -> Option<R> {
+        let entry = self.nodes.get_mut(name)?;
         self.generation += 1;
         let g = self.generation;
-        self.dirty.insert(name.clone());
-        let info = Arc::make_mut(self.nodes.get_mut(name)?);
+        let info = Arc::make_mut(entry);
+        let old = info.generation;
+        let r = f(info);
         info.generation = g;
-        Some(info)
+        self.recency.remove(&old);
+        self.recency.insert(g, name.clone());
+        Some(r)
     }
 
     fn place(&mut self, node: &Arc<str>, pod: Arc<PodInfo>) -> bool {
-        match self.touch(node) {
-            Some(info) => info.add_pod(pod),
-            None => {
-                self.orphans.entry(node.clone()).or_default().push(pod);
-                true
-            }
+        if self.nodes.contains_key(node) {
+            self.touch(node, |info| info.add_pod(pod)).unwrap_or(false)
+        } else {
+            self.orphans.entry(node.clone()).or_default().push(pod);
+            true
         }
     }
 
@@ -103,9 +109,13 @@ impl Inner {
         if let Some(list) = self.orphans.get_mut(node)
             && let Some(i) = list.iter().position(|p| &*p.uid == uid)
         {
-            return Some(list.swap_remove(i));
+            let pod = list.swap_remove(i);
+            if list.is_empty() {
+                self.orphans.remove(node);
+            }
+            return Some(pod);
         }
-        self.touch(node)?.remove_pod(uid)
+        self.touch(node, |info| info.remove_pod(uid)).flatten()
     }
 }
 
@@ -128,7 +138,7 @@ impl NodeCache {
     pub fn new(assumed_pod_ttl: Duration) -> Self {
         NodeCache {
             inner: Mutex::new(Inner {
-                layout_changed: true,
+                layout_generation: 1,
                 ..Inner::default()
             }),
             assumed_pod_ttl,
@@ -147,26 +157,31 @@ impl NodeCache {
                 info.add_pod(pod);
             }
             inner.nodes.insert(name.clone(), Arc::new(info));
-            inner.touch(&name);
-            inner.layout_changed = true;
+            inner.touch(&name, |_| ());
+            inner.layout_generation += 1;
             return vec![ClusterEvent::NodeAdded];
         };
         let events = node_change_events(&old, &spec);
-        if let Some(info) = inner.touch(&name) {
-            info.set_spec(spec);
-        }
+        inner.touch(&name, |info| info.set_spec(spec));
         events
     }
 
-    /// Removes a node and every pod state on it.
+    /// Removes a node. Pods still bound to it keep their state and their
+    /// room: they wait as orphans and count again if the node comes back
+    /// (a Node object deleted and re-created keeps its pods in Kubernetes).
     pub fn remove_node(&self, name: &str) {
         let mut inner = self.inner.lock();
         if let Some(info) = inner.nodes.remove(name) {
-            for p in &info.pods {
-                inner.pods.remove(&p.uid);
+            inner.recency.remove(&info.generation);
+            if !info.pods.is_empty() {
+                inner
+                    .orphans
+                    .entry(info.spec.name.clone())
+                    .or_default()
+                    .extend(info.pods.iter().cloned());
             }
-            inner.dirty.insert(info.spec.name.clone());
-            inner.layout_changed = true;
+            inner.generation += 1;
+            inner.layout_generation += 1;
         }
     }
 
@@ -174,7 +189,7 @@ impl NodeCache {
     pub fn set_partition(&self, names: impl IntoIterator<Item = Arc<str>>) {
         let mut inner = self.inner.lock();
         inner.partition = names.into_iter().collect();
-        inner.layout_changed = true;
+        inner.layout_generation += 1;
     }
 
     /// Records `pod` on `node` before binding (the scheduling cycle's decision).
@@ -309,22 +324,19 @@ impl NodeCache {
         self.inner.lock().nodes.get(name).cloned()
     }
 
-    /// Brings `snap` up to date: copies the nodes changed since its last
-    /// refresh (an Arc clone each) and re-orders it if nodes joined or left or
-    /// the partition changed. Holds the cache lock only for those copies.
+    /// Brings `snap` up to date: copies the nodes changed since the
+    /// generation it reflects (an Arc clone each), or re-orders it entirely
+    /// if nodes joined or left or the partition changed. Any number of
+    /// snapshots may follow one cache. Holds the cache lock only for those
+    /// copies.
     pub fn update_snapshot(&self, snap: &mut Snapshot) {
-        let mut inner = self.inner.lock();
-        if inner.layout_changed {
-            inner.layout_changed = false;
-            inner.dirty.clear();
+        let inner = self.inner.lock();
+        if snap.layout_generation != inner.layout_generation {
             snap.rebuild(&inner.nodes, &inner.partition, inner.generation);
+            snap.layout_generation = inner.layout_generation;
             return;
         }
-        if inner.dirty.is_empty() {
-            return;
-        }
-        let dirty = std::mem::take(&mut inner.dirty);
-        for name in &dirty {
+        for name in inner.recency.range(snap.generation + 1..).map(|(_, n)| n) {
             if let Some(info) = inner.nodes.get(name) {
                 snap.replace(info);
             }

@@ -15,6 +15,8 @@ pub struct Snapshot {
     partition_len: usize,
     /// Cache generation this snapshot reflects.
     pub generation: u64,
+    /// Cache layout (node set, partition) this snapshot reflects; 0 = none.
+    pub layout_generation: u64,
 }
 
 impl Snapshot {

@@ -246,7 +246,9 @@ impl Framework {
                 }
             }
         };
-        let evaluated = feasible.len() + rejected.len();
+        // Parallel chunks may find a few feasible nodes past the limit; like
+        // upstream, only `limit` of them count as processed (and get scored).
+        let evaluated = feasible.len().min(limit) + rejected.len();
         if allowed.is_none() && !nodes.is_empty() {
             self.next_start.fetch_add(evaluated, Ordering::Relaxed);
         }
