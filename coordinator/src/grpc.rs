@@ -15,7 +15,7 @@ use flotilla_shared::WorkloadClass;
 
 use crate::cluster::PodRef;
 use crate::partition::WorkerId;
-use crate::state::{Coordinator, Decision};
+use crate::state::{Coordinator, Decision, NodeRejection};
 
 /// The service.
 #[derive(Debug, Clone)]
@@ -152,8 +152,17 @@ impl CoordinatorApi for CoordinatorService {
         let r = req.into_inner();
         parse_worker_id(&r.worker_id)?;
         let pod = parse_pod(r.pod)?;
+        let nodes = r
+            .node_statuses
+            .into_iter()
+            .map(|n| NodeRejection {
+                node: n.node_name,
+                reasons: n.reasons,
+                plugin: n.plugin,
+            })
+            .collect();
         self.coordinator
-            .report_unschedulable(&pod, &r.message)
+            .report_unschedulable(&pod, &r.message, nodes)
             .await;
         Ok(Response::new(pb::ReportAck {}))
     }

@@ -14,4 +14,4 @@ pub mod partition;
 pub mod server;
 pub mod state;
 
-pub use state::{Coordinator, Decision, PodPhase, PodRecord, Summary};
+pub use state::{Coordinator, Decision, NodeRejection, PodPhase, PodRecord, Summary};

@@ -25,7 +25,7 @@ use tracing::{debug, info, warn};
 
 use flotilla_proto::v1 as pb;
 use flotilla_shared::fit;
-use flotilla_shared::node_info::{NodeInfo, NodeSpec};
+use flotilla_shared::node_info::{NodeInfo, NodeSpec, Orphans};
 use flotilla_shared::pod_info::PodInfo;
 use flotilla_shared::{PodKey, WorkloadClass};
 
@@ -61,6 +61,19 @@ pub struct PodRecord {
     pub bound_by: Option<Arc<str>>,
     /// Last FitError message reported for it (cleared when it binds).
     pub unschedulable: Option<String>,
+    /// The per-node reasons behind that message, for inspection.
+    pub rejections: Arc<[NodeRejection]>,
+}
+
+/// Why one node rejected a pod (from the worker's FitError).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeRejection {
+    /// Node name.
+    pub node: String,
+    /// Upstream reason texts.
+    pub reasons: Vec<String>,
+    /// The Filter plugin that rejected it.
+    pub plugin: String,
 }
 
 #[derive(Debug)]
@@ -130,7 +143,7 @@ struct Inner {
     departed: Vec<(Arc<str>, WorkloadClass, u64)>,
     /// Bound pods whose node is not known (yet, or any more), by node: they
     /// are counted again when the node (re)appears.
-    orphans: HashMap<Arc<str>, Vec<Arc<PodInfo>>>,
+    orphans: Orphans,
     /// `spec.schedulerName`s this coordinator serves.
     scheduler_names: HashSet<String>,
     /// Pods that could not be read, by `namespace/name`: the error.
@@ -284,22 +297,12 @@ impl Inner {
             Some(n) => {
                 n.add_pod(info.clone());
             }
-            None => self
-                .orphans
-                .entry(node.clone())
-                .or_default()
-                .push(info.clone()),
+            None => self.orphans.park(node, info.clone()),
         }
     }
 
     fn unplace(&mut self, node: &Arc<str>, uid: &str) {
-        if let Some(list) = self.orphans.get_mut(node)
-            && let Some(i) = list.iter().position(|p| &*p.uid == uid)
-        {
-            list.swap_remove(i);
-            if list.is_empty() {
-                self.orphans.remove(node);
-            }
+        if self.orphans.remove(node, uid).is_some() {
             return;
         }
         if let Some(n) = self.nodes.get_mut(node) {
@@ -438,7 +441,7 @@ impl Coordinator {
                     Some(n) => n.set_spec(spec),
                     None => {
                         let mut info = NodeInfo::new(spec);
-                        for pod in inner.orphans.remove(&name).unwrap_or_default() {
+                        for pod in inner.orphans.take(&name) {
                             info.add_pod(pod);
                         }
                         inner.nodes.insert(name, info);
@@ -454,13 +457,7 @@ impl Coordinator {
                 if let Some(info) = inner.nodes.remove(name) {
                     // Pods bound to it still hold its room (a deleted and
                     // re-created Node keeps them in Kubernetes).
-                    if !info.pods.is_empty() {
-                        inner
-                            .orphans
-                            .entry(info.spec.name.clone())
-                            .or_default()
-                            .extend(info.pods.iter().cloned());
-                    }
+                    inner.orphans.park_all(&info);
                     inner.partition_dirty = true;
                     inner.broadcast(&ev(pb::watch_event::Event::NodeDeleted(pb::NodeDeleted {
                         name: name.to_owned(),
@@ -526,6 +523,7 @@ impl Coordinator {
                 bound_at: None,
                 bound_by: None,
                 unschedulable: None,
+                rejections: Arc::from([]),
             });
             match &rec.phase {
                 PodPhase::Granted(n) | PodPhase::Bound(n) if *n == node => {}
@@ -562,6 +560,7 @@ impl Coordinator {
                         bound_at: None,
                         bound_by: None,
                         unschedulable: None,
+                        rejections: Arc::from([]),
                     },
                 );
                 inner.dispatch(&uid);
@@ -753,9 +752,14 @@ impl Coordinator {
         }
     }
 
-    /// A worker found no node for `pod`: record the FitError message and set
-    /// `PodScheduled=False` in the cluster.
-    pub async fn report_unschedulable(&self, pod: &PodRef, message: &str) {
+    /// A worker found no node for `pod`: record the FitError message and the
+    /// per-node reasons, and set `PodScheduled=False` in the cluster.
+    pub async fn report_unschedulable(
+        &self,
+        pod: &PodRef,
+        message: &str,
+        rejections: Vec<NodeRejection>,
+    ) {
         {
             let mut inner = self.inner.lock();
             inner.counters.unschedulable_reports += 1;
@@ -763,6 +767,7 @@ impl Coordinator {
             match inner.pods.get_mut(pod.uid.as_str()) {
                 Some(rec) if matches!(rec.phase, PodPhase::Pending(_)) => {
                     rec.unschedulable = Some(message.to_owned());
+                    rec.rejections = rejections.into();
                 }
                 _ => return,
             }
@@ -798,6 +803,18 @@ impl Coordinator {
             .chain(inner.departed.iter().cloned())
             .collect();
         s
+    }
+
+    /// The record of one pod, by `namespace/name` (e.g. to see why it is
+    /// pending: `unschedulable` and the per-node `rejections`).
+    #[must_use]
+    pub fn record(&self, namespace: &str, name: &str) -> Option<PodRecord> {
+        let inner = self.inner.lock();
+        inner
+            .pods
+            .values()
+            .find(|r| &*r.info.key.namespace == namespace && &*r.info.key.name == name)
+            .cloned()
     }
 
     /// Every pod record (for reports and placements).

@@ -51,6 +51,9 @@ fn bench_cycle(c: &mut Criterion) {
         .memory("500Mi")
         .preferred_affinity(10, "zone", "In", &["a"])
         .build_info();
+    // Needs 3.9 cpu; every node has 3 free: rejected everywhere, full scan
+    // plus the FitError (the unschedulable path).
+    let too_big = PodBuilder::new("too-big").cpu("3900m").build_info();
     let mut g = c.benchmark_group("scheduling_cycle");
     for nodes in [1_000usize, 5_000, 15_000] {
         let (_cache, snap) = cluster(nodes);

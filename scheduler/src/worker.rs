@@ -431,10 +431,21 @@ fn schedule_one(s: &Arc<Shared>, worker: &str, snapshot: &mut Snapshot, qp: Queu
                 Instant::now(),
             );
             let mut client = s.client.clone();
+            let node_statuses = fit
+                .diagnosis
+                .node_to_status
+                .iter()
+                .map(|(node, st)| pb::NodeStatus {
+                    node_name: node.to_string(),
+                    reasons: st.reasons.iter().map(ToString::to_string).collect(),
+                    plugin: st.plugin.to_owned(),
+                })
+                .collect();
             let req = pb::UnschedulableReport {
                 worker_id: s.id.clone(),
                 pod: Some(pb_ref(&pod)),
                 message,
+                node_statuses,
             };
             s.tracker.spawn_on(
                 async move {
@@ -479,9 +490,14 @@ async fn bind(s: Arc<Shared>, pod: Arc<PodInfo>, node: Arc<str>, cycle: Duration
             s.queue.done(&pod.uid);
             s.stats.bound.fetch_add(1, Ordering::Relaxed);
         }
-        pb::BindOutcome::Conflict => {
-            debug!(pod = %pod.key, %node, %reason, "bind conflict; re-queueing with backoff");
-            s.stats.conflicts.fetch_add(1, Ordering::Relaxed);
+        pb::BindOutcome::Conflict | pb::BindOutcome::Error | pb::BindOutcome::Unspecified => {
+            if outcome == pb::BindOutcome::Conflict {
+                debug!(pod = %pod.key, %node, %reason, "bind conflict; re-queueing with backoff");
+                s.stats.conflicts.fetch_add(1, Ordering::Relaxed);
+            } else {
+                warn!(pod = %pod.key, %node, %reason, "binding failed; re-queueing with backoff");
+                s.stats.errors.fetch_add(1, Ordering::Relaxed);
+            }
             s.stats
                 .wasted_nanos
                 .fetch_add(nanos(cycle), Ordering::Relaxed);
@@ -494,16 +510,6 @@ async fn bind(s: Arc<Shared>, pod: Arc<PodInfo>, node: Arc<str>, cycle: Duration
             debug!(pod = %pod.key, %reason, "pod gone; dropping it");
             s.cache.forget(&pod.uid);
             s.queue.delete(&pod.uid);
-        }
-        pb::BindOutcome::Error | pb::BindOutcome::Unspecified => {
-            warn!(pod = %pod.key, %node, %reason, "binding failed; re-queueing with backoff");
-            s.stats.errors.fetch_add(1, Ordering::Relaxed);
-            s.stats
-                .wasted_nanos
-                .fetch_add(nanos(cycle), Ordering::Relaxed);
-            s.cache.forget(&pod.uid);
-            s.queue.add_backoff(&pod.uid, now);
-            s.queue.on_event(ClusterEvent::AssignedPodDeleted, now);
         }
     }
 }

@@ -176,6 +176,49 @@ impl NodeInfo {
     }
 }
 
+/// Bound pods whose node is not known: the pod event came before the node's,
+/// or the Node object was deleted while pods were still bound to it (in
+/// Kubernetes they stay bound). They keep holding the node's room: when the
+/// node (re)appears, [`Orphans::take`] hands them back to be placed on it.
+/// Used by both the worker's cache and the coordinator's view.
+#[derive(Debug, Clone, Default)]
+pub struct Orphans {
+    by_node: std::collections::HashMap<Arc<str>, Vec<Arc<PodInfo>>>,
+}
+
+impl Orphans {
+    /// Parks a pod bound to `node`.
+    pub fn park(&mut self, node: &Arc<str>, pod: Arc<PodInfo>) {
+        self.by_node.entry(node.clone()).or_default().push(pod);
+    }
+
+    /// Parks every pod of a node that is going away.
+    pub fn park_all(&mut self, info: &NodeInfo) {
+        if !info.pods.is_empty() {
+            self.by_node
+                .entry(info.spec.name.clone())
+                .or_default()
+                .extend(info.pods.iter().cloned());
+        }
+    }
+
+    /// Removes a parked pod, returning it if it was parked on `node`.
+    pub fn remove(&mut self, node: &str, uid: &str) -> Option<Arc<PodInfo>> {
+        let list = self.by_node.get_mut(node)?;
+        let i = list.iter().position(|p| &*p.uid == uid)?;
+        let pod = list.swap_remove(i);
+        if list.is_empty() {
+            self.by_node.remove(node);
+        }
+        Some(pod)
+    }
+
+    /// Takes the pods parked on `node` (it appeared).
+    pub fn take(&mut self, node: &str) -> Vec<Arc<PodInfo>> {
+        self.by_node.remove(node).unwrap_or_default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -205,6 +248,20 @@ mod tests {
         assert_eq!(n.requested.milli_cpu, 0);
         assert_eq!(n.non_zero_memory, crate::resources::DEFAULT_MEMORY_REQUEST);
         assert!(n.used_ports.is_empty());
+    }
+
+    #[test]
+    fn orphans_wait_for_their_node_and_can_be_removed() {
+        let mut o = Orphans::default();
+        let n: Arc<str> = Arc::from("n1");
+        o.park(&n, Arc::new(PodBuilder::new("a").build_info()));
+        o.park(&n, Arc::new(PodBuilder::new("b").build_info()));
+        assert!(o.remove("n2", "uid-a").is_none());
+        assert!(o.remove("n1", "uid-a").is_some());
+        assert!(o.remove("n1", "uid-a").is_none());
+        let back = o.take("n1");
+        assert_eq!(back.len(), 1);
+        assert!(o.take("n1").is_empty());
     }
 
     #[test]

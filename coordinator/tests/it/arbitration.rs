@@ -294,6 +294,7 @@ async fn malformed_requests_are_invalid_argument_and_unknown_workers_cannot_watc
             worker_id: w.id.clone(),
             pod: None,
             message: "0/1 nodes are available: 1 Insufficient cpu.".into(),
+            node_statuses: Vec::new(),
         }),
     )
     .await
@@ -306,6 +307,7 @@ async fn malformed_requests_are_invalid_argument_and_unknown_workers_cannot_watc
             worker_id: String::new(),
             pod: Some(pod_ref("a")),
             message: "x".into(),
+            node_statuses: Vec::new(),
         }),
     )
     .await

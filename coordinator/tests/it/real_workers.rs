@@ -264,6 +264,38 @@ async fn an_unschedulable_pod_carries_the_upstream_message_through_the_real_pipe
         (0, 1),
         "no Binding, one status write"
     );
+    // The per-node reasons behind the message are kept for inspection.
+    let rec = h.coordinator.record("default", "big").expect("record");
+    let mut per_node: Vec<(String, Vec<String>, String)> = rec
+        .rejections
+        .iter()
+        .map(|r| (r.node.clone(), r.reasons.clone(), r.plugin.clone()))
+        .collect();
+    per_node.sort();
+    let small = |n: &str| {
+        (
+            n.to_owned(),
+            vec!["Insufficient cpu".to_owned()],
+            "NodeResourcesFit".to_owned(),
+        )
+    };
+    let tainted = |n: &str| {
+        (
+            n.to_owned(),
+            vec!["node(s) had untolerated taint(s)".to_owned()],
+            "TaintToleration".to_owned(),
+        )
+    };
+    assert_eq!(
+        per_node,
+        vec![
+            small("small-0"),
+            small("small-1"),
+            small("small-2"),
+            tainted("tainted-0"),
+            tainted("tainted-1"),
+        ]
+    );
     stop(h, workers).await;
 }
 

@@ -33,6 +33,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use flotilla_shared::framework::ClusterEvent;
+use flotilla_shared::node_info::Orphans;
 use flotilla_shared::{NodeInfo, NodeSpec, PodInfo, PodKey};
 
 pub use snapshot::Snapshot;
@@ -69,7 +70,7 @@ struct Inner {
     pods: HashMap<Arc<str>, PodState>,
     /// Bound pods whose node is not known (yet, or any more): they are
     /// attached when the node (re)appears, so its room stays counted.
-    orphans: HashMap<Arc<str>, Vec<Arc<PodInfo>>>,
+    orphans: Orphans,
     partition: HashSet<Arc<str>>,
     /// Global change counter; a NodeInfo's `generation` is the value at its
     /// last change.
@@ -100,19 +101,13 @@ impl Inner {
         if self.nodes.contains_key(node) {
             self.touch(node, |info| info.add_pod(pod)).unwrap_or(false)
         } else {
-            self.orphans.entry(node.clone()).or_default().push(pod);
+            self.orphans.park(node, pod);
             true
         }
     }
 
     fn unplace(&mut self, node: &Arc<str>, uid: &str) -> Option<Arc<PodInfo>> {
-        if let Some(list) = self.orphans.get_mut(node)
-            && let Some(i) = list.iter().position(|p| &*p.uid == uid)
-        {
-            let pod = list.swap_remove(i);
-            if list.is_empty() {
-                self.orphans.remove(node);
-            }
+        if let Some(pod) = self.orphans.remove(node, uid) {
             return Some(pod);
         }
         self.touch(node, |info| info.remove_pod(uid)).flatten()
@@ -153,7 +148,7 @@ impl NodeCache {
         let spec = Arc::new(spec);
         let Some(old) = inner.nodes.get(&name).map(|n| n.spec.clone()) else {
             let mut info = NodeInfo::new(spec);
-            for pod in inner.orphans.remove(&name).unwrap_or_default() {
+            for pod in inner.orphans.take(&name) {
                 info.add_pod(pod);
             }
             inner.nodes.insert(name.clone(), Arc::new(info));
@@ -173,13 +168,7 @@ impl NodeCache {
         let mut inner = self.inner.lock();
         if let Some(info) = inner.nodes.remove(name) {
             inner.recency.remove(&info.generation);
-            if !info.pods.is_empty() {
-                inner
-                    .orphans
-                    .entry(info.spec.name.clone())
-                    .or_default()
-                    .extend(info.pods.iter().cloned());
-            }
+            inner.orphans.park_all(&info);
             inner.generation += 1;
             inner.layout_generation += 1;
         }
