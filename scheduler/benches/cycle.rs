@@ -68,6 +68,18 @@ fn bench_cycle(c: &mut Criterion) {
                 b.iter(|| black_box(fw.schedule(black_box(&picky), snap).expect("fits")));
             },
         );
+        g.bench_with_input(
+            BenchmarkId::new("unschedulable", nodes),
+            &snap,
+            |b, snap| {
+                b.iter(|| {
+                    black_box(
+                        fw.schedule(black_box(&too_big), snap)
+                            .expect_err("fits nowhere"),
+                    )
+                });
+            },
+        );
     }
     g.finish();
 }

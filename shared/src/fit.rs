@@ -6,7 +6,7 @@ use std::borrow::Cow;
 
 use crate::node_info::NodeInfo;
 use crate::pod_info::PodInfo;
-use crate::resources::{CPU, EPHEMERAL_STORAGE, MEMORY};
+use crate::resources::{CPU, EPHEMERAL_STORAGE, MEMORY, PODS};
 use crate::taints::{NO_SCHEDULE, TAINT_NODE_UNSCHEDULABLE};
 
 /// Reason for a node over its pod slots (upstream text).
@@ -35,82 +35,125 @@ pub struct Insufficient {
     pub unresolvable: bool,
 }
 
-fn insufficient(name: Cow<'static, str>, requested: i64, used: i64, capacity: i64) -> Insufficient {
-    // The common reasons are static: no allocation per rejected node.
-    let reason = match &*name {
-        CPU => Cow::Borrowed("Insufficient cpu"),
-        MEMORY => Cow::Borrowed("Insufficient memory"),
-        EPHEMERAL_STORAGE => Cow::Borrowed("Insufficient ephemeral-storage"),
-        other => Cow::Owned(format!("Insufficient {other}")),
-    };
-    Insufficient {
-        reason,
-        resource: name,
-        requested,
-        used,
-        capacity,
-        unresolvable: requested > capacity,
+/// Most distinct extended-resource names whose reason text is interned
+/// (leaked once, shared forever). Past it, reasons are allocated per use, so
+/// pods inventing resource names cannot grow memory without bound.
+const MAX_INTERNED_RESOURCES: usize = 4096;
+
+/// `"Insufficient <name>"` without allocating on the hot path: static for
+/// the standard resources, interned for extended ones.
+fn insufficient_reason(name: &str) -> Cow<'static, str> {
+    use std::collections::HashMap;
+    use std::sync::{OnceLock, RwLock};
+    static INTERNED: OnceLock<RwLock<HashMap<Box<str>, &'static str>>> = OnceLock::new();
+    match name {
+        CPU => return Cow::Borrowed("Insufficient cpu"),
+        MEMORY => return Cow::Borrowed("Insufficient memory"),
+        EPHEMERAL_STORAGE => return Cow::Borrowed("Insufficient ephemeral-storage"),
+        _ => {}
     }
+    let map = INTERNED.get_or_init(Default::default);
+    if let Some(r) = map.read().ok().and_then(|m| m.get(name).copied()) {
+        return Cow::Borrowed(r);
+    }
+    let reason = format!("Insufficient {name}");
+    let Ok(mut m) = map.write() else {
+        return Cow::Owned(reason);
+    };
+    if let Some(r) = m.get(name) {
+        return Cow::Borrowed(r);
+    }
+    if m.len() >= MAX_INTERNED_RESOURCES {
+        return Cow::Owned(reason);
+    }
+    let leaked: &'static str = Box::leak(reason.into_boxed_str());
+    m.insert(name.into(), leaked);
+    Cow::Borrowed(leaked)
 }
 
 /// Resources the node lacks for `pod` (upstream `fitsRequest`), in upstream
-/// order: pods, cpu, memory, ephemeral-storage, then extended resources by
-/// name. Empty means it fits. A pod requesting nothing is only checked for a
-/// free pod slot.
+/// order: pods, cpu, memory, ephemeral-storage, then extended resources in
+/// the pod's order. Empty means it fits. A pod requesting nothing is only
+/// checked for a free pod slot.
 #[must_use]
 pub fn insufficient_resources(pod: &PodInfo, node: &NodeInfo) -> Vec<Insufficient> {
     let mut out = Vec::new();
+    for_each_shortfall(pod, node, |resource, requested, used, capacity| {
+        let (reason, resource) = if resource == PODS {
+            (Cow::Borrowed(REASON_TOO_MANY_PODS), Cow::Borrowed(PODS))
+        } else {
+            (
+                insufficient_reason(resource),
+                Cow::Owned(resource.to_owned()),
+            )
+        };
+        out.push(Insufficient {
+            resource,
+            reason,
+            requested,
+            used,
+            capacity,
+            unresolvable: requested > capacity,
+        });
+    });
+    out
+}
+
+/// The reasons of [`insufficient_resources`] and whether any is
+/// unresolvable, without the detailed records: what Filter needs, with no
+/// allocation beyond the returned Vec (reason texts are static or interned).
+#[must_use]
+pub fn insufficient_reasons(pod: &PodInfo, node: &NodeInfo) -> (Vec<Cow<'static, str>>, bool) {
+    let mut reasons = Vec::new();
+    let mut unresolvable = false;
+    for_each_shortfall(pod, node, |resource, requested, _, capacity| {
+        unresolvable |= requested > capacity;
+        reasons.push(if resource == PODS {
+            Cow::Borrowed(REASON_TOO_MANY_PODS)
+        } else {
+            insufficient_reason(resource)
+        });
+    });
+    (reasons, unresolvable)
+}
+
+/// Calls `f(resource, requested, used, capacity)` once per shortfall, in
+/// upstream order (`pods` first).
+fn for_each_shortfall(pod: &PodInfo, node: &NodeInfo, mut f: impl FnMut(&str, i64, i64, i64)) {
     let alloc = &node.spec.allocatable;
     let used = &node.requested;
     let pods = i64::try_from(node.pod_count()).unwrap_or(i64::MAX);
     if pods + 1 > alloc.allowed_pod_number {
-        out.push(Insufficient {
-            resource: Cow::Borrowed("pods"),
-            reason: Cow::Borrowed(REASON_TOO_MANY_PODS),
-            requested: 1,
-            used: pods,
-            capacity: alloc.allowed_pod_number,
-            unresolvable: alloc.allowed_pod_number < 1,
-        });
+        // requested 1 > capacity only when the node has no pod slot at all.
+        f(PODS, 1, pods, alloc.allowed_pod_number);
     }
     let req = &pod.requests;
     if req.milli_cpu == 0 && req.memory == 0 && req.ephemeral_storage == 0 && req.scalar.is_empty()
     {
-        return out;
+        return;
     }
     if req.milli_cpu > 0 && req.milli_cpu > alloc.milli_cpu - used.milli_cpu {
-        out.push(insufficient(
-            Cow::Borrowed(CPU),
-            req.milli_cpu,
-            used.milli_cpu,
-            alloc.milli_cpu,
-        ));
+        f(CPU, req.milli_cpu, used.milli_cpu, alloc.milli_cpu);
     }
     if req.memory > 0 && req.memory > alloc.memory - used.memory {
-        out.push(insufficient(
-            Cow::Borrowed(MEMORY),
-            req.memory,
-            used.memory,
-            alloc.memory,
-        ));
+        f(MEMORY, req.memory, used.memory, alloc.memory);
     }
     if req.ephemeral_storage > 0
         && req.ephemeral_storage > alloc.ephemeral_storage - used.ephemeral_storage
     {
-        out.push(insufficient(
-            Cow::Borrowed(EPHEMERAL_STORAGE),
+        f(
+            EPHEMERAL_STORAGE,
             req.ephemeral_storage,
             used.ephemeral_storage,
             alloc.ephemeral_storage,
-        ));
+        );
     }
     for (name, v) in &req.scalar {
         let (cap, u) = (alloc.scalar(name), used.scalar(name));
         if *v > 0 && *v > cap - u {
-            out.push(insufficient(Cow::Owned(name.to_string()), *v, u, cap));
+            f(name, *v, u, cap);
         }
     }
-    out
 }
 
 /// Whether one of the pod's host ports clashes with a port in use on the node.

@@ -33,8 +33,6 @@
 //! `least_allocated` is called; the gathering (non-zero sums, skipped
 //! zero-allocatable resources, weights) stays shared.
 
-use std::borrow::Cow;
-
 use flotilla_shared::fit;
 use flotilla_shared::framework::{
     ClusterEvent, Code, CycleState, FilterPlugin, MAX_NODE_SCORE, Plugin, ScorePlugin, Status,
@@ -121,17 +119,17 @@ impl Plugin for NodeResourcesFit {
 
 impl FilterPlugin for NodeResourcesFit {
     fn filter(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        // An empty Vec does not allocate, so the fitting case is free.
-        let short = fit::insufficient_resources(pod, node);
-        if short.is_empty() {
+        // An empty Vec does not allocate, so the fitting case is free; the
+        // reason texts are static or interned, so a rejection allocates once.
+        let (reasons, unresolvable) = fit::insufficient_reasons(pod, node);
+        if reasons.is_empty() {
             return Status::success();
         }
-        let code = if short.iter().any(|i| i.unresolvable) {
+        let code = if unresolvable {
             Code::UnschedulableAndUnresolvable
         } else {
             Code::Unschedulable
         };
-        let reasons: Vec<Cow<'static, str>> = short.into_iter().map(|i| i.reason).collect();
         Status {
             code,
             reasons,
