@@ -450,9 +450,9 @@ impl Report {
             );
         }
         if !self.top_unschedulable_reasons.is_empty() {
-            let _ = writeln!(s, "  top reasons for unschedulable pods");
+            let _ = writeln!(s, "  top reasons for unschedulable pods (pods: reason)");
             for r in &self.top_unschedulable_reasons {
-                let _ = writeln!(s, "    {:>6} pods  {}", r.pods, r.reason);
+                let _ = writeln!(s, "    {:>6}: {}", r.pods, r.reason);
             }
         }
         let _ = writeln!(

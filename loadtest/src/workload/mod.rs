@@ -107,9 +107,9 @@ impl OnBadInput {
         match self {
             Self::Fail => Err(err),
             Self::Skip => {
-                let warning = err.to_warning();
-                tracing::warn!(location = %warning.location, "skipped: {}", warning.message);
-                warnings.push(warning);
+                // Callers report warnings (the CLI prints them); no log here,
+                // or each would show twice.
+                warnings.push(err.to_warning());
                 Ok(())
             }
         }
