@@ -362,6 +362,36 @@ impl Coordinator {
             let rv = list.resource_version;
             {
                 let mut inner = self.inner.lock();
+                // A relist (after an expired watch) must also notice what was
+                // deleted while we were not watching.
+                let listed_nodes: HashSet<&str> = list
+                    .nodes
+                    .iter()
+                    .filter_map(|n| n.metadata.name.as_deref())
+                    .collect();
+                let listed_pods: HashSet<&str> = list
+                    .pods
+                    .iter()
+                    .filter_map(|p| p.metadata.uid.as_deref())
+                    .collect();
+                let gone_nodes: Vec<_> = inner
+                    .nodes
+                    .values()
+                    .filter(|n| !listed_nodes.contains(n.name()))
+                    .map(|n| n.spec.node.clone())
+                    .collect();
+                let gone_pods: Vec<_> = inner
+                    .pods
+                    .values()
+                    .filter(|r| !listed_pods.contains(&*r.info.uid))
+                    .map(|r| r.info.pod.clone())
+                    .collect();
+                for p in gone_pods {
+                    Self::apply_locked(&mut inner, WatchEvent::PodDeleted(p));
+                }
+                for n in gone_nodes {
+                    Self::apply_locked(&mut inner, WatchEvent::NodeDeleted(n));
+                }
                 for n in list.nodes {
                     Self::apply_locked(&mut inner, WatchEvent::NodeApplied(n));
                 }

@@ -3,11 +3,13 @@
 //! The default backend, so Flotilla runs on a machine with no cluster.
 //!
 //! Every write bumps one global resourceVersion and appends to an in-memory
-//! history, so a watch from any earlier resourceVersion replays exactly what
-//! it missed. There is no kubelet: bound pods stay `Pending` with
-//! `PodScheduled=True` unless a caller changes their phase.
+//! history of the last [`HISTORY_LIMIT`] changes, so a watch from a recent
+//! resourceVersion replays exactly what it missed; an older one gets
+//! [`ClusterError::Expired`] and must list again (the API server's `410 Gone`
+//! after etcd compaction). There is no kubelet: bound pods stay `Pending`
+//! with `PodScheduled=True` unless a caller changes their phase.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
 use futures::StreamExt as _;
@@ -19,6 +21,9 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use super::{Cluster, ClusterError, ClusterList, PodRef, WatchEvent};
 
+/// Changes kept for watches that resume from an older resourceVersion.
+pub const HISTORY_LIMIT: usize = 100_000;
+
 #[derive(Debug, Default)]
 struct State {
     nodes: BTreeMap<String, Arc<Node>>,
@@ -26,7 +31,7 @@ struct State {
     /// Pod keys in creation order (lists come back in that order).
     pod_order: Vec<(String, String)>,
     resource_version: u64,
-    history: Vec<(u64, WatchEvent)>,
+    history: VecDeque<(u64, WatchEvent)>,
     watchers: Vec<mpsc::UnboundedSender<Result<WatchEvent, ClusterError>>>,
     bind_count: u64,
     status_writes: u64,
@@ -34,7 +39,10 @@ struct State {
 
 impl State {
     fn emit(&mut self, ev: WatchEvent) {
-        self.history.push((self.resource_version, ev.clone()));
+        if self.history.len() == HISTORY_LIMIT {
+            self.history.pop_front();
+        }
+        self.history.push_back((self.resource_version, ev.clone()));
         self.watchers.retain(|w| w.send(Ok(ev.clone())).is_ok());
     }
 
@@ -280,10 +288,19 @@ impl Cluster for EmbeddedCluster {
     fn watch(&self, resource_version: u64) -> BoxStream<'static, Result<WatchEvent, ClusterError>> {
         let (tx, rx) = mpsc::unbounded_channel();
         let mut st = self.state.lock();
+        // Compacted: changes after `resource_version` are no longer all here.
+        let oldest_kept = st
+            .history
+            .front()
+            .map_or(st.resource_version + 1, |(rv, _)| *rv);
+        if resource_version + 1 < oldest_kept && resource_version < st.resource_version {
+            let _ = tx.send(Err(ClusterError::Expired(resource_version)));
+            return UnboundedReceiverStream::new(rx).boxed();
+        }
         let start = st
             .history
             .partition_point(|(rv, _)| *rv <= resource_version);
-        for (_, ev) in &st.history[start..] {
+        for (_, ev) in st.history.range(start..) {
             // The receiver is alive: it is in our hands.
             let _ = tx.send(Ok(ev.clone()));
         }
@@ -378,6 +395,26 @@ mod tests {
             Err(ClusterError::PodNotFound(_))
         ));
         assert_eq!(c.write_counts().0, 1);
+    }
+
+    #[tokio::test]
+    async fn a_watch_from_before_the_kept_history_is_expired() {
+        let c = EmbeddedCluster::new();
+        for i in 0..(HISTORY_LIMIT + 10) {
+            c.apply_node(NodeBuilder::new(&format!("n{}", i % 3)).build())
+                .unwrap();
+        }
+        let mut w = c.watch(5);
+        assert!(matches!(
+            w.next().await,
+            Some(Err(ClusterError::Expired(5)))
+        ));
+        let latest = c.list().await.unwrap().resource_version;
+        let mut w = c.watch(latest - 1);
+        assert!(matches!(
+            w.next().await,
+            Some(Ok(WatchEvent::NodeApplied(_)))
+        ));
     }
 
     #[tokio::test]
