@@ -22,6 +22,11 @@ use flotilla_scheduler::Registry;
 use flotilla_scheduler::worker::{self as sched_worker, WorkerConfig, WorkerStats};
 use flotilla_shared::WorkloadClass;
 
+/// A safety check failed (a node over-committed, a pod bound twice).
+const EXIT_SAFETY: u8 = 3;
+/// `--timeout` passed with pods still pending (or every worker was lost).
+const EXIT_TIMED_OUT: u8 = 4;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "flotilla",
@@ -154,6 +159,10 @@ struct WorkerArgs {
     /// Name in logs and reports (default: <class>-<pid>).
     #[arg(long)]
     name: Option<String>,
+    /// Keep trying to reach the coordinator this many seconds (at start, and
+    /// after the connection breaks) before giving up with an error.
+    #[arg(long, default_value_t = 60)]
+    connect_timeout: u64,
 }
 
 fn load(args: &WorkloadArgs) -> anyhow::Result<Workload> {
@@ -161,6 +170,12 @@ fn load(args: &WorkloadArgs) -> anyhow::Result<Workload> {
         BadInput::Skip => OnBadInput::Skip,
         BadInput::Fail => OnBadInput::Fail,
     };
+    if args.trace != Trace::Openb && (args.nodes.is_some() || args.pods.is_some()) {
+        bail!("--nodes and --pods apply to --trace openb only");
+    }
+    if args.trace != Trace::K8s && args.cluster.is_some() {
+        bail!("--cluster applies to --trace k8s only");
+    }
     let w = match args.trace {
         Trace::Synthetic => synthetic::scheduling_basic(args.synthetic_nodes, args.synthetic_pods),
         Trace::Openb => {
@@ -186,6 +201,19 @@ fn load(args: &WorkloadArgs) -> anyhow::Result<Workload> {
             workload::load_k8s_list(path, on_bad)?
         }
     };
+    let w = w.validate(on_bad)?;
+    if w.nodes.is_empty() && w.pods.is_empty() {
+        bail!(
+            "the workload {:?} has no nodes and no pods: nothing to schedule",
+            w.name
+        );
+    }
+    if w.nodes.is_empty() {
+        eprintln!("warning: the workload has no nodes: every pod will be unschedulable");
+    }
+    if w.pods.is_empty() {
+        eprintln!("warning: the workload has no pods");
+    }
     for warning in w.warnings.iter().take(20) {
         eprintln!("warning: skipped {warning}");
     }
@@ -215,7 +243,14 @@ fn finish(report: &Report, args: &ReportArgs, placements: Option<&std::path::Pat
     let c = &report.checks;
     if c.overcommitted_nodes > 0 || c.bindings_written != c.pods_bound_by_flotilla as u64 {
         eprintln!("error: safety check failed: {c:?}");
-        return ExitCode::from(2);
+        return ExitCode::from(EXIT_SAFETY);
+    }
+    if report.timed_out {
+        eprintln!(
+            "error: timed out with {} pod(s) still pending",
+            report.pending
+        );
+        return ExitCode::from(EXIT_TIMED_OUT);
     }
     ExitCode::SUCCESS
 }
@@ -226,6 +261,11 @@ async fn run_job(
     mut cfg: RunConfig,
 ) -> anyhow::Result<ExitCode> {
     let w = load(workload)?;
+    if let Some(p) = &report_args.placements {
+        // Fail now, not after the run, if the file cannot be written.
+        std::fs::File::create(p)
+            .with_context(|| format!("cannot write placements to {}", p.display()))?;
+    }
     cfg.progress = !report_args.no_progress;
     cfg.timeout = Duration::from_secs(report_args.timeout);
     let placements = report_args.placements.clone();
@@ -247,11 +287,20 @@ async fn worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
     } else {
         format!("http://{}", args.coordinator)
     };
+    let has_port = addr
+        .rsplit_once(':')
+        .is_some_and(|(_, p)| p.trim_end_matches('/').parse::<u16>().is_ok());
+    if !has_port {
+        bail!(
+            "--coordinator {:?}: give host:port, e.g. 127.0.0.1:7070",
+            args.coordinator
+        );
+    }
     let name = args
         .name
         .unwrap_or_else(|| format!("{class}-{}", std::process::id()));
     let mut cfg = WorkerConfig::new(&addr, &name, class);
-    cfg.connect_timeout = Duration::from_secs(60);
+    cfg.connect_timeout = Duration::from_secs(args.connect_timeout);
     let token = CancellationToken::new();
     let t = token.clone();
     tokio::spawn(async move {
@@ -259,18 +308,40 @@ async fn worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
         t.cancel();
     });
     let stats = Arc::new(WorkerStats::default());
-    sched_worker::run(cfg, &Registry::in_tree(), stats.clone(), token).await?;
+    let result = sched_worker::run(cfg, &Registry::in_tree(), stats.clone(), token).await;
+    let counter = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
     eprintln!(
-        "worker {name} done: {} attempts, {} bound, {} conflicts",
-        stats.attempts.load(std::sync::atomic::Ordering::Relaxed),
-        stats.bound.load(std::sync::atomic::Ordering::Relaxed),
-        stats.conflicts.load(std::sync::atomic::Ordering::Relaxed)
+        "worker {name}: {} attempts, {} bound, {} conflicts, {} reconnects",
+        counter(&stats.attempts),
+        counter(&stats.bound),
+        counter(&stats.conflicts),
+        counter(&stats.reconnects)
     );
+    result?;
     Ok(ExitCode::SUCCESS)
 }
 
+/// The error and its causes joined by ": ", skipping a cause whose text the
+/// message before it already contains (many errors quote their source).
+fn error_chain(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
+}
+
 fn main() -> ExitCode {
+    use std::io::IsTerminal as _;
     tracing_subscriber::fmt()
+        .with_ansi(std::io::stderr().is_terminal())
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
@@ -314,7 +385,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", error_chain(&e));
             ExitCode::FAILURE
         }
     }

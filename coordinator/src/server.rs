@@ -75,6 +75,11 @@ pub async fn start(
             closing.close_streams();
         };
         tonic::transport::Server::builder()
+            // Wide HTTP/2 windows: the watch streams carry the whole cluster
+            // and workers send many small proposals (h2 sizes its flood
+            // guard from the connection window).
+            .initial_stream_window_size(4 << 20)
+            .initial_connection_window_size(16 << 20)
             .add_service(svc)
             .serve_with_incoming_shutdown(TcpListenerStream::new(listener), stop)
             .await?;

@@ -126,6 +126,10 @@ pub struct Summary {
     pub workers: Vec<(Arc<str>, WorkloadClass, u64)>,
     /// Pods that could not be read: the error, naming the pod and field.
     pub invalid: Vec<String>,
+    /// Nodes that could not be read: the error, naming the node and field.
+    pub invalid_nodes: Vec<String>,
+    /// Pending pods that name another `schedulerName` (not ours to place).
+    pub other_scheduler: usize,
 }
 
 #[derive(Debug, Default)]
@@ -148,6 +152,10 @@ struct Inner {
     scheduler_names: HashSet<String>,
     /// Pods that could not be read, by `namespace/name`: the error.
     invalid: BTreeMap<String, String>,
+    /// Nodes that could not be read, by name: the error.
+    invalid_nodes: BTreeMap<String, String>,
+    /// Pending pods of other schedulers, by uid.
+    foreign: HashSet<Arc<str>>,
 }
 
 /// The coordinator. Share it as `Arc<Coordinator>`.
@@ -461,8 +469,14 @@ impl Coordinator {
                 let spec = match NodeSpec::from_node(node.clone()) {
                     Ok(s) => Arc::new(s),
                     Err(err) => {
-                        inner.counters.invalid_nodes += 1;
                         warn!(error = %err, "ignoring node that cannot be read");
+                        if inner
+                            .invalid_nodes
+                            .insert(err.node.clone(), err.to_string())
+                            .is_none()
+                        {
+                            inner.counters.invalid_nodes += 1;
+                        }
                         return;
                     }
                 };
@@ -499,6 +513,7 @@ impl Coordinator {
                 let Some(uid) = pod.metadata.uid.as_deref() else {
                     return;
                 };
+                inner.foreign.remove(uid);
                 let Some((uid, _)) = inner.pods.get_key_value(uid) else {
                     return;
                 };
@@ -532,6 +547,7 @@ impl Coordinator {
             }
         };
         let uid = info.uid.clone();
+        inner.foreign.remove(&uid);
         let existing = inner.pods.get(&uid).cloned();
         if info.terminal {
             if let Some(rec) = existing {
@@ -577,6 +593,7 @@ impl Coordinator {
             return;
         }
         if !inner.scheduler_names.contains(&*info.scheduler_name) {
+            inner.foreign.insert(uid);
             return;
         }
         match existing {
@@ -826,6 +843,8 @@ impl Coordinator {
             }
         }
         s.invalid = inner.invalid.values().cloned().collect();
+        s.invalid_nodes = inner.invalid_nodes.values().cloned().collect();
+        s.other_scheduler = inner.foreign.len();
         s.workers = inner
             .workers
             .values()

@@ -76,6 +76,8 @@ pub struct WorkerReport {
     pub busy_seconds: f64,
     /// Seconds spent on decisions the arbiter rejected.
     pub wasted_seconds: f64,
+    /// Whether it ran in this process (otherwise only `pods` is known here).
+    pub in_process: bool,
 }
 
 /// Cluster allocation after the run: requests of bound pods over allocatable.
@@ -119,12 +121,19 @@ pub struct Report {
     pub nodes: usize,
     /// Pods in the workload.
     pub pods: usize,
-    /// Pods bound to a node.
+    /// Pods Flotilla bound to a node.
     pub scheduled: usize,
+    /// Pods that came already bound (`spec.nodeName` set in the input).
+    pub already_bound: usize,
+    /// Pending pods that name another `schedulerName` (left alone).
+    pub other_scheduler: usize,
     /// Pods left `PodScheduled=False` (fit nowhere).
     pub unschedulable: usize,
     /// Pods neither bound nor marked unschedulable (only after a timeout).
     pub pending: usize,
+    /// Nodes the coordinator could not read, with the reason (they take no
+    /// pods).
+    pub invalid_nodes: Vec<String>,
     /// Pods rejected as invalid input (by the cluster or the coordinator),
     /// with the reason.
     pub invalid: Vec<String>,
@@ -265,7 +274,7 @@ pub fn build(i: &Inputs<'_>) -> Report {
             None => pending += 1,
         }
     }
-    let pending = pending.saturating_sub(summary.invalid.len());
+    let pending = pending.saturating_sub(summary.invalid.len() + summary.other_scheduler);
     let mut top: Vec<ReasonCount> = reasons
         .into_iter()
         .map(|(reason, pods)| ReasonCount { reason, pods })
@@ -322,6 +331,7 @@ pub fn build(i: &Inputs<'_>) -> Report {
         .collect();
     lat.sort_by(f64::total_cmp);
     let bound_by_us = lat.len();
+    let already_bound = scheduled.saturating_sub(bound_by_us);
     let last_bind = records.iter().filter_map(|r| r.bound_at).max();
     let sched_secs = last_bind
         .unwrap_or(i.scheduling_done)
@@ -330,7 +340,7 @@ pub fn build(i: &Inputs<'_>) -> Report {
     let mut per_worker = i.worker_reports.clone();
     for (name, class, bound) in &summary.workers {
         match per_worker.iter_mut().find(|w| w.worker == **name) {
-            Some(w) => w.pods = *bound,
+            Some(w) => w.pods += *bound,
             None => per_worker.push(WorkerReport {
                 worker: name.to_string(),
                 class: class.to_string(),
@@ -347,9 +357,12 @@ pub fn build(i: &Inputs<'_>) -> Report {
         workers: i.workers,
         nodes: nodes.len(),
         pods: pods.len() + i.rejected.len(),
-        scheduled,
+        scheduled: bound_by_us,
+        already_bound,
+        other_scheduler: summary.other_scheduler,
         unschedulable,
         pending,
+        invalid_nodes: summary.invalid_nodes.clone(),
         invalid,
         load_warnings: i.warnings.clone(),
         scheduling_seconds: sched_secs,
@@ -412,6 +425,13 @@ impl Report {
             self.pending,
             self.invalid.len()
         );
+        if self.already_bound + self.other_scheduler > 0 {
+            let _ = writeln!(
+                s,
+                "                 {} already bound in the input, {} left to other schedulers",
+                self.already_bound, self.other_scheduler
+            );
+        }
         let _ = writeln!(
             s,
             "  throughput     {:.0} pods/s ({:.2} s scheduling, {:.2} s wall)",
@@ -443,11 +463,19 @@ impl Report {
         );
         let _ = writeln!(s, "  workers");
         for w in &self.pods_per_worker {
-            let _ = writeln!(
-                s,
-                "    {:<10} {:<7} {:>6} pods  {:>6} attempts  {:>5} conflicts  {:>5} fallbacks  busy {:.2} s",
-                w.worker, w.class, w.pods, w.attempts, w.conflicts, w.fallbacks, w.busy_seconds
-            );
+            if w.in_process {
+                let _ = writeln!(
+                    s,
+                    "    {:<12} {:<7} {:>6} pods  {:>6} attempts  {:>5} conflicts  {:>5} fallbacks  busy {:.2} s",
+                    w.worker, w.class, w.pods, w.attempts, w.conflicts, w.fallbacks, w.busy_seconds
+                );
+            } else {
+                let _ = writeln!(
+                    s,
+                    "    {:<12} {:<7} {:>6} pods  (separate process: see its own output)",
+                    w.worker, w.class, w.pods
+                );
+            }
         }
         if !self.top_unschedulable_reasons.is_empty() {
             let _ = writeln!(s, "  top reasons for unschedulable pods (pods: reason)");
@@ -477,8 +505,15 @@ impl Report {
                 self.load_warnings[0]
             );
         }
+        for n in &self.invalid_nodes {
+            let _ = writeln!(s, "  invalid node: {n}");
+        }
         if self.timed_out {
-            let _ = writeln!(s, "  TIMED OUT: pending pods were still being retried");
+            let _ = writeln!(
+                s,
+                "  TIMED OUT (or every worker stopped) with {} pod(s) pending",
+                self.pending
+            );
         }
         s
     }
@@ -492,15 +527,14 @@ impl Report {
 pub fn write_placements(cluster: &EmbeddedCluster, path: &Path) -> std::io::Result<()> {
     let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
     for p in cluster.pods() {
-        let line = serde_json::json!({
-            "pod": format!(
-                "{}/{}",
-                p.metadata.namespace.as_deref().unwrap_or("default"),
-                p.metadata.name.as_deref().unwrap_or_default()
-            ),
-            "node": p.spec.as_ref().and_then(|s| s.node_name.clone()),
-        });
-        writeln!(out, "{line}")?;
+        // Written by hand to keep the documented key order (pod, node).
+        let pod = serde_json::Value::String(format!(
+            "{}/{}",
+            p.metadata.namespace.as_deref().unwrap_or("default"),
+            p.metadata.name.as_deref().unwrap_or_default()
+        ));
+        let node = serde_json::Value::from(p.spec.as_ref().and_then(|s| s.node_name.clone()));
+        writeln!(out, "{{\"pod\":{pod},\"node\":{node}}}")?;
     }
     out.flush()
 }

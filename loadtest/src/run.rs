@@ -150,11 +150,13 @@ pub async fn run_embedded_with_cluster(
         }
     }
     let wait_from = Instant::now();
-    let wait_limit = Duration::from_secs(if cfg.expect_workers > cfg.in_process_workers {
-        300
+    // External workers may take a while to be started: wait up to the run's
+    // timeout for them; in-process ones connect at once.
+    let wait_limit = if cfg.expect_workers > cfg.in_process_workers {
+        cfg.timeout
     } else {
-        30
-    });
+        Duration::from_secs(30)
+    };
     while coordinator.live_workers() < cfg.expect_workers {
         if wait_from.elapsed() > wait_limit {
             token.cancel();
@@ -202,8 +204,16 @@ pub async fn run_embedded_with_cluster(
         ));
         let idle_workers = stats.iter().all(|(_, _, st)| st.is_idle());
         let quiet = s.last_activity.is_none_or(|t| t.elapsed() >= cfg.settle);
-        let all_seen = s.pods_total + invalid >= accepted;
+        let all_seen = s.pods_total + invalid + s.other_scheduler >= accepted;
         if all_seen && s.pending == 0 && s.granting == 0 && idle_workers && quiet {
+            break;
+        }
+        if cfg.in_process_workers > 0
+            && cfg.in_process_workers == cfg.expect_workers
+            && workers.iter().all(tokio::task::JoinHandle::is_finished)
+        {
+            timed_out = true;
+            warn!("every worker stopped; reporting unresolved pods as pending");
             break;
         }
         if Instant::now() > deadline {
@@ -234,6 +244,7 @@ pub async fn run_embedded_with_cluster(
                 .as_secs_f64(),
             wasted_seconds: Duration::from_nanos(st.wasted_nanos.load(Ordering::Relaxed))
                 .as_secs_f64(),
+            in_process: true,
         })
         .collect();
     let report = report::build(&report::Inputs {

@@ -127,6 +127,8 @@ pub struct WorkerStats {
     pub queue: parking_lot::Mutex<QueueLengths>,
     /// Set once the worker registered and replayed the coordinator's view.
     pub ready: std::sync::atomic::AtomicBool,
+    /// Times the stream broke and the worker registered again.
+    pub reconnects: AtomicU64,
 }
 
 impl WorkerStats {
@@ -148,6 +150,10 @@ struct Shared {
     stats: Arc<WorkerStats>,
     tracker: TaskTracker,
     runtime: tokio::runtime::Handle,
+    /// Caps proposals in flight ([`MAX_BINDS_IN_FLIGHT`]).
+    binds: Arc<tokio::sync::Semaphore>,
+    /// Set once the session is ending: failures then are expected, not news.
+    stopping: std::sync::atomic::AtomicBool,
 }
 
 fn pb_ref(p: &PodInfo) -> pb::PodRef {
@@ -213,9 +219,36 @@ async fn connect(cfg: &WorkerConfig) -> Result<CoordinatorClient<Channel>, Worke
     }
 }
 
-/// Runs a worker until `shutdown` fires or the coordinator ends the stream.
-/// On shutdown it stops taking pods, lets in-flight bindings settle, then
-/// returns. `stats` is updated while it runs.
+/// Most bind proposals one worker keeps in flight. Beyond it, binding tasks
+/// wait their turn: an unbounded burst of small requests on one HTTP/2
+/// connection trips h2's flood guard (`ENHANCE_YOUR_CALM`), and a slow
+/// coordinator gains nothing from a deeper backlog.
+pub const MAX_BINDS_IN_FLIGHT: usize = 64;
+
+/// HTTP/2 flow-control windows for the coordinator connection (bytes). The
+/// watch stream carries the whole cluster, so the defaults (64 KiB) would
+/// throttle it.
+pub const STREAM_WINDOW_BYTES: u32 = 4 << 20;
+/// See [`STREAM_WINDOW_BYTES`].
+pub const CONNECTION_WINDOW_BYTES: u32 = 16 << 20;
+
+/// How a session with the coordinator ended.
+enum SessionEnd {
+    /// Our shutdown signal fired.
+    Shutdown,
+    /// The coordinator ended the stream cleanly (it is shutting down).
+    Closed,
+    /// The stream broke (connection lost, coordinator crashed).
+    Failed(tonic::Status),
+}
+
+/// Runs a worker until `shutdown` fires or the coordinator ends the stream
+/// cleanly. If the stream breaks, the worker registers again (a new session:
+/// its pods were re-dispatched by the coordinator, and the replay rebuilds
+/// its cache), giving up with [`WorkerError::Connect`] when the coordinator
+/// stays unreachable for `connect_timeout`. On shutdown it stops taking pods,
+/// lets in-flight bindings settle, then returns. `stats` is updated while it
+/// runs.
 ///
 /// # Errors
 /// See [`WorkerError`].
@@ -225,8 +258,33 @@ pub async fn run(
     stats: Arc<WorkerStats>,
     shutdown: CancellationToken,
 ) -> Result<(), WorkerError> {
-    let framework = Framework::new(&cfg.profile, registry)?;
-    let mut client = connect(&cfg).await?;
+    loop {
+        let framework = Framework::new(&cfg.profile, registry)?;
+        let end = session(&cfg, framework, stats.clone(), shutdown.clone()).await;
+        // This session's queue is gone (its pods are the coordinator's again).
+        *stats.queue.lock() = QueueLengths::default();
+        stats.ready.store(false, Ordering::Release);
+        match end? {
+            SessionEnd::Shutdown | SessionEnd::Closed => return Ok(()),
+            SessionEnd::Failed(status) => {
+                warn!(worker = %cfg.name, %status, "coordinator stream broke; registering again");
+                stats.reconnects.fetch_add(1, Ordering::Relaxed);
+                tokio::select! {
+                    () = shutdown.cancelled() => return Ok(()),
+                    () = tokio::time::sleep(Duration::from_millis(500)) => {}
+                }
+            }
+        }
+    }
+}
+
+async fn session(
+    cfg: &WorkerConfig,
+    framework: Framework,
+    stats: Arc<WorkerStats>,
+    shutdown: CancellationToken,
+) -> Result<SessionEnd, WorkerError> {
+    let mut client = connect(cfg).await?;
     let class = match cfg.class {
         WorkloadClass::Online => pb::WorkloadClass::Online,
         WorkloadClass::Batch => pb::WorkloadClass::Batch,
@@ -264,26 +322,25 @@ pub async fn run(
         stats,
         tracker: TaskTracker::new(),
         runtime: tokio::runtime::Handle::current(),
+        binds: Arc::new(tokio::sync::Semaphore::new(MAX_BINDS_IN_FLIGHT)),
+        stopping: std::sync::atomic::AtomicBool::new(false),
     });
 
     let stop = shutdown.child_token();
     let mut scheduler_thread = None;
     let housekeeping = tokio::spawn(housekeeping(shared.clone(), stop.clone()));
-    loop {
+    let end = loop {
         let msg = tokio::select! {
-            () = stop.cancelled() => break,
+            () = stop.cancelled() => break SessionEnd::Shutdown,
             m = stream.next() => m,
         };
         let event = match msg {
             Some(Ok(pb::WatchEvent { event: Some(e) })) => e,
             Some(Ok(_)) => continue,
-            Some(Err(status)) => {
-                warn!(worker = %cfg.name, %status, "coordinator stream failed");
-                break;
-            }
+            Some(Err(status)) => break SessionEnd::Failed(status),
             None => {
                 info!(worker = %cfg.name, "coordinator closed the stream");
-                break;
+                break SessionEnd::Closed;
             }
         };
         if let pb::watch_event::Event::Synced(_) = event {
@@ -301,9 +358,10 @@ pub async fn run(
             continue;
         }
         apply_event(&shared, event);
-    }
+    };
 
     // Stop intake, let the cycle in progress finish, let bindings settle.
+    shared.stopping.store(true, Ordering::Release);
     stop.cancel();
     shared.queue.close();
     if let Some(t) = scheduler_thread {
@@ -312,8 +370,7 @@ pub async fn run(
     shared.tracker.close();
     let _ = tokio::time::timeout(Duration::from_secs(10), shared.tracker.wait()).await;
     let _ = housekeeping.await;
-    *shared.stats.queue.lock() = shared.queue.lengths();
-    Ok(())
+    Ok(end)
 }
 
 fn apply_event(s: &Shared, event: pb::watch_event::Event) {
@@ -466,6 +523,8 @@ fn schedule_one(s: &Arc<Shared>, worker: &str, snapshot: &mut Snapshot, qp: Queu
 
 /// The binding cycle for one assumed pod.
 async fn bind(s: Arc<Shared>, pod: Arc<PodInfo>, node: Arc<str>, cycle: Duration) {
+    // The semaphore is never closed, so acquiring only waits.
+    let _permit = s.binds.clone().acquire_owned().await;
     let mut client = s.client.clone();
     let req = pb::BindProposal {
         worker_id: s.id.clone(),
@@ -495,7 +554,11 @@ async fn bind(s: Arc<Shared>, pod: Arc<PodInfo>, node: Arc<str>, cycle: Duration
                 debug!(pod = %pod.key, %node, %reason, "bind conflict; re-queueing with backoff");
                 s.stats.conflicts.fetch_add(1, Ordering::Relaxed);
             } else {
-                warn!(pod = %pod.key, %node, %reason, "binding failed; re-queueing with backoff");
+                if s.stopping.load(Ordering::Acquire) {
+                    debug!(pod = %pod.key, %node, %reason, "binding failed during shutdown");
+                } else {
+                    warn!(pod = %pod.key, %node, %reason, "binding failed; re-queueing with backoff");
+                }
                 s.stats.errors.fetch_add(1, Ordering::Relaxed);
             }
             s.stats

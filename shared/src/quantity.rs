@@ -23,6 +23,10 @@ pub enum QuantityError {
     /// The value does not fit in a signed 64-bit integer in the requested unit.
     #[error("quantity {0:?} is out of range")]
     Overflow(String),
+    /// A negative amount where only non-negative ones make sense (requests,
+    /// capacities).
+    #[error("quantity {0:?} must not be negative")]
+    Negative(String),
 }
 
 /// A parsed quantity: `mantissa * 10^exp10 * 2^exp2`, exact.

@@ -75,6 +75,10 @@ impl Resources {
                 field: format!("{field}.{name}"),
                 source,
             };
+            // The API server rejects negative requests and capacities.
+            if q.0.trim_start().starts_with('-') {
+                return Err(err(QuantityError::Negative(q.0.clone())));
+            }
             match name.as_str() {
                 CPU => r.milli_cpu = quantity::milli_value(&q.0).map_err(err)?,
                 MEMORY => r.memory = quantity::value(&q.0).map_err(err)?,
@@ -402,6 +406,14 @@ mod tests {
         let e = pod_requests(&spec).unwrap_err();
         assert_eq!(e.field, "spec.containers[1].resources.requests.cpu");
         assert!(e.to_string().contains("invalid quantity \"x\""));
+    }
+
+    #[test]
+    fn negative_quantities_are_rejected_with_the_field() {
+        let list = BTreeMap::from([(CPU.to_owned(), Quantity("-4".into()))]);
+        let e = Resources::from_list(&list, "status.allocatable").unwrap_err();
+        assert_eq!(e.field, "status.allocatable.cpu");
+        assert!(e.to_string().contains("must not be negative"), "{e}");
     }
 
     #[test]

@@ -70,6 +70,52 @@ pub const DEFAULT_SCHEDULER_NAME: &str = "default-scheduler";
 /// Container image given to generated pods (never pulled by the scheduler).
 pub const PAUSE_IMAGE: &str = "registry.k8s.io/pause:3.10";
 
+impl Workload {
+    /// Reads every node and pod the way the scheduler will
+    /// (`NodeSpec::from_node`, `PodInfo::from_pod`), so input that parses as
+    /// Kubernetes but cannot be scheduled (a quantity out of range or
+    /// negative, an unknown selector operator, a bad workload-class label) is
+    /// caught before the run: with [`OnBadInput::Fail`] it is the error, with
+    /// [`OnBadInput::Skip`] the object is dropped with a warning.
+    ///
+    /// # Errors
+    /// [`LoadError::Invalid`] for the first bad object under `Fail`.
+    pub fn validate(mut self, on_bad: OnBadInput) -> Result<Self> {
+        use std::sync::Arc;
+        let mut warnings = std::mem::take(&mut self.warnings);
+        let mut nodes = Vec::with_capacity(self.nodes.len());
+        for n in self.nodes {
+            match flotilla_shared::NodeSpec::from_node(Arc::new(n.clone())) {
+                Ok(_) => nodes.push(n),
+                Err(e) => on_bad.handle(
+                    LoadError::Invalid {
+                        object: format!("node {}", e.node),
+                        message: e.message,
+                    },
+                    &mut warnings,
+                )?,
+            }
+        }
+        let mut pods = Vec::with_capacity(self.pods.len());
+        for p in self.pods {
+            match flotilla_shared::PodInfo::from_pod(Arc::new(p.clone())) {
+                Ok(_) => pods.push(p),
+                Err(e) => on_bad.handle(
+                    LoadError::Invalid {
+                        object: format!("pod {}", e.pod),
+                        message: e.message,
+                    },
+                    &mut warnings,
+                )?,
+            }
+        }
+        self.nodes = nodes;
+        self.pods = pods;
+        self.warnings = warnings;
+        Ok(self)
+    }
+}
+
 /// Result type of the workload loaders.
 pub type Result<T, E = LoadError> = std::result::Result<T, E>;
 
@@ -266,6 +312,17 @@ pub enum LoadError {
         value: String,
     },
 
+    /// A Node or Pod is well-formed Kubernetes but not schedulable input
+    /// (out-of-range or negative quantity, bad selector operator, bad
+    /// workload-class label): the scheduler's own reading of it failed.
+    #[error("{object}: {message}")]
+    Invalid {
+        /// `node <name>` or `pod <namespace>/<name>`.
+        object: String,
+        /// Field path and problem.
+        message: String,
+    },
+
     /// A Node or Pod has the same (namespace and) name as an earlier one.
     #[error("{file}: {item}: duplicate object (first as item {first_item})")]
     DuplicateObject {
@@ -282,6 +339,7 @@ impl LoadError {
     /// Splits the error into a location and a message, for a [`LoadWarning`].
     pub(crate) fn to_warning(&self) -> LoadWarning {
         let (location, message) = match self {
+            Self::Invalid { object, message } => (object.clone(), message.clone()),
             Self::Io { path, source } => (path.display().to_string(), source.to_string()),
             Self::CsvHeader { file, .. } => (format!("{file} line 1"), self.to_string()),
             Self::CsvRecord {
@@ -486,6 +544,57 @@ pub(crate) mod testutil {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn with_bad_pod_and_node() -> Workload {
+        let mut w = synthetic::scheduling_basic(3, 4);
+        // Parses as Kubernetes, but 2^70 millicores is beyond any scheduler.
+        w.pods[1].spec.as_mut().expect("spec").containers[0]
+            .resources
+            .as_mut()
+            .expect("resources")
+            .requests
+            .as_mut()
+            .expect("requests")
+            .insert("cpu".into(), Quantity("99999999999999999999999".into()));
+        w.nodes[2]
+            .status
+            .as_mut()
+            .expect("status")
+            .allocatable
+            .as_mut()
+            .expect("allocatable")
+            .insert("cpu".into(), Quantity("-4".into()));
+        w
+    }
+
+    #[test]
+    fn validate_fails_on_the_first_unschedulable_object_in_fail_mode() {
+        let e = with_bad_pod_and_node()
+            .validate(OnBadInput::Fail)
+            .expect_err("negative node cpu");
+        assert_eq!(
+            e.to_string(),
+            "node node-00002: status.allocatable.cpu: quantity \"-4\" must not be negative"
+        );
+    }
+
+    #[test]
+    fn validate_skips_and_warns_in_skip_mode() {
+        let w = with_bad_pod_and_node()
+            .validate(OnBadInput::Skip)
+            .expect("skip mode");
+        assert_eq!((w.nodes.len(), w.pods.len()), (2, 3));
+        let msgs: Vec<String> = w.warnings.iter().map(ToString::to_string).collect();
+        assert_eq!(msgs.len(), 2, "{msgs:?}");
+        assert!(
+            msgs[0].starts_with("node node-00002: status.allocatable.cpu"),
+            "{msgs:?}"
+        );
+        assert!(
+            msgs[1].starts_with("pod default/pod-00001: spec.containers[0].resources.requests.cpu"),
+            "{msgs:?}"
+        );
+    }
 
     #[test]
     fn deterministic_uid_is_stable_and_uuid_shaped() {
