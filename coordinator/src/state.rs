@@ -274,6 +274,12 @@ impl Inner {
 
     fn repartition(&mut self) {
         self.partition_dirty = false;
+        // One partition per pool (online, batch): the pools overlap, so the
+        // arbiter settles cross-pool conflicts. Measured on openb with 4
+        // workers: one partition over all workers cut conflicts from ~11 %
+        // to ~8 % of proposals, but each worker then searched a quarter of
+        // the cluster first and packed worse (220-250 pods left
+        // unschedulable instead of 115-125).
         let mut pools: BTreeMap<WorkloadClass, Vec<WorkerId>> = BTreeMap::new();
         for (id, w) in &self.workers {
             if w.tx.is_some() {
