@@ -533,6 +533,7 @@ async fn bind(s: Arc<Shared>, pod: Arc<PodInfo>, node: Arc<str>, cycle: Duration
     };
     let res = client.propose_bind(req).await;
     let now = Instant::now();
+    let rpc_failed = res.is_err();
     let (outcome, reason) = match res {
         Ok(r) => {
             let d = r.into_inner();
@@ -554,7 +555,9 @@ async fn bind(s: Arc<Shared>, pod: Arc<PodInfo>, node: Arc<str>, cycle: Duration
                 debug!(pod = %pod.key, %node, %reason, "bind conflict; re-queueing with backoff");
                 s.stats.conflicts.fetch_add(1, Ordering::Relaxed);
             } else {
-                if s.stopping.load(Ordering::Acquire) {
+                // A failed call means the connection is going: the broken
+                // stream is reported once; one warning per pod would flood.
+                if rpc_failed || s.stopping.load(Ordering::Acquire) {
                     debug!(pod = %pod.key, %node, %reason, "binding failed during shutdown");
                 } else {
                     warn!(pod = %pod.key, %node, %reason, "binding failed; re-queueing with backoff");
