@@ -6,6 +6,7 @@ mod arbitration;
 mod bind_failures;
 mod dispatch;
 mod real_workers;
+mod relist;
 mod shutdown;
 
 use std::future::Future;
