@@ -150,6 +150,8 @@ struct Inner {
     orphans: Orphans,
     /// `spec.schedulerName`s this coordinator serves.
     scheduler_names: HashSet<String>,
+    /// Set by `close_streams`: workers leaving now is expected.
+    closing: bool,
     /// Pods that could not be read, by `namespace/name`: the error.
     invalid: BTreeMap<String, String>,
     /// Nodes that could not be read, by name: the error.
@@ -692,7 +694,11 @@ impl Coordinator {
         let Some(w) = inner.workers.remove(&id) else {
             return;
         };
-        info!(worker = id, name = %w.name, pods = w.assigned.len(), "worker left; re-dispatching its pods");
+        if inner.closing {
+            info!(worker = id, name = %w.name, "worker stream closed at shutdown");
+        } else {
+            warn!(worker = id, name = %w.name, pods = w.assigned.len(), "worker left; re-dispatching its pods");
+        }
         inner.departed.push((w.name.clone(), w.class, w.bound));
         inner.epoch += 1;
         inner.repartition();
@@ -892,6 +898,7 @@ impl Coordinator {
     /// stop, so the gRPC server's graceful shutdown does not wait on them.
     pub fn close_streams(&self) {
         let mut inner = self.inner.lock();
+        inner.closing = true;
         for w in inner.workers.values_mut() {
             w.tx = None;
         }

@@ -139,7 +139,8 @@ pub struct Report {
     pub invalid: Vec<String>,
     /// Rows/objects skipped while loading the workload.
     pub load_warnings: Vec<String>,
-    /// Seconds from first pod submitted to the run settling.
+    /// Seconds from the first pod submitted to the last pod resolved (its
+    /// Binding, or the last attempt that found it unschedulable).
     pub scheduling_seconds: f64,
     /// Seconds for the whole run, setup included.
     pub wall_seconds: f64,
@@ -149,8 +150,8 @@ pub struct Report {
     pub latency_ms: Latency,
     /// Bind arbitration.
     pub conflicts: Conflicts,
-    /// Scheduling cycles per pod; `null` when the workers ran as separate
-    /// processes (each prints its own counters when it stops).
+    /// Scheduling cycles per pod Flotilla had to place; `null` when the
+    /// workers ran as separate processes (each prints its own counters).
     pub attempts_per_pod: Option<f64>,
     /// Most common FitError reasons among unschedulable pods.
     pub top_unschedulable_reasons: Vec<ReasonCount>,
@@ -332,8 +333,14 @@ pub fn build(i: &Inputs<'_>) -> Report {
     lat.sort_by(f64::total_cmp);
     let bound_by_us = lat.len();
     let already_bound = scheduled.saturating_sub(bound_by_us);
+    // Until the last pod was resolved: its Binding, or the last attempt that
+    // found a pod unschedulable (so unschedulable work is not left out).
     let last_bind = records.iter().filter_map(|r| r.bound_at).max();
-    let sched_secs = last_bind
+    let resolved_at = match (last_bind, summary.last_activity) {
+        (Some(b), Some(a)) => Some(b.max(a)),
+        (b, a) => b.or(a),
+    };
+    let sched_secs = resolved_at
         .unwrap_or(i.scheduling_done)
         .saturating_duration_since(i.submitted)
         .as_secs_f64();
@@ -387,8 +394,11 @@ pub fn build(i: &Inputs<'_>) -> Report {
                 c.conflicts as f64 / c.proposals as f64
             },
         },
-        attempts_per_pod: (!i.worker_reports.is_empty() && !pods.is_empty())
-            .then(|| attempts as f64 / pods.len() as f64),
+        attempts_per_pod: {
+            // Pods Flotilla had to place (not pre-bound, not another scheduler's).
+            let ours = bound_by_us + unschedulable + pending;
+            (!i.worker_reports.is_empty() && ours > 0).then(|| attempts as f64 / ours as f64)
+        },
         top_unschedulable_reasons: top,
         pods_per_worker: per_worker,
         allocation: Allocation {
@@ -437,11 +447,15 @@ impl Report {
             "  throughput     {:.0} pods/s ({:.2} s scheduling, {:.2} s wall)",
             self.pods_per_second, self.scheduling_seconds, self.wall_seconds
         );
-        let _ = writeln!(
-            s,
-            "  latency        p50 {:.1} ms, p90 {:.1} ms, p99 {:.1} ms, max {:.1} ms (queue add to bind)",
-            self.latency_ms.p50, self.latency_ms.p90, self.latency_ms.p99, self.latency_ms.max
-        );
+        if self.scheduled > 0 {
+            let _ = writeln!(
+                s,
+                "  latency        p50 {:.1} ms, p90 {:.1} ms, p99 {:.1} ms, max {:.1} ms (queue add to bind)",
+                self.latency_ms.p50, self.latency_ms.p90, self.latency_ms.p99, self.latency_ms.max
+            );
+        } else {
+            let _ = writeln!(s, "  latency        n/a (no pod bound)");
+        }
         let attempts = self
             .attempts_per_pod
             .map_or_else(|| "n/a".to_owned(), |a| format!("{a:.2}"));

@@ -127,7 +127,8 @@ pub struct WorkerStats {
     pub queue: parking_lot::Mutex<QueueLengths>,
     /// Set once the worker registered and replayed the coordinator's view.
     pub ready: std::sync::atomic::AtomicBool,
-    /// Times the stream broke and the worker registered again.
+    /// Times the coordinator stream broke (each followed by an attempt to
+    /// register again, which may fail and end the worker).
     pub reconnects: AtomicU64,
 }
 
