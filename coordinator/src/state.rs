@@ -99,10 +99,6 @@ pub struct Counters {
     pub bind_errors: u64,
     /// Unschedulable reports received.
     pub unschedulable_reports: u64,
-    /// Pods that could not be read (bad input).
-    pub invalid_pods: u64,
-    /// Nodes that could not be read (bad input).
-    pub invalid_nodes: u64,
 }
 
 /// A consistent summary of the coordinator's view.
@@ -478,13 +474,9 @@ impl Coordinator {
                     Ok(s) => Arc::new(s),
                     Err(err) => {
                         warn!(error = %err, "ignoring node that cannot be read");
-                        if inner
+                        inner
                             .invalid_nodes
-                            .insert(err.node.clone(), err.to_string())
-                            .is_none()
-                        {
-                            inner.counters.invalid_nodes += 1;
-                        }
+                            .insert(err.node.clone(), err.to_string());
                         return;
                     }
                 };
@@ -544,13 +536,7 @@ impl Coordinator {
             Ok(i) => Arc::new(i),
             Err(err) => {
                 warn!(error = %err, "pod cannot be read; it will not be scheduled");
-                if inner
-                    .invalid
-                    .insert(err.pod.clone(), err.to_string())
-                    .is_none()
-                {
-                    inner.counters.invalid_pods += 1;
-                }
+                inner.invalid.insert(err.pod.clone(), err.to_string());
                 return;
             }
         };

@@ -195,7 +195,7 @@ pub async fn run_embedded_with_cluster(
     loop {
         tokio::time::sleep(Duration::from_millis(100)).await;
         let s = coordinator.summary();
-        let invalid = usize::try_from(s.counters.invalid_pods).unwrap_or(usize::MAX);
+        let invalid = s.invalid.len();
         let resolved = s.bound + s.unschedulable;
         bar.set_position((resolved + invalid + rejected.len()) as u64);
         bar.set_message(format!(

@@ -301,12 +301,6 @@ impl NodeCache {
         self.inner.lock().pods.get(uid).map(|s| s.node.clone())
     }
 
-    /// Number of nodes.
-    #[must_use]
-    pub fn node_count(&self) -> usize {
-        self.inner.lock().nodes.len()
-    }
-
     /// A copy of one node's info (for tests and inspection).
     #[must_use]
     pub fn node(&self, name: &str) -> Option<Arc<NodeInfo>> {
