@@ -12,7 +12,8 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::node_info::NodeSpec;
+use crate::framework::SharedLister;
+use crate::node_info::{NodeInfo, NodeSpec};
 use crate::pod_info::PodInfo;
 
 /// Builds a Ready `Node` with capacity = allocatable.
@@ -334,5 +335,40 @@ fn requirement(key: &str, op: &str, values: &[&str]) -> NodeSelectorRequirement 
         key: key.into(),
         operator: op.into(),
         values: (!values.is_empty()).then(|| values.iter().map(|s| (*s).to_owned()).collect()),
+    }
+}
+
+/// A [`SharedLister`] over a plain list of nodes and namespace labels, for
+/// plugin tests.
+#[derive(Debug, Default, Clone)]
+pub struct FakeLister {
+    /// The nodes, in the order `nodes()` returns them.
+    pub nodes: Vec<Arc<NodeInfo>>,
+    /// Namespace name → labels.
+    pub namespaces: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+impl FakeLister {
+    /// A lister over `nodes`.
+    #[must_use]
+    pub fn new(nodes: Vec<NodeInfo>) -> Self {
+        FakeLister {
+            nodes: nodes.into_iter().map(Arc::new).collect(),
+            namespaces: BTreeMap::new(),
+        }
+    }
+}
+
+impl SharedLister for FakeLister {
+    fn nodes(&self) -> &[Arc<NodeInfo>] {
+        &self.nodes
+    }
+
+    fn get(&self, name: &str) -> Option<&Arc<NodeInfo>> {
+        self.nodes.iter().find(|n| n.name() == name)
+    }
+
+    fn namespace_labels(&self, namespace: &str) -> Option<&BTreeMap<String, String>> {
+        self.namespaces.get(namespace)
     }
 }

@@ -80,6 +80,9 @@ struct Inner {
     recency: BTreeMap<u64, Arc<str>>,
     /// Bumped when the node set or the partition changes: snapshots re-order.
     layout_generation: u64,
+    /// Namespace name → labels (for `namespaceSelector`), copied into
+    /// snapshots as one Arc when it changes.
+    namespaces: Arc<HashMap<String, BTreeMap<String, String>>>,
 }
 
 impl Inner {
@@ -171,6 +174,22 @@ impl NodeCache {
             inner.orphans.park_all(&info);
             inner.generation += 1;
             inner.layout_generation += 1;
+        }
+    }
+
+    /// Records a Namespace's labels (add or update).
+    pub fn upsert_namespace(&self, name: &str, labels: BTreeMap<String, String>) {
+        let mut inner = self.inner.lock();
+        if inner.namespaces.get(name) != Some(&labels) {
+            Arc::make_mut(&mut inner.namespaces).insert(name.to_owned(), labels);
+        }
+    }
+
+    /// Forgets a deleted Namespace.
+    pub fn remove_namespace(&self, name: &str) {
+        let mut inner = self.inner.lock();
+        if inner.namespaces.contains_key(name) {
+            Arc::make_mut(&mut inner.namespaces).remove(name);
         }
     }
 
@@ -314,6 +333,9 @@ impl NodeCache {
     /// copies.
     pub fn update_snapshot(&self, snap: &mut Snapshot) {
         let inner = self.inner.lock();
+        if !Arc::ptr_eq(&snap.namespaces, &inner.namespaces) {
+            snap.namespaces = inner.namespaces.clone();
+        }
         if snap.layout_generation != inner.layout_generation {
             snap.rebuild(&inner.nodes, &inner.partition, inner.generation);
             snap.layout_generation = inner.layout_generation;

@@ -1,9 +1,10 @@
 //! The scheduling cycle's private, consistent view of the cache.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use flotilla_shared::NodeInfo;
+use flotilla_shared::framework::SharedLister;
 
 /// All nodes as of the last [`super::NodeCache::update_snapshot`], the worker's
 /// partition first: `nodes()[..partition_len()]` are the nodes this worker
@@ -17,6 +18,8 @@ pub struct Snapshot {
     pub generation: u64,
     /// Cache layout (node set, partition) this snapshot reflects; 0 = none.
     pub layout_generation: u64,
+    /// Namespace name → labels.
+    pub(super) namespaces: Arc<HashMap<String, BTreeMap<String, String>>>,
 }
 
 impl Snapshot {
@@ -88,5 +91,19 @@ impl Snapshot {
     #[must_use]
     pub fn get(&self, name: &str) -> Option<&Arc<NodeInfo>> {
         self.index.get(name).map(|&i| &self.nodes[i])
+    }
+}
+
+impl SharedLister for Snapshot {
+    fn nodes(&self) -> &[Arc<NodeInfo>] {
+        &self.nodes
+    }
+
+    fn get(&self, name: &str) -> Option<&Arc<NodeInfo>> {
+        Snapshot::get(self, name)
+    }
+
+    fn namespace_labels(&self, namespace: &str) -> Option<&BTreeMap<String, String>> {
+        self.namespaces.get(namespace)
     }
 }

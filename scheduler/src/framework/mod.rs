@@ -6,6 +6,8 @@ pub mod profile;
 pub mod registry;
 pub mod runtime;
 
-pub use profile::{PluginRef, Profile, num_feasible_nodes_to_find};
+pub use profile::{
+    PluginRef, PluginSet, Plugins, Profile, default_multi_point, num_feasible_nodes_to_find,
+};
 pub use registry::{PluginFactory, PluginHandle, Registry, RegistryError};
-pub use runtime::{Framework, ScheduleError, ScheduleResult};
+pub use runtime::{CycleDetail, Framework, NodeScores, ScheduleError, ScheduleResult};

@@ -1,28 +1,61 @@
-//! Scheduling profiles: which plugins run, in which order, with which score
-//! weights (the in-process form of a `KubeSchedulerConfiguration` profile).
+//! Scheduling profiles: the in-process form of one `KubeSchedulerConfiguration`
+//! profile after defaulting (`plugins` per extension point plus `multiPoint`,
+//! `pluginConfig`, `percentageOfNodesToScore`). [`super::Framework::new`]
+//! expands `multiPoint` the way upstream's framework runtime does.
+
+use std::collections::BTreeMap;
+
+use flotilla_shared::WorkloadClass;
+use flotilla_shared::framework::ExtensionPoint;
 
 use crate::plugins::names;
 
-/// One enabled plugin.
+/// One plugin named in a plugin set.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PluginRef {
     /// Registry name.
     pub name: String,
-    /// Score weight (ignored for plugins without a Score side). Must be ≥ 1.
+    /// Score weight; 0 means "unset" and counts as 1 (upstream). Ignored for
+    /// plugins without a Score side.
     pub weight: i64,
-    /// `pluginConfig` args, if any.
-    pub args: Option<serde_json::Value>,
 }
 
 impl PluginRef {
-    /// A plugin with weight 1 and no args.
+    /// A plugin with a weight.
     #[must_use]
     pub fn new(name: &str, weight: i64) -> Self {
         PluginRef {
             name: name.to_owned(),
             weight,
-            args: None,
         }
+    }
+}
+
+/// `enabled` / `disabled` of one extension point (upstream `PluginSet`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PluginSet {
+    /// Enabled plugins, in run order.
+    pub enabled: Vec<PluginRef>,
+    /// Disabled plugin names; `"*"` disables every default (and, at a
+    /// specific point, every `multiPoint` plugin at that point).
+    pub disabled: Vec<String>,
+}
+
+/// A profile's plugins: `multiPoint` plus per-point sets.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plugins {
+    /// Enabled at every extension point each plugin implements.
+    pub multi_point: PluginSet,
+    /// Per-point sets (`queueSort`, `preFilter`, `filter`, `preScore`,
+    /// `score`, `bind`, ...). A missing point is an empty set.
+    pub points: BTreeMap<ExtensionPoint, PluginSet>,
+}
+
+impl Plugins {
+    /// The set of `point` (empty when absent).
+    #[must_use]
+    pub fn point(&self, point: ExtensionPoint) -> PluginSet {
+        self.points.get(&point).cloned().unwrap_or_default()
     }
 }
 
@@ -30,35 +63,83 @@ impl PluginRef {
 pub const DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE: u32 = 0;
 
 /// A profile.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Profile {
     /// `schedulerName` pods select the profile with.
     pub scheduler_name: String,
-    /// Enabled plugins in run order (each runs at every extension point it
-    /// implements).
-    pub plugins: Vec<PluginRef>,
+    /// Enabled/disabled plugins after merging with the defaults.
+    pub plugins: Plugins,
+    /// `pluginConfig`: plugin name → args (JSON; `apiVersion`/`kind`
+    /// stripped). Plugins without an entry get their default args.
+    pub plugin_config: BTreeMap<String, serde_json::Value>,
     /// Share of nodes (1..=100) to find feasible before scoring; 0 = adaptive
     /// (upstream: `max(5, 50 - nodes/125)` %, at least 100 nodes).
     pub percentage_of_nodes_to_score: u32,
+    /// Flotilla extension: the workload class every pod of this profile is
+    /// dispatched as (`None`: classify each pod by label / owner / QoS).
+    pub workload_class: Option<WorkloadClass>,
+}
+
+/// Upstream's default `multiPoint` plugins (`getDefaultPlugins`, 1.35), in
+/// upstream order, restricted to the plugins Flotilla implements, with
+/// upstream's score weights. Volume plugins, `DefaultPreemption` and
+/// `SchedulingGates` are not in it yet (see [`names::NOT_IMPLEMENTED`]).
+#[must_use]
+pub fn default_multi_point() -> Vec<PluginRef> {
+    [
+        (names::PRIORITY_SORT, 0),
+        (names::NODE_UNSCHEDULABLE, 0),
+        (names::NODE_NAME, 0),
+        (names::TAINT_TOLERATION, 3),
+        (names::NODE_AFFINITY, 2),
+        (names::NODE_PORTS, 0),
+        (names::NODE_RESOURCES_FIT, 1),
+        (names::NODE_RESOURCES_BALANCED_ALLOCATION, 1),
+        (names::DEFAULT_BINDER, 0),
+    ]
+    .into_iter()
+    .map(|(n, w)| PluginRef::new(n, w))
+    .collect()
 }
 
 impl Default for Profile {
-    /// Upstream's default profile for the plugins Flotilla implements, with
-    /// upstream's score weights: TaintToleration 3, NodeAffinity 2,
-    /// NodeResourcesFit 1, NodeResourcesBalancedAllocation 1.
+    /// Upstream's `default-scheduler` profile for the plugins Flotilla
+    /// implements ([`default_multi_point`]).
     fn default() -> Self {
         Profile {
             scheduler_name: flotilla_shared::pod_info::DEFAULT_SCHEDULER_NAME.to_owned(),
-            plugins: vec![
-                PluginRef::new(names::NODE_UNSCHEDULABLE, 1),
-                PluginRef::new(names::NODE_NAME, 1),
-                PluginRef::new(names::TAINT_TOLERATION, 3),
-                PluginRef::new(names::NODE_AFFINITY, 2),
-                PluginRef::new(names::NODE_PORTS, 1),
-                PluginRef::new(names::NODE_RESOURCES_FIT, 1),
-                PluginRef::new(names::NODE_RESOURCES_BALANCED_ALLOCATION, 1),
-            ],
+            plugins: Plugins {
+                multi_point: PluginSet {
+                    enabled: default_multi_point(),
+                    disabled: Vec::new(),
+                },
+                points: BTreeMap::new(),
+            },
+            plugin_config: BTreeMap::new(),
             percentage_of_nodes_to_score: DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE,
+            workload_class: None,
+        }
+    }
+}
+
+impl Profile {
+    /// A profile running exactly `plugins` at every point each implements
+    /// (as `multiPoint`), plus `PrioritySort` and `DefaultBinder`; handy in
+    /// tests.
+    #[must_use]
+    pub fn only(plugins: &[(&str, i64)]) -> Self {
+        let mut enabled = vec![PluginRef::new(names::PRIORITY_SORT, 0)];
+        enabled.extend(plugins.iter().map(|(n, w)| PluginRef::new(n, *w)));
+        enabled.push(PluginRef::new(names::DEFAULT_BINDER, 0));
+        Profile {
+            plugins: Plugins {
+                multi_point: PluginSet {
+                    enabled,
+                    disabled: Vec::new(),
+                },
+                points: BTreeMap::new(),
+            },
+            ..Profile::default()
         }
     }
 }

@@ -4,12 +4,20 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use flotilla_shared::framework::{FilterPlugin, Plugin, PreFilterPlugin, ScorePlugin};
+use flotilla_shared::framework::{
+    ExtensionPoint, FilterPlugin, Plugin, PreFilterPlugin, PreScorePlugin, ScorePlugin,
+};
 
 use crate::plugins::{
-    names, node_affinity::NodeAffinity, node_name::NodeName, node_ports::NodePorts,
+    default_binder::{self, DefaultBinder},
+    names,
+    node_affinity::NodeAffinity,
+    node_name::NodeName,
+    node_ports::NodePorts,
     node_resources_balanced_allocation::NodeResourcesBalancedAllocation,
-    node_resources_fit::NodeResourcesFit, node_unschedulable::NodeUnschedulable,
+    node_resources_fit::NodeResourcesFit,
+    node_unschedulable::NodeUnschedulable,
+    priority_sort::{self, PrioritySort},
     taint_toleration::TaintToleration,
 };
 
@@ -22,8 +30,15 @@ pub struct PluginHandle {
     pub pre_filter: Option<Arc<dyn PreFilterPlugin>>,
     /// Its Filter side, if any.
     pub filter: Option<Arc<dyn FilterPlugin>>,
+    /// Its PreScore side, if any.
+    pub pre_score: Option<Arc<dyn PreScorePlugin>>,
     /// Its Score side, if any.
     pub score: Option<Arc<dyn ScorePlugin>>,
+    /// Extension points the plugin stands for that run outside the cycle
+    /// runner: `QueueSort` (the queue), `Bind` (the coordinator writes the
+    /// Binding), `PostFilter`, `PreEnqueue`, ... Listed so configs naming
+    /// the plugin at those points are accepted and validated.
+    pub other_points: &'static [ExtensionPoint],
 }
 
 impl std::fmt::Debug for PluginHandle {
@@ -32,7 +47,9 @@ impl std::fmt::Debug for PluginHandle {
             .field("name", &self.plugin.name())
             .field("pre_filter", &self.pre_filter.is_some())
             .field("filter", &self.filter.is_some())
+            .field("pre_score", &self.pre_score.is_some())
             .field("score", &self.score.is_some())
+            .field("other_points", &self.other_points)
             .finish()
     }
 }
@@ -46,8 +63,36 @@ impl PluginHandle {
             plugin: p,
             pre_filter: None,
             filter: None,
+            pre_score: None,
             score: None,
+            other_points: &[],
         }
+    }
+
+    /// Whether the plugin implements `point`.
+    #[must_use]
+    pub fn implements(&self, point: ExtensionPoint) -> bool {
+        match point {
+            ExtensionPoint::PreFilter => self.pre_filter.is_some(),
+            ExtensionPoint::Filter => self.filter.is_some(),
+            ExtensionPoint::PreScore => self.pre_score.is_some(),
+            ExtensionPoint::Score => self.score.is_some(),
+            other => self.other_points.contains(&other),
+        }
+    }
+
+    /// Declares extension points served outside the cycle runner.
+    #[must_use]
+    pub fn other_points(mut self, points: &'static [ExtensionPoint]) -> Self {
+        self.other_points = points;
+        self
+    }
+
+    /// Adds the PreScore side.
+    #[must_use]
+    pub fn pre_score(mut self, p: Arc<dyn PreScorePlugin>) -> Self {
+        self.pre_score = Some(p);
+        self
     }
 
     /// Adds the PreFilter side.
@@ -108,6 +153,15 @@ pub enum RegistryError {
         /// What is wrong with the args.
         message: String,
     },
+    /// The profile's plugin sets do not make a valid framework (a plugin at
+    /// a point it does not implement, a duplicate, no QueueSort or Bind).
+    #[error("profile {profile:?}: {message}")]
+    Profile {
+        /// `schedulerName`.
+        profile: String,
+        /// Upstream-style message.
+        message: String,
+    },
 }
 
 impl Registry {
@@ -118,6 +172,20 @@ impl Registry {
         let add = |r: &mut Registry, name, f: PluginFactory| {
             r.register(name, f).expect("in-tree names are unique");
         };
+        add(
+            &mut r,
+            names::PRIORITY_SORT,
+            Arc::new(|_| {
+                Ok(PluginHandle::new(Arc::new(PrioritySort)).other_points(priority_sort::POINTS))
+            }),
+        );
+        add(
+            &mut r,
+            names::DEFAULT_BINDER,
+            Arc::new(|_| {
+                Ok(PluginHandle::new(Arc::new(DefaultBinder)).other_points(default_binder::POINTS))
+            }),
+        );
         add(
             &mut r,
             names::NODE_UNSCHEDULABLE,

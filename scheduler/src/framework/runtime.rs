@@ -2,7 +2,7 @@
 //! PreFilter → Filter (parallel, stops once enough feasible nodes are found)
 //! → Score → NormalizeScore → weight → pick the best (ties at random).
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -10,13 +10,13 @@ use rand::RngExt as _;
 use rayon::prelude::*;
 
 use flotilla_shared::framework::{
-    ClusterEvent, Code, CycleState, Diagnosis, FilterPlugin, FitError, PreFilterPlugin,
-    REASON_FILTERED_BY_PREFILTER, ScorePlugin, Status,
+    ClusterEvent, Code, CycleState, Diagnosis, ExtensionPoint, FilterPlugin, FitError,
+    PreFilterPlugin, PreScorePlugin, REASON_FILTERED_BY_PREFILTER, ScorePlugin, Status,
 };
 use flotilla_shared::{NodeInfo, PodInfo};
 
 use super::profile::{Profile, num_feasible_nodes_to_find};
-use super::registry::{Registry, RegistryError};
+use super::registry::{PluginHandle, Registry, RegistryError};
 use crate::cache::Snapshot;
 
 /// Filter runs on the calling thread for the first this-many candidates;
@@ -68,7 +68,11 @@ pub struct Framework {
     profile_name: String,
     pre_filters: Vec<Arc<dyn PreFilterPlugin>>,
     filters: Vec<Arc<dyn FilterPlugin>>,
+    pre_scores: Vec<Arc<dyn PreScorePlugin>>,
     scores: Vec<(Arc<dyn ScorePlugin>, i64)>,
+    /// Names enabled per extension point, in run order (for `explain` and
+    /// config tests).
+    enabled: BTreeMap<ExtensionPoint, Vec<&'static str>>,
     percentage_of_nodes_to_score: u32,
     interest: HashMap<ClusterEvent, HashSet<&'static str>>,
     /// Rotates where the Filter search starts, so every node gets examined
@@ -80,20 +84,9 @@ impl std::fmt::Debug for Framework {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Framework")
             .field("profile", &self.profile_name)
+            .field("enabled", &self.enabled)
             .field(
-                "pre_filters",
-                &self
-                    .pre_filters
-                    .iter()
-                    .map(|p| p.name())
-                    .collect::<Vec<_>>(),
-            )
-            .field(
-                "filters",
-                &self.filters.iter().map(|p| p.name()).collect::<Vec<_>>(),
-            )
-            .field(
-                "scores",
+                "score_weights",
                 &self
                     .scores
                     .iter()
@@ -112,43 +105,220 @@ enum NodeOutcome {
     Rejected(Status),
 }
 
+/// One scored node in a [`CycleDetail`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeScores {
+    /// Node name.
+    pub node: Arc<str>,
+    /// Each Score plugin's normalized score (0..=100) before weighting, in
+    /// run order.
+    pub plugin_scores: Vec<(&'static str, i64)>,
+    /// Weighted sum.
+    pub total: i64,
+}
+
+/// What one cycle saw, for `simulate` / `explain`: every node Filter
+/// rejected with its status, and every node scored. Nodes the search never
+/// reached (`percentageOfNodesToScore`) appear in neither.
+#[derive(Debug, Clone, Default)]
+pub struct CycleDetail {
+    /// Rejected nodes with the first rejecting plugin's status (PreFilter
+    /// rejections: every node, with that plugin's status).
+    pub rejected: Vec<(Arc<str>, Status)>,
+    /// Scored (feasible) nodes. Unlike a normal cycle, a single feasible node
+    /// is scored too, so its plugin scores can be shown.
+    pub scored: Vec<NodeScores>,
+}
+
+/// Ordered set that remembers insertion order.
+#[derive(Default)]
+struct Ordered(Vec<String>);
+
+impl Ordered {
+    fn has(&self, n: &str) -> bool {
+        self.0.iter().any(|x| x == n)
+    }
+}
+
 impl Framework {
-    /// Instantiates `profile`'s plugins from `registry`.
+    /// Instantiates `profile`'s plugins from `registry`: every plugin named at
+    /// any point (or `multiPoint`) is built once with its `pluginConfig`
+    /// args, then `multiPoint` is expanded as upstream's framework does
+    /// (`expandMultiPointPlugins`): at each point, plugins explicitly enabled
+    /// there that also appear in `multiPoint` come first (explicit settings
+    /// win), then the other `multiPoint` plugins that implement the point and
+    /// are not disabled there, then the remaining explicit ones; a point
+    /// with `disabled: ["*"]` gets no `multiPoint` plugins. Score weights:
+    /// the `score` entry's weight wins over `multiPoint`'s; 0 counts as 1.
     ///
     /// # Errors
-    /// An unknown plugin, bad args, or a score weight below 1.
+    /// An unknown plugin, bad args, a plugin enabled at a point it does not
+    /// implement, a plugin enabled twice at one point, a negative weight,
+    /// no QueueSort plugin or more than one, or no Bind plugin (upstream's
+    /// `NewFramework` errors).
     pub fn new(profile: &Profile, registry: &Registry) -> Result<Self, RegistryError> {
+        let perr = |message: String| RegistryError::Profile {
+            profile: profile.scheduler_name.clone(),
+            message,
+        };
+        // Build every plugin named anywhere, once.
+        let mut handles: BTreeMap<String, PluginHandle> = BTreeMap::new();
+        let named = profile.plugins.multi_point.enabled.iter().chain(
+            profile
+                .plugins
+                .points
+                .values()
+                .flat_map(|s| s.enabled.iter()),
+        );
+        for r in named {
+            if !handles.contains_key(&r.name) {
+                let h = registry.build(&r.name, profile.plugin_config.get(&r.name))?;
+                handles.insert(r.name.clone(), h);
+            }
+        }
+
+        let mut enabled: BTreeMap<ExtensionPoint, Vec<&'static str>> = BTreeMap::new();
+        for point in ExtensionPoint::ALL {
+            let set = profile.plugins.point(point);
+            let mut explicit = Ordered::default();
+            for r in &set.enabled {
+                let h = &handles[&r.name];
+                if !h.implements(point) {
+                    return Err(perr(format!(
+                        "plugin {:?} does not extend {} plugin",
+                        r.name,
+                        point.config_name()
+                    )));
+                }
+                if explicit.has(&r.name) {
+                    return Err(perr(format!(
+                        "plugin {:?} already registered as {}",
+                        r.name,
+                        point.config_name()
+                    )));
+                }
+                explicit.0.push(r.name.clone());
+            }
+            let disabled: HashSet<&str> = set.disabled.iter().map(String::as_str).collect();
+            let mut overrides = Ordered::default();
+            let mut multi = Ordered::default();
+            if !disabled.contains("*") {
+                for r in &profile.plugins.multi_point.enabled {
+                    if !handles[&r.name].implements(point) || disabled.contains(r.name.as_str()) {
+                        continue;
+                    }
+                    if explicit.has(&r.name) {
+                        overrides.0.push(r.name.clone());
+                        continue;
+                    }
+                    if multi.has(&r.name) {
+                        return Err(perr(format!(
+                            "plugin {:?} already registered as {}",
+                            r.name,
+                            point.config_name()
+                        )));
+                    }
+                    multi.0.push(r.name.clone());
+                }
+            }
+            let order: Vec<&String> = overrides
+                .0
+                .iter()
+                .chain(multi.0.iter())
+                .chain(explicit.0.iter().filter(|n| !overrides.has(n)))
+                .collect();
+            let names: Vec<&'static str> =
+                order.iter().map(|n| handles[*n].plugin.name()).collect();
+            enabled.insert(point, names);
+        }
+        match enabled[&ExtensionPoint::QueueSort].len() {
+            1 => {}
+            0 => return Err(perr("no queue sort plugin is enabled".into())),
+            _ => return Err(perr("only one queue sort plugin can be enabled".into())),
+        }
+        if enabled[&ExtensionPoint::Bind].is_empty() {
+            return Err(perr("at least one bind plugin is needed".into()));
+        }
+
+        // Weights: `score` entries first, then multiPoint; first one wins.
+        let mut weights: HashMap<&str, i64> = HashMap::new();
+        let score_set = profile.plugins.point(ExtensionPoint::Score);
+        for r in score_set
+            .enabled
+            .iter()
+            .chain(profile.plugins.multi_point.enabled.iter())
+        {
+            if r.weight < 0 {
+                return Err(perr(format!(
+                    "score plugin {:?} weight {} must not be negative",
+                    r.name, r.weight
+                )));
+            }
+            if handles[&r.name].score.is_some() && !weights.contains_key(r.name.as_str()) {
+                weights.insert(handles[&r.name].plugin.name(), r.weight.max(1));
+            }
+        }
+
+        let by_name: HashMap<&'static str, &PluginHandle> =
+            handles.values().map(|h| (h.plugin.name(), h)).collect();
         let mut fw = Framework {
             profile_name: profile.scheduler_name.clone(),
             pre_filters: Vec::new(),
             filters: Vec::new(),
+            pre_scores: Vec::new(),
             scores: Vec::new(),
+            enabled: BTreeMap::new(),
             percentage_of_nodes_to_score: profile.percentage_of_nodes_to_score,
             interest: HashMap::new(),
             next_start: AtomicUsize::new(0),
         };
-        for r in &profile.plugins {
-            let h = registry.build(&r.name, r.args.as_ref())?;
-            for ev in h.plugin.events_to_register() {
-                fw.interest.entry(*ev).or_default().insert(h.plugin.name());
-            }
-            if let Some(p) = h.pre_filter {
-                fw.pre_filters.push(p);
-            }
-            if let Some(p) = h.filter {
-                fw.filters.push(p);
-            }
-            if let Some(p) = h.score {
-                if r.weight < 1 {
-                    return Err(RegistryError::Args {
-                        name: r.name.clone(),
-                        message: format!("score weight {} must be at least 1", r.weight),
-                    });
+        for (point, names) in &enabled {
+            for name in names {
+                let h = by_name[name];
+                match point {
+                    ExtensionPoint::PreFilter => fw.pre_filters.extend(h.pre_filter.clone()),
+                    ExtensionPoint::Filter => {
+                        fw.filters.extend(h.filter.clone());
+                        // Only plugins that can reject decide requeueing.
+                        for ev in h.plugin.events_to_register() {
+                            fw.interest.entry(*ev).or_default().insert(name);
+                        }
+                    }
+                    ExtensionPoint::PreScore => fw.pre_scores.extend(h.pre_score.clone()),
+                    ExtensionPoint::Score => {
+                        if let Some(p) = h.score.clone() {
+                            fw.scores.push((p, weights.get(name).copied().unwrap_or(1)));
+                        }
+                    }
+                    _ => {}
                 }
-                fw.scores.push((p, r.weight));
             }
         }
+        for p in &fw.pre_filters {
+            for ev in p.events_to_register() {
+                fw.interest.entry(*ev).or_default().insert(p.name());
+            }
+        }
+        fw.enabled = enabled;
         Ok(fw)
+    }
+
+    /// Plugin names enabled at `point`, in run order.
+    #[must_use]
+    pub fn enabled_at(&self, point: ExtensionPoint) -> &[&'static str] {
+        self.enabled.get(&point).map_or(&[], Vec::as_slice)
+    }
+
+    /// Score plugins with their effective weights, in run order.
+    #[must_use]
+    pub fn score_weights(&self) -> Vec<(&'static str, i64)> {
+        self.scores.iter().map(|(p, w)| (p.name(), *w)).collect()
+    }
+
+    /// `percentageOfNodesToScore` of this profile (0 = adaptive).
+    #[must_use]
+    pub fn percentage_of_nodes_to_score(&self) -> u32 {
+        self.percentage_of_nodes_to_score
     }
 
     /// The profile's scheduler name.
@@ -163,8 +333,13 @@ impl Framework {
         self.interest.clone()
     }
 
-    fn run_filters(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> NodeOutcome {
-        for f in &self.filters {
+    fn run_filters(
+        filters: &[&Arc<dyn FilterPlugin>],
+        state: &CycleState,
+        pod: &PodInfo,
+        node: &NodeInfo,
+    ) -> NodeOutcome {
+        for f in filters {
             let st = f.filter(state, pod, node);
             if !st.is_success() {
                 return NodeOutcome::Rejected(st.with_plugin(f.name()));
@@ -185,12 +360,39 @@ impl Framework {
         pod: &PodInfo,
         snap: &Snapshot,
     ) -> Result<ScheduleResult, ScheduleError> {
+        self.run_cycle(pod, snap, None)
+    }
+
+    /// [`Framework::schedule`], also reporting every node's filter status and
+    /// every plugin's score ([`CycleDetail`]) for `simulate` / `explain`.
+    /// The choice is made exactly as in `schedule`.
+    ///
+    /// # Errors
+    /// As [`Framework::schedule`].
+    pub fn schedule_detailed(
+        &self,
+        pod: &PodInfo,
+        snap: &Snapshot,
+    ) -> (Result<ScheduleResult, ScheduleError>, CycleDetail) {
+        let mut detail = CycleDetail::default();
+        let r = self.run_cycle(pod, snap, Some(&mut detail));
+        (r, detail)
+    }
+
+    fn run_cycle(
+        &self,
+        pod: &PodInfo,
+        snap: &Snapshot,
+        mut detail: Option<&mut CycleDetail>,
+    ) -> Result<ScheduleResult, ScheduleError> {
         let mut state = CycleState::default();
         let mut allowed: Option<HashSet<Arc<str>>> = None;
+        let mut skipped_filters: Vec<&'static str> = Vec::new();
         for p in &self.pre_filters {
-            let (res, st) = p.pre_filter(&mut state, pod);
+            let (res, st) = p.pre_filter(&mut state, pod, snap);
             match st.code {
-                Code::Success | Code::Skip => {}
+                Code::Success => {}
+                Code::Skip => skipped_filters.push(p.name()),
                 Code::Error => {
                     return Err(ScheduleError::Internal {
                         plugin: p.name(),
@@ -198,6 +400,14 @@ impl Framework {
                     });
                 }
                 Code::Unschedulable | Code::UnschedulableAndUnresolvable => {
+                    if let Some(d) = detail.as_deref_mut() {
+                        let st = st.clone().with_plugin(p.name());
+                        d.rejected = snap
+                            .nodes()
+                            .iter()
+                            .map(|n| (n.spec.name.clone(), st.clone()))
+                            .collect();
+                    }
                     return Err(ScheduleError::Unschedulable(Box::new(FitError {
                         pod: pod.key.clone(),
                         num_all_nodes: snap.len(),
@@ -217,6 +427,12 @@ impl Framework {
             }
         }
 
+        let filters: Vec<&Arc<dyn FilterPlugin>> = self
+            .filters
+            .iter()
+            .filter(|f| !skipped_filters.contains(&f.name()))
+            .collect();
+        let filters = filters.as_slice();
         let nodes = snap.nodes();
         let total = nodes.len();
         let limit = num_feasible_nodes_to_find(self.percentage_of_nodes_to_score, total);
@@ -224,7 +440,18 @@ impl Framework {
             Some(names) => {
                 let mut cands: Vec<usize> = names.iter().filter_map(|n| snap.index_of(n)).collect();
                 cands.sort_unstable();
-                self.filter_phase(&state, pod, nodes, cands.len(), limit, |i| cands[i])
+                if let Some(d) = detail.as_deref_mut() {
+                    let st = Status::unresolvable(REASON_FILTERED_BY_PREFILTER);
+                    d.rejected.extend(
+                        nodes
+                            .iter()
+                            .filter(|n| !names.contains(&n.spec.name))
+                            .map(|n| (n.spec.name.clone(), st.clone())),
+                    );
+                }
+                Self::filter_phase(filters, &state, pod, nodes, cands.len(), limit, |i| {
+                    cands[i]
+                })
             }
             None => {
                 // The partition first (rotating start); only if nothing there
@@ -232,14 +459,16 @@ impl Framework {
                 let p = snap.partition_len();
                 let start = self.next_start.load(Ordering::Relaxed);
                 let (feasible, mut rejected) = if p > 0 {
-                    self.filter_phase(&state, pod, nodes, p, limit, |i| (start + i) % p)
+                    Self::filter_phase(filters, &state, pod, nodes, p, limit, |i| (start + i) % p)
                 } else {
                     (Vec::new(), Vec::new())
                 };
                 if feasible.is_empty() && total > p {
                     let rest = total - p;
-                    let (f, r) = self
-                        .filter_phase(&state, pod, nodes, rest, limit, |i| p + (start + i) % rest);
+                    let (f, r) =
+                        Self::filter_phase(filters, &state, pod, nodes, rest, limit, |i| {
+                            p + (start + i) % rest
+                        });
                     rejected.extend(r);
                     (f, rejected)
                 } else {
@@ -252,6 +481,13 @@ impl Framework {
         let evaluated = feasible.len().min(limit) + rejected.len();
         if allowed.is_none() && !nodes.is_empty() {
             self.next_start.fetch_add(evaluated, Ordering::Relaxed);
+        }
+        if let Some(d) = detail.as_deref_mut() {
+            d.rejected.extend(
+                rejected
+                    .iter()
+                    .map(|(i, st)| (nodes[*i].spec.name.clone(), st.clone())),
+            );
         }
         if let Some(st) = rejected.iter().find(|(_, st)| st.code == Code::Error) {
             return Err(ScheduleError::Internal {
@@ -281,10 +517,10 @@ impl Framework {
         }
         feasible.truncate(limit);
 
-        let (best, score) = if feasible.len() == 1 {
+        let (best, score) = if feasible.len() == 1 && detail.is_none() {
             (feasible[0], 0)
         } else {
-            self.score_and_select(&state, pod, nodes, &feasible)?
+            self.score_and_select(&mut state, pod, snap, &feasible, detail)?
         };
         Ok(ScheduleResult {
             node: nodes[best].spec.name.clone(),
@@ -299,7 +535,7 @@ impl Framework {
     /// stopping once `limit` feasible nodes are found: the first
     /// [`SEQUENTIAL_FILTER_PREFIX`] on this thread, the rest in parallel.
     fn filter_phase(
-        &self,
+        filters: &[&Arc<dyn FilterPlugin>],
         state: &CycleState,
         pod: &PodInfo,
         nodes: &[Arc<NodeInfo>],
@@ -316,7 +552,7 @@ impl Framework {
                     break;
                 }
                 let idx = index_of(i);
-                match self.run_filters(state, pod, &nodes[idx]) {
+                match Self::run_filters(filters, state, pod, &nodes[idx]) {
                     NodeOutcome::Feasible => {
                         found.fetch_add(1, Ordering::Relaxed);
                         feasible.push(idx);
@@ -347,13 +583,38 @@ impl Framework {
 
     fn score_and_select(
         &self,
-        state: &CycleState,
+        state: &mut CycleState,
         pod: &PodInfo,
-        nodes: &[Arc<NodeInfo>],
+        snap: &Snapshot,
         feasible: &[usize],
+        detail: Option<&mut CycleDetail>,
     ) -> Result<(usize, i64), ScheduleError> {
+        let nodes = snap.nodes();
+        let mut skipped_scores: Vec<&'static str> = Vec::new();
+        if !self.pre_scores.is_empty() {
+            let feasible_nodes: Vec<Arc<NodeInfo>> =
+                feasible.iter().map(|&i| nodes[i].clone()).collect();
+            for p in &self.pre_scores {
+                let st = p.pre_score(state, pod, &feasible_nodes, snap);
+                match st.code {
+                    Code::Success => {}
+                    Code::Skip => skipped_scores.push(p.name()),
+                    _ => {
+                        return Err(ScheduleError::Internal {
+                            plugin: p.name(),
+                            message: st.message(),
+                        });
+                    }
+                }
+            }
+        }
+        let state = &*state;
         let mut totals = vec![0i64; feasible.len()];
+        let mut per_plugin: Vec<(&'static str, Vec<i64>)> = Vec::new();
         for (plugin, weight) in &self.scores {
+            if skipped_scores.contains(&plugin.name()) {
+                continue;
+            }
             let raw: Result<Vec<i64>, Status> = if feasible.len() < PARALLEL_SCORE_MIN_NODES {
                 feasible
                     .iter()
@@ -373,6 +634,20 @@ impl Framework {
             for (t, s) in totals.iter_mut().zip(&scores) {
                 *t += s * weight;
             }
+            if detail.is_some() {
+                per_plugin.push((plugin.name(), scores));
+            }
+        }
+        if let Some(d) = detail {
+            d.scored = feasible
+                .iter()
+                .enumerate()
+                .map(|(k, &i)| NodeScores {
+                    node: nodes[i].spec.name.clone(),
+                    plugin_scores: per_plugin.iter().map(|(n, v)| (*n, v[k])).collect(),
+                    total: totals[k],
+                })
+                .collect();
         }
         // Highest total; ties broken uniformly at random (reservoir sampling).
         let mut best = 0usize;

@@ -17,6 +17,7 @@
 //! The framework multiplies each plugin's normalized score (0..=100) by its
 //! weight ([`DEFAULT_SCORE_WEIGHTS`], upstream `default_plugins.go`) and sums.
 
+pub mod default_binder;
 pub mod names;
 pub mod node_affinity;
 pub mod node_name;
@@ -24,14 +25,17 @@ pub mod node_ports;
 pub mod node_resources_balanced_allocation;
 pub mod node_resources_fit;
 pub mod node_unschedulable;
+pub mod priority_sort;
 pub mod taint_toleration;
 
+pub use default_binder::DefaultBinder;
 pub use node_affinity::NodeAffinity;
 pub use node_name::NodeName;
 pub use node_ports::NodePorts;
 pub use node_resources_balanced_allocation::NodeResourcesBalancedAllocation;
 pub use node_resources_fit::NodeResourcesFit;
 pub use node_unschedulable::NodeUnschedulable;
+pub use priority_sort::PrioritySort;
 pub use taint_toleration::TaintToleration;
 
 /// Upstream default Score weights of the in-tree score plugins

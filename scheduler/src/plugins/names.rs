@@ -14,3 +14,31 @@ pub const NODE_PORTS: &str = "NodePorts";
 pub const NODE_RESOURCES_FIT: &str = "NodeResourcesFit";
 /// `NodeResourcesBalancedAllocation`.
 pub const NODE_RESOURCES_BALANCED_ALLOCATION: &str = "NodeResourcesBalancedAllocation";
+/// `PrioritySort` (QueueSort; the queue's order).
+pub const PRIORITY_SORT: &str = "PrioritySort";
+/// `DefaultBinder` (Bind; the coordinator writes the Binding).
+pub const DEFAULT_BINDER: &str = "DefaultBinder";
+/// `PodTopologySpread`.
+pub const POD_TOPOLOGY_SPREAD: &str = "PodTopologySpread";
+/// `InterPodAffinity`.
+pub const INTER_POD_AFFINITY: &str = "InterPodAffinity";
+/// `ImageLocality`.
+pub const IMAGE_LOCALITY: &str = "ImageLocality";
+/// `DefaultPreemption` (PostFilter).
+pub const DEFAULT_PREEMPTION: &str = "DefaultPreemption";
+/// `SchedulingGates` (PreEnqueue).
+pub const SCHEDULING_GATES: &str = "SchedulingGates";
+
+/// Upstream default plugins Flotilla does not implement (yet): configs may
+/// name them; they are ignored with a warning. Volume plugins are out of
+/// scope: pods with volumes are placed without volume constraints.
+pub const NOT_IMPLEMENTED: &[&str] = &[
+    "VolumeRestrictions",
+    "NodeVolumeLimits",
+    "VolumeBinding",
+    "VolumeZone",
+    "DynamicResources",
+    "NodeDeclaredFeatures",
+    DEFAULT_PREEMPTION,
+    SCHEDULING_GATES,
+];

@@ -28,7 +28,7 @@ use std::sync::Arc;
 
 use flotilla_shared::framework::{
     ClusterEvent, Code, CycleState, FilterPlugin, MAX_NODE_SCORE, Plugin, PreFilterPlugin,
-    PreFilterResult, ScorePlugin, Status, default_normalize_score,
+    PreFilterResult, ScorePlugin, SharedLister, Status, default_normalize_score,
 };
 use flotilla_shared::selector::{FIELD_METADATA_NAME, Operator, Term};
 use flotilla_shared::{NodeInfo, PodInfo};
@@ -101,7 +101,12 @@ impl Plugin for NodeAffinity {
 }
 
 impl PreFilterPlugin for NodeAffinity {
-    fn pre_filter(&self, _state: &mut CycleState, pod: &PodInfo) -> (PreFilterResult, Status) {
+    fn pre_filter(
+        &self,
+        _state: &mut CycleState,
+        pod: &PodInfo,
+        _cluster: &dyn SharedLister,
+    ) -> (PreFilterResult, Status) {
         let Some(required) = &pod.required_affinity else {
             let status = if pod.node_selector.is_empty() {
                 Status::skip()
@@ -218,7 +223,11 @@ mod tests {
     }
 
     fn pre_filter(pod: &PodInfo) -> (PreFilterResult, Status) {
-        NodeAffinity::new().pre_filter(&mut CycleState::default(), pod)
+        NodeAffinity::new().pre_filter(
+            &mut CycleState::default(),
+            pod,
+            &flotilla_shared::testing::FakeLister::default(),
+        )
     }
 
     fn names(r: &PreFilterResult) -> Vec<String> {

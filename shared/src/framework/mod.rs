@@ -7,7 +7,10 @@
 //!    ([`PreFilterResult`]).
 //! 2. **Filter** ([`FilterPlugin`]): is this node feasible? Called for many
 //!    nodes in parallel, so it is `&self` and must not do I/O.
-//! 3. **Score** ([`ScorePlugin`]): rank each feasible node, then
+//! 3. **PreScore** ([`PreScorePlugin`]): once per pod, over the feasible
+//!    nodes; pre-computes what Score reads. `Skip` turns off the same
+//!    plugin's Score for this pod.
+//! 4. **Score** ([`ScorePlugin`]): rank each feasible node, then
 //!    `normalize_score` brings the plugin's scores into
 //!    [`MIN_NODE_SCORE`]..=[`MAX_NODE_SCORE`]; the framework multiplies by the
 //!    plugin's weight and sums.
@@ -22,7 +25,7 @@ mod cycle_state;
 mod fit_error;
 mod status;
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 pub use cycle_state::CycleState;
@@ -55,6 +58,87 @@ pub enum ClusterEvent {
     AssignedPodDeleted,
 }
 
+/// The extension points of the scheduling framework, as named in
+/// `KubeSchedulerConfiguration` (`plugins.<point>`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ExtensionPoint {
+    /// `preEnqueue`: may keep a pod out of activeQ (scheduling gates).
+    PreEnqueue,
+    /// `queueSort`: orders activeQ; exactly one per scheduler.
+    QueueSort,
+    /// `preFilter`.
+    PreFilter,
+    /// `filter`.
+    Filter,
+    /// `postFilter`: runs when no node fits (preemption).
+    PostFilter,
+    /// `preScore`.
+    PreScore,
+    /// `score`.
+    Score,
+    /// `reserve`.
+    Reserve,
+    /// `permit`.
+    Permit,
+    /// `preBind`.
+    PreBind,
+    /// `bind`: at least one per profile.
+    Bind,
+    /// `postBind`.
+    PostBind,
+}
+
+impl ExtensionPoint {
+    /// Every point, in cycle order.
+    pub const ALL: [ExtensionPoint; 12] = [
+        ExtensionPoint::PreEnqueue,
+        ExtensionPoint::QueueSort,
+        ExtensionPoint::PreFilter,
+        ExtensionPoint::Filter,
+        ExtensionPoint::PostFilter,
+        ExtensionPoint::PreScore,
+        ExtensionPoint::Score,
+        ExtensionPoint::Reserve,
+        ExtensionPoint::Permit,
+        ExtensionPoint::PreBind,
+        ExtensionPoint::Bind,
+        ExtensionPoint::PostBind,
+    ];
+
+    /// The config field name, e.g. `"preFilter"`.
+    #[must_use]
+    pub const fn config_name(self) -> &'static str {
+        match self {
+            ExtensionPoint::PreEnqueue => "preEnqueue",
+            ExtensionPoint::QueueSort => "queueSort",
+            ExtensionPoint::PreFilter => "preFilter",
+            ExtensionPoint::Filter => "filter",
+            ExtensionPoint::PostFilter => "postFilter",
+            ExtensionPoint::PreScore => "preScore",
+            ExtensionPoint::Score => "score",
+            ExtensionPoint::Reserve => "reserve",
+            ExtensionPoint::Permit => "permit",
+            ExtensionPoint::PreBind => "preBind",
+            ExtensionPoint::Bind => "bind",
+            ExtensionPoint::PostBind => "postBind",
+        }
+    }
+}
+
+/// What PreFilter and PreScore may read besides the pod: the whole cycle
+/// snapshot (upstream's `SharedLister`). Plugins that count pods across the
+/// cluster (PodTopologySpread, InterPodAffinity) use it; per-node plugins
+/// need only the `NodeInfo` Filter/Score are given.
+pub trait SharedLister: Sync {
+    /// Every node in the snapshot (order is the snapshot's, stable within a cycle).
+    fn nodes(&self) -> &[Arc<NodeInfo>];
+    /// A node by name.
+    fn get(&self, name: &str) -> Option<&Arc<NodeInfo>>;
+    /// `metadata.labels` of a Namespace, when the snapshot knows it (for
+    /// `namespaceSelector`). `None`: namespace unknown.
+    fn namespace_labels(&self, namespace: &str) -> Option<&BTreeMap<String, String>>;
+}
+
 /// Common to every plugin.
 pub trait Plugin: Send + Sync {
     /// The registry name, e.g. `"NodeResourcesFit"`.
@@ -81,8 +165,14 @@ pub struct PreFilterResult {
 /// PreFilter: once per pod per cycle.
 pub trait PreFilterPlugin: Plugin {
     /// Inspect the pod, store pre-computed state, optionally narrow the node
-    /// set. A rejecting status rejects the pod on every node.
-    fn pre_filter(&self, state: &mut CycleState, pod: &PodInfo) -> (PreFilterResult, Status);
+    /// set. A rejecting status rejects the pod on every node; `Skip` means
+    /// this plugin's Filter is not run for this pod (upstream).
+    fn pre_filter(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        cluster: &dyn SharedLister,
+    ) -> (PreFilterResult, Status);
 }
 
 /// Filter: is `node` feasible for `pod`? Success, `Unschedulable` (preemption
@@ -90,6 +180,20 @@ pub trait PreFilterPlugin: Plugin {
 pub trait FilterPlugin: Plugin {
     /// Decide feasibility. Called concurrently for many nodes.
     fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status;
+}
+
+/// PreScore: once per pod, after Filter, over the feasible nodes that will be
+/// scored. `Skip` turns off this plugin's Score for this pod; `Error` aborts
+/// the cycle.
+pub trait PreScorePlugin: Plugin {
+    /// Pre-compute what Score reads.
+    fn pre_score(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        feasible: &[Arc<NodeInfo>],
+        cluster: &dyn SharedLister,
+    ) -> Status;
 }
 
 /// Score: rank a feasible node. Raw scores may use any non-negative range if

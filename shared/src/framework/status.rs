@@ -16,8 +16,8 @@ pub enum Code {
     /// The pod does not fit and preemption cannot help on this node.
     UnschedulableAndUnresolvable,
     /// The plugin has nothing to do for this pod. Returned from PreFilter it
-    /// means the same plugin's Filter may be skipped for this pod (upstream);
-    /// it never disables the plugin's Score.
+    /// means the same plugin's Filter is skipped for this pod; from PreScore,
+    /// the same plugin's Score is skipped (upstream).
     Skip,
 }
 
