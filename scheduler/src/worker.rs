@@ -393,6 +393,7 @@ fn apply_event(s: &Shared, event: pb::watch_event::Event) {
                     s.queue.delete(&pod.uid);
                 }
                 s.cache.add_bound_pod(pod);
+                s.queue.on_event(ClusterEvent::AssignedPodAdded, now);
             }
         }
         Event::PodDeleted(r) => {

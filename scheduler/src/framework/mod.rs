@@ -2,10 +2,12 @@
 //! The plugin *traits* live in `flotilla_shared::framework` so the
 //! coordinator can share types with the plugins.
 
+pub mod args;
 pub mod profile;
 pub mod registry;
 pub mod runtime;
 
+pub use args::decode_args;
 pub use profile::{
     PluginRef, PluginSet, Plugins, Profile, default_multi_point, num_feasible_nodes_to_find,
 };

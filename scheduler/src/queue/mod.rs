@@ -408,8 +408,13 @@ impl SchedulingQueue {
     /// back. Returns how many moved.
     pub fn on_event(&self, event: ClusterEvent, now: Instant) -> usize {
         let mut inner = self.inner.lock();
-        inner.move_request_cycle += 1;
         let interested = self.interest.get(&event);
+        // An event no plugin registered for cannot help a rejected pod: it
+        // neither moves pods parked by plugins nor marks the cycle (so a
+        // stream of, say, bindings does not send every failure to backoff).
+        if interested.is_some() {
+            inner.move_request_cycle += 1;
+        }
         let movable: Vec<Arc<str>> = inner
             .unschedulable
             .iter()

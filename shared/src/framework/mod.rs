@@ -56,6 +56,9 @@ pub enum ClusterEvent {
     /// A pod bound to a node was deleted or terminated (its resources and
     /// ports are free again).
     AssignedPodDeleted,
+    /// A pod was bound to a node, or a bound pod's labels changed (pod
+    /// affinity may now be satisfied, spread counts moved).
+    AssignedPodAdded,
 }
 
 /// The extension points of the scheduling framework, as named in
