@@ -6,7 +6,7 @@
 //! - [`resources`]: resource vectors and a pod's effective request (upstream
 //!   `PodRequests`: containers, init containers, sidecars, overhead).
 //! - [`selector`], [`taints`]: node affinity terms and taint/toleration
-//!   matching, compiled once per pod.
+//!   matching, compiled once per pod; [`label_selector`]: `metav1.LabelSelector`.
 //! - [`pod_info`], [`node_info`]: `PodInfo` / `NodeInfo`, the compact views the
 //!   pipeline reads; Kubernetes `Pod`/`Node` stay at the edges.
 //! - [`fit`]: **the** fit check (resources, host ports, cordon), used by both
@@ -18,6 +18,7 @@
 
 pub mod fit;
 pub mod framework;
+pub mod label_selector;
 pub mod node_info;
 pub mod pod_info;
 pub mod quantity;

@@ -82,6 +82,8 @@ pub struct PodInfo {
     pub uid: Arc<str>,
     /// `spec.priority` (0 when unset).
     pub priority: i32,
+    /// `metadata.labels`.
+    pub labels: BTreeMap<String, String>,
     /// Effective request: cpu millicores, memory bytes, extended resources.
     pub requests: Resources,
     /// cpu millicores counted by scoring (100m per container without a request).
@@ -231,6 +233,7 @@ impl PodInfo {
         Ok(PodInfo {
             uid,
             priority: spec.priority.unwrap_or(0),
+            labels: pod.metadata.labels.clone().unwrap_or_default(),
             requests: reqs.requests,
             non_zero_milli_cpu: reqs.non_zero_milli_cpu,
             non_zero_memory: reqs.non_zero_memory,
