@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Server-side validation of deploy/manifests/ against the cluster in KUBECONFIG:
+#
+#   kubectl apply --dry-run=server -f deploy/manifests/
+#
+# The API server decodes, defaults, validates and admits every object, and
+# stores nothing. kubectl also validates the fields against the server's
+# OpenAPI schema first (on servers older than 1.25, which have no server-side
+# field validation, this client-side check is what catches unknown fields).
+#
+# Usage: deploy/check.sh [--create-namespace] [--rbac]
+#   --create-namespace  create the namespace flotilla-system for real when it
+#                       is missing (namespaced objects cannot be dry-run into a
+#                       namespace that does not exist); it is left in place
+#   --rbac              THROWAWAY CLUSTERS ONLY: apply the ServiceAccounts and
+#                       RBAC objects for real, then ask the authorizer
+#                       (`kubectl auth can-i --as=...`) what each ServiceAccount
+#                       may do; needs a kubeconfig allowed to impersonate
+#
+# Environment: KUBECONFIG (required), KUBECTL (default: kubectl).
+# Exit status: 0 all checks passed, 1 a check failed, 2 bad usage.
+#
+# In the kube-lab (a real kube-apiserver 1.20 + etcd on loopback):
+#   API_PORT=36443 ETCD_PORT=32379 ETCD_PEER_PORT=32380 K8S_BIN=~/.cache/kube-lab/bin \
+#     bash ../shared/tools/kube-lab/apiserver-lab.sh exec \
+#     bash deploy/check.sh --create-namespace --rbac
+set -euo pipefail
+
+usage() { sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//' >&2; exit 2; }
+
+create_ns=0
+rbac=0
+for arg in "$@"; do
+  case "$arg" in
+    --create-namespace) create_ns=1 ;;
+    --rbac) rbac=1 ;;
+    -h|--help) usage ;;
+    *) echo "check.sh: unknown argument $arg" >&2; usage ;;
+  esac
+done
+
+cd "$(dirname "$0")/.."
+KUBECTL=${KUBECTL:-kubectl}
+NS=flotilla-system
+if [ -z "${KUBECONFIG:-}" ]; then
+  echo "check.sh: set KUBECONFIG to the cluster to validate against" >&2
+  exit 2
+fi
+
+echo "== server: $("$KUBECTL" version -o json 2>/dev/null | sed -n 's/.*"gitVersion": *"\([^"]*\)".*/\1/p' | tail -1)"
+
+if ! "$KUBECTL" get namespace "$NS" >/dev/null 2>&1; then
+  if [ "$create_ns" = 1 ]; then
+    echo "== creating namespace $NS (for real: namespaced objects need it)"
+    "$KUBECTL" apply -f deploy/manifests/00-namespace.yaml
+  else
+    echo "check.sh: namespace $NS does not exist; the namespaced objects cannot be" >&2
+    echo "dry-run into it. Create it (kubectl apply -f deploy/manifests/00-namespace.yaml)" >&2
+    echo "or pass --create-namespace." >&2
+    exit 1
+  fi
+fi
+
+echo "== kubectl apply --dry-run=server -f deploy/manifests/"
+"$KUBECTL" apply --dry-run=server -f deploy/manifests/
+
+if [ "$rbac" = 1 ]; then
+  echo "== applying ServiceAccounts and RBAC for real (--rbac)"
+  "$KUBECTL" apply -f deploy/manifests/10-serviceaccounts.yaml -f deploy/manifests/20-rbac.yaml
+  failed=0
+  # want  as-ServiceAccount  namespace  verb  resource[/name]  [--subresource=...]
+  check() {
+    local want=$1 sa=$2 ns=$3; shift 3
+    local got
+    got=$("$KUBECTL" auth can-i --as="system:serviceaccount:$NS:$sa" -n "$ns" "$@" 2>/dev/null || true)
+    if [ "$got" = "$want" ]; then
+      printf '  ok   %-3s %-20s -n %-16s %s\n' "$want" "$sa" "$ns" "$*"
+    else
+      printf '  FAIL want %s got %s: %s -n %s %s\n' "$want" "${got:-error}" "$sa" "$ns" "$*"
+      failed=1
+    fi
+  }
+  c=flotilla-coordinator
+  w=flotilla-worker
+  # What the coordinator needs.
+  for v in get list watch; do
+    check yes $c default "$v" nodes
+    check yes $c team-a "$v" pods
+    check yes $c default "$v" namespaces
+  done
+  check yes $c team-a create pods --subresource=binding
+  check yes $c team-a patch pods --subresource=status
+  check yes $c team-a update pods --subresource=status
+  for v in create patch update; do check yes $c team-a "$v" events.events.k8s.io; done
+  for v in create patch; do check yes $c team-a "$v" events; done
+  check yes $c "$NS" create leases.coordination.k8s.io
+  for v in get update patch; do check yes $c "$NS" "$v" leases.coordination.k8s.io/flotilla-coordinator; done
+  # What it must not be able to do.
+  check no $c team-a delete pods
+  check no $c team-a create pods
+  check no $c team-a update pods
+  check no $c default update nodes
+  check no $c team-a get secrets
+  check no $c team-a get configmaps
+  check no $c team-a update events
+  check no $c team-a delete events.events.k8s.io
+  check no $c default create leases.coordination.k8s.io
+  check no $c "$NS" get leases.coordination.k8s.io/kube-scheduler
+  check no $c "$NS" delete leases.coordination.k8s.io/flotilla-coordinator
+  check no $c "$NS" list leases.coordination.k8s.io
+  # Workers get nothing.
+  check no $w default get nodes
+  check no $w team-a get pods
+  check no $w team-a create pods --subresource=binding
+  check no $w "$NS" create leases.coordination.k8s.io
+  if [ "$failed" != 0 ]; then
+    echo "check.sh: RBAC check failed" >&2
+    exit 1
+  fi
+fi
+echo "check.sh: all checks passed"
