@@ -6,7 +6,11 @@
 //! - [`run`]: one run on the embedded cluster (coordinator + workers over
 //!   loopback gRPC) until every pod is bound or unschedulable.
 //! - [`report`]: the end-of-run report (text and JSON) and placements file.
+//! - [`simulate`]: `flotilla simulate` / `flotilla explain`: the scheduler's
+//!   decisions for a cluster's pending pods, in-process, with per-node
+//!   filter results and per-plugin scores.
 
 pub mod report;
 pub mod run;
+pub mod simulate;
 pub mod workload;

@@ -1,39 +1,100 @@
-//! Kubernetes object dumps (YAML or JSON) as a [`Workload`].
+//! Kubernetes object dumps (YAML or JSON) as a [`Workload`] (Nodes and Pods,
+//! for runs) or as [`ClusterObjects`] (also Namespaces, PriorityClasses,
+//! PodDisruptionBudgets and PodGroups, for `simulate` / `explain`).
 //!
 //! Accepted shapes, in one file:
 //! - a `List` (`apiVersion: v1`, `kind: List`, `items: [...]`), as written by
 //!   `kubectl get nodes,pods -A -o yaml` (or `-o json`);
 //! - typed lists such as `NodeList` and `PodList`, whose items may omit `kind`;
-//! - plain `Node` and `Pod` objects;
+//! - plain objects;
 //! - any mix of the above as a multi-document YAML stream (`---`), a stream
 //!   of JSON values, or a JSON/YAML sequence of objects.
 //!
 //! Objects are numbered from 1 in file order ("item 3"), across documents and
-//! lists. Each Node or Pod is decoded with its field path tracked, so errors
-//! name the object and the field, e.g.
+//! lists. Each object of a kept kind is decoded with its field path tracked,
+//! so errors name the object and the field, e.g.
 //! `cluster.yaml: item 3 (Pod default/web-1): spec.containers[0].resources.requests.cpu: invalid quantity "abc"`.
 //! Resource quantities (node capacity and allocatable; container, init
-//! container and pod-level requests and limits; pod overhead) must be valid
-//! Kubernetes quantities.
+//! container and pod-level requests and limits; pod overhead; PodGroup
+//! `spec.minResources`) must be valid Kubernetes quantities.
 //!
-//! Objects of other kinds are skipped with a [`LoadWarning`]. Pods keep file
-//! order and are otherwise taken as they are: pods already bound
-//! (`spec.nodeName` set) stay bound. A pod without a namespace is put in
-//! `default`; a pod without a uid gets a deterministic one derived from
-//! `namespace/name`.
+//! Objects of other kinds are skipped with a [`LoadWarning`] naming the kind
+//! and the object. Pods keep file order and are otherwise taken as they are:
+//! pods already bound (`spec.nodeName` set) stay bound. A namespaced object
+//! without a namespace is put in `default`; a pod without a uid gets a
+//! deterministic one derived from `namespace/name`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use super::pod_group::{self, PodGroup};
 use super::{LoadError, LoadWarning, OnBadInput, Result, Workload, deterministic_uid, file_label};
 
-/// Namespace given to pods that have none.
+/// Namespace given to namespaced objects that have none.
 pub const DEFAULT_NAMESPACE: &str = "default";
+
+/// Every object of a cluster dump that Flotilla reads, each kind in file
+/// order. The input of `simulate` / `explain`, whatever the source (a file
+/// today; a live cluster's lists later).
+#[derive(Debug, Clone, Default)]
+pub struct ClusterObjects {
+    /// Human-readable name of the source (the file stem).
+    pub name: String,
+    /// Nodes.
+    pub nodes: Vec<Node>,
+    /// Pods, bound (`spec.nodeName` set) and pending, in file order.
+    pub pods: Vec<Pod>,
+    /// Namespaces (their labels feed `namespaceSelector`s).
+    pub namespaces: Vec<Namespace>,
+    /// PriorityClasses (resolve `spec.priorityClassName`).
+    pub priority_classes: Vec<PriorityClass>,
+    /// PodDisruptionBudgets (read and counted; for preemption, not yet used).
+    pub pod_disruption_budgets: Vec<PodDisruptionBudget>,
+    /// PodGroups (`scheduling.x-k8s.io/v1alpha1`; read and counted; for gang
+    /// scheduling, not yet used).
+    pub pod_groups: Vec<PodGroup>,
+    /// Bad objects skipped ([`OnBadInput::Skip`]) and objects of other kinds,
+    /// in input order.
+    pub warnings: Vec<LoadWarning>,
+}
+
+/// Which kinds a load keeps; objects of other kinds become warnings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kinds {
+    /// Node and Pod only (a [`Workload`]).
+    NodesAndPods,
+    /// Every kind of [`ClusterObjects`].
+    Cluster,
+}
+
+impl Kinds {
+    fn keeps(self, kind: &str) -> bool {
+        match self {
+            Kinds::NodesAndPods => matches!(kind, "Node" | "Pod"),
+            Kinds::Cluster => matches!(
+                kind,
+                "Node" | "Pod" | "Namespace" | "PriorityClass" | "PodDisruptionBudget" | "PodGroup"
+            ),
+        }
+    }
+
+    fn described(self) -> &'static str {
+        match self {
+            Kinds::NodesAndPods => "only Node and Pod",
+            Kinds::Cluster => {
+                "only Node, Pod, Namespace, PriorityClass, PodDisruptionBudget and PodGroup"
+            }
+        }
+    }
+}
 
 /// Loads the Nodes and Pods of a Kubernetes object dump in YAML or JSON.
 ///
@@ -47,6 +108,28 @@ pub const DEFAULT_NAMESPACE: &str = "default";
 ///
 /// The workload is named after the file stem.
 pub fn load_k8s_list(path: &Path, on_bad: OnBadInput) -> Result<Workload> {
+    let objects = load(path, on_bad, Kinds::NodesAndPods)?;
+    Ok(Workload {
+        name: objects.name,
+        nodes: objects.nodes,
+        pods: objects.pods,
+        warnings: objects.warnings,
+    })
+}
+
+/// Loads every object of a Kubernetes object dump that `simulate` reads:
+/// Nodes, Pods, Namespaces, PriorityClasses, PodDisruptionBudgets and
+/// PodGroups (`scheduling.x-k8s.io`). Same formats, bad-input policy and
+/// errors as [`load_k8s_list`]; a PodGroup of another API group is skipped
+/// with a warning.
+///
+/// # Errors
+/// As [`load_k8s_list`].
+pub fn load_cluster_objects(path: &Path, on_bad: OnBadInput) -> Result<ClusterObjects> {
+    load(path, on_bad, Kinds::Cluster)
+}
+
+fn load(path: &Path, on_bad: OnBadInput, kinds: Kinds) -> Result<ClusterObjects> {
     let text = std::fs::read_to_string(path).map_err(|source| LoadError::Io {
         path: path.to_owned(),
         source,
@@ -57,33 +140,31 @@ pub fn load_k8s_list(path: &Path, on_bad: OnBadInput) -> Result<Workload> {
     let mut loader = Loader {
         file,
         on_bad,
-        nodes: Vec::new(),
-        pods: Vec::new(),
-        warnings: Vec::new(),
-        node_items: HashMap::new(),
-        pod_items: HashMap::new(),
+        kinds,
+        objects: ClusterObjects::default(),
+        seen: HashMap::new(),
         next_item: 1,
     };
     for (index, document) in documents.into_iter().enumerate() {
         loader.document(index + 1, document)?;
     }
 
-    let name = path
+    let mut objects = loader.objects;
+    objects.name = path
         .file_stem()
         .map_or_else(String::new, |s| s.to_string_lossy().into_owned());
     tracing::debug!(
-        workload = %name,
-        nodes = loader.nodes.len(),
-        pods = loader.pods.len(),
-        warnings = loader.warnings.len(),
-        "loaded Kubernetes object list"
+        source = %objects.name,
+        nodes = objects.nodes.len(),
+        pods = objects.pods.len(),
+        namespaces = objects.namespaces.len(),
+        priority_classes = objects.priority_classes.len(),
+        pod_disruption_budgets = objects.pod_disruption_budgets.len(),
+        pod_groups = objects.pod_groups.len(),
+        warnings = objects.warnings.len(),
+        "loaded Kubernetes objects"
     );
-    Ok(Workload {
-        name,
-        nodes: loader.nodes,
-        pods: loader.pods,
-        warnings: loader.warnings,
-    })
+    Ok(objects)
 }
 
 /// Parses the file into its documents (JSON values or YAML documents).
@@ -144,13 +225,11 @@ fn parse_yaml(text: &str) -> std::result::Result<Vec<Value>, serde_saphyr::Error
 struct Loader {
     file: String,
     on_bad: OnBadInput,
-    nodes: Vec<Node>,
-    pods: Vec<Pod>,
-    warnings: Vec<LoadWarning>,
-    /// Node name → item number of its first occurrence.
-    node_items: HashMap<String, usize>,
-    /// (namespace, name) → item number of the pod's first occurrence.
-    pod_items: HashMap<(String, String), usize>,
+    kinds: Kinds,
+    objects: ClusterObjects,
+    /// (kind, `namespace/name` or `name`) → item number of the object's
+    /// first occurrence.
+    seen: HashMap<(&'static str, String), usize>,
     /// Number of the next item.
     next_item: usize,
 }
@@ -188,7 +267,7 @@ impl Loader {
                                 type_name(&other)
                             ),
                         };
-                        self.on_bad.handle(err, &mut self.warnings)
+                        self.on_bad.handle(err, &mut self.objects.warnings)
                     }
                 }
             }
@@ -198,7 +277,7 @@ impl Loader {
                     item: format!("document {number}"),
                     message: format!("expected a Kubernetes object, found {}", type_name(&other)),
                 };
-                self.on_bad.handle(err, &mut self.warnings)
+                self.on_bad.handle(err, &mut self.objects.warnings)
             }
         }
     }
@@ -209,7 +288,7 @@ impl Loader {
         self.next_item += 1;
         match self.load_object(number, value, default_kind) {
             Ok(()) => Ok(()),
-            Err(err) => self.on_bad.handle(err, &mut self.warnings),
+            Err(err) => self.on_bad.handle(err, &mut self.objects.warnings),
         }
     }
 
@@ -244,63 +323,155 @@ impl Loader {
         };
         let metadata = object.get("metadata");
         let meta_str = |key: &str| metadata.and_then(|m| m.get(key)).and_then(Value::as_str);
-        let name = meta_str("name").filter(|n| !n.is_empty());
-        let namespace = meta_str("namespace").filter(|n| !n.is_empty());
+        let name = meta_str("name")
+            .filter(|n| !n.is_empty())
+            .map(str::to_owned);
+        let namespace = meta_str("namespace")
+            .filter(|n| !n.is_empty())
+            .map(str::to_owned);
+        let api_version = object
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let (name, namespace) = (name.as_deref(), namespace.as_deref());
 
+        let kept = self.kinds.keeps(&kind);
         match kind.as_str() {
-            "Node" => {
-                let item = describe(number, &kind, None, name);
-                let node: Node = self.decode(value, &item)?;
-                let name = self.require_name(node.metadata.name.as_deref(), &item)?;
-                if let Some((path, value)) = invalid_node_quantity(&node) {
-                    return Err(self.invalid_quantity(item, path, value));
-                }
-                if let Some(&first_item) = self.node_items.get(name) {
-                    return Err(self.duplicate(item, first_item));
-                }
-                self.node_items.insert(name.to_owned(), number);
-                self.nodes.push(node);
+            "Node" if kept => {
+                let node: Node = self.decode_object(number, value, None, name, |n| {
+                    invalid_node_quantity(n).map(Invalid::quantity)
+                })?;
+                self.objects.nodes.push(node);
             }
-            "Pod" => {
-                let item = describe(
-                    number,
-                    &kind,
-                    Some(namespace.unwrap_or(DEFAULT_NAMESPACE)),
-                    name,
-                );
-                let mut pod: Pod = self.decode(value, &item)?;
-                let name = self
-                    .require_name(pod.metadata.name.as_deref(), &item)?
-                    .to_owned();
-                if let Some((path, value)) = invalid_pod_quantity(&pod) {
-                    return Err(self.invalid_quantity(item, path, value));
-                }
-                let namespace = match pod.metadata.namespace.as_deref() {
-                    Some(ns) if !ns.is_empty() => ns.to_owned(),
-                    _ => DEFAULT_NAMESPACE.to_owned(),
-                };
-                let key = (namespace, name);
-                if let Some(&first_item) = self.pod_items.get(&key) {
-                    return Err(self.duplicate(item, first_item));
-                }
+            "Pod" if kept => {
+                let mut pod: Pod =
+                    self.decode_object(number, value, Some(namespace), name, |p| {
+                        invalid_pod_quantity(p).map(Invalid::quantity)
+                    })?;
                 if pod.metadata.uid.as_deref().is_none_or(str::is_empty) {
-                    pod.metadata.uid = Some(deterministic_uid(&format!("{}/{}", key.0, key.1)));
+                    let key = format!(
+                        "{}/{}",
+                        pod.metadata
+                            .namespace
+                            .as_deref()
+                            .unwrap_or(DEFAULT_NAMESPACE),
+                        pod.metadata.name.as_deref().unwrap_or_default()
+                    );
+                    pod.metadata.uid = Some(deterministic_uid(&key));
                 }
-                pod.metadata.namespace = Some(key.0.clone());
-                self.pod_items.insert(key, number);
-                self.pods.push(pod);
+                self.objects.pods.push(pod);
             }
-            other => {
-                let item = describe(number, other, namespace, name);
-                let warning = LoadWarning {
-                    location: format!("{}: {item}", self.file),
-                    message: format!("skipped: kind {other} is not loaded (only Node and Pod)"),
-                };
-                tracing::debug!(location = %warning.location, "{}", warning.message);
-                self.warnings.push(warning);
+            "Namespace" if kept => {
+                let ns: Namespace = self.decode_object(number, value, None, name, |_| None)?;
+                self.objects.namespaces.push(ns);
+            }
+            "PriorityClass" if kept => {
+                let pc: PriorityClass =
+                    self.decode_object(number, value, None, name, invalid_priority_class)?;
+                self.objects.priority_classes.push(pc);
+            }
+            "PodDisruptionBudget" if kept => {
+                let pdb: PodDisruptionBudget =
+                    self.decode_object(number, value, Some(namespace), name, |_| None)?;
+                self.objects.pod_disruption_budgets.push(pdb);
+            }
+            "PodGroup" if kept => {
+                let api_version = api_version.as_deref().unwrap_or(pod_group::API_VERSION);
+                let group = api_version.split_once('/').map_or("", |(group, _)| group);
+                if group != pod_group::GROUP {
+                    let item = describe(
+                        number,
+                        &kind,
+                        Some(namespace.unwrap_or(DEFAULT_NAMESPACE)),
+                        name,
+                    );
+                    self.skip(
+                        &item,
+                        format!(
+                            "skipped: PodGroup of apiVersion {api_version} is not loaded (only {})",
+                            pod_group::API_VERSION
+                        ),
+                    );
+                    return Ok(());
+                }
+                let pg: PodGroup =
+                    self.decode_object(number, value, Some(namespace), name, |g| {
+                        invalid_pod_group_quantity(g).map(Invalid::quantity)
+                    })?;
+                self.objects.pod_groups.push(pg);
+            }
+            _ => {
+                let item = describe(number, &kind, namespace, name);
+                self.skip(
+                    &item,
+                    format!(
+                        "skipped: kind {kind} is not loaded ({})",
+                        self.kinds.described()
+                    ),
+                );
             }
         }
         Ok(())
+    }
+
+    /// Records a skipped object as a warning.
+    fn skip(&mut self, item: &str, message: String) {
+        let warning = LoadWarning {
+            location: format!("{}: {item}", self.file),
+            message,
+        };
+        tracing::debug!(location = %warning.location, "{}", warning.message);
+        self.objects.warnings.push(warning);
+    }
+
+    /// Decodes one object of kind `T::KIND` and checks it: `metadata.name`
+    /// set, `check` finds nothing wrong (it returns the first problem), not a
+    /// duplicate. `namespace` is `Some` for
+    /// namespaced kinds (holding the raw `metadata.namespace`, if any); their
+    /// namespace defaults to [`DEFAULT_NAMESPACE`].
+    fn decode_object<T>(
+        &mut self,
+        number: usize,
+        value: Value,
+        namespace: Option<Option<&str>>,
+        name: Option<&str>,
+        check: impl Fn(&T) -> Option<Invalid>,
+    ) -> Result<T>
+    where
+        T: DeserializeOwned + k8s_openapi::Metadata<Ty = ObjectMeta>,
+    {
+        let kind = T::KIND;
+        let shown_namespace = namespace.map(|ns| ns.unwrap_or(DEFAULT_NAMESPACE));
+        let item = describe(number, kind, shown_namespace, name);
+        let mut object: T = self.decode(value, &item)?;
+        let name = self
+            .require_name(object.metadata().name.as_deref(), &item)?
+            .to_owned();
+        match check(&object) {
+            None => {}
+            Some(Invalid::Quantity { path, value }) => {
+                return Err(self.invalid_quantity(item, path, value));
+            }
+            Some(Invalid::Field { path, message }) => {
+                return Err(self.invalid(item, format!("{path}: {message}")));
+            }
+        }
+        let key = if namespace.is_some() {
+            let meta = object.metadata_mut();
+            let ns = match meta.namespace.as_deref() {
+                Some(ns) if !ns.is_empty() => ns.to_owned(),
+                _ => DEFAULT_NAMESPACE.to_owned(),
+            };
+            meta.namespace = Some(ns.clone());
+            format!("{ns}/{name}")
+        } else {
+            name
+        };
+        if let Some(&first_item) = self.seen.get(&(kind, key.clone())) {
+            return Err(self.duplicate(item, first_item));
+        }
+        self.seen.insert((kind, key), number);
+        Ok(object)
     }
 
     /// Decodes `value` as `T`, tracking the field path for errors.
@@ -368,6 +539,48 @@ fn type_name(value: &Value) -> &'static str {
     }
 }
 
+/// What a kind-specific check found wrong with a decoded object.
+enum Invalid {
+    /// A resource quantity that is not a Kubernetes quantity.
+    Quantity {
+        /// Field path, e.g. `status.allocatable.cpu`.
+        path: String,
+        /// The quantity.
+        value: String,
+    },
+    /// Another field problem.
+    Field {
+        /// Field path.
+        path: &'static str,
+        /// What is wrong.
+        message: &'static str,
+    },
+}
+
+impl Invalid {
+    fn quantity((path, value): (String, String)) -> Self {
+        Invalid::Quantity { path, value }
+    }
+}
+
+/// `value` of a PriorityClass whatever the k8s-openapi version feature the
+/// binary picks: an `Option<i32>` in the v1.36+ types, a plain `i32` before.
+#[allow(clippy::useless_conversion)] // identity only under v1.36+ types
+pub(crate) fn priority_class_value(pc: &PriorityClass) -> Option<i32> {
+    Option::<i32>::from(pc.value)
+}
+
+/// `value` is required (an `Option` in the v1.36+ types, so decoding alone
+/// does not catch its absence).
+fn invalid_priority_class(pc: &PriorityClass) -> Option<Invalid> {
+    priority_class_value(pc)
+        .is_none()
+        .then_some(Invalid::Field {
+            path: "value",
+            message: "required",
+        })
+}
+
 /// The first invalid quantity of a resource map, as `(path, value)`.
 fn invalid_in(prefix: &str, map: Option<&BTreeMap<String, Quantity>>) -> Option<(String, String)> {
     map?.iter()
@@ -408,6 +621,11 @@ fn invalid_pod_quantity(pod: &Pod) -> Option<(String, String)> {
         invalid_in("spec.resources.requests", resources.requests.as_ref())
             .or_else(|| invalid_in("spec.resources.limits", resources.limits.as_ref()))
     })
+}
+
+/// The first invalid quantity in a PodGroup's `spec.minResources`.
+fn invalid_pod_group_quantity(group: &PodGroup) -> Option<(String, String)> {
+    invalid_in("spec.minResources", group.spec.min_resources.as_ref())
 }
 
 /// Whether `s` is a valid Kubernetes quantity:
@@ -812,6 +1030,127 @@ spec: {containers: [{name: c, resources: {requests: {cpu: 0100}}}]}
             ),
             "{err}"
         );
+    }
+
+    const CLUSTER_KINDS_YAML: &str = r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: team-a, labels: {team: a}}
+---
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: high}
+value: 1000
+globalDefault: false
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: web-pdb, namespace: team-a}
+spec: {minAvailable: 2, selector: {matchLabels: {app: web}}}
+---
+apiVersion: scheduling.x-k8s.io/v1alpha1
+kind: PodGroupList
+items:
+- metadata: {name: gang}
+  spec: {minMember: 3, minResources: {cpu: "6"}, scheduleTimeoutSeconds: 60}
+  status: {phase: Pending}
+---
+apiVersion: scheduling.volcano.sh/v1beta1
+kind: PodGroup
+metadata: {name: vc-gang, namespace: team-a}
+spec: {minMember: 2}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: p, namespace: team-a}
+spec: {containers: [{name: c}]}
+"#;
+
+    #[test]
+    fn cluster_objects_keep_every_read_kind() {
+        let f = TempFile::new("kinds.yaml", CLUSTER_KINDS_YAML);
+        let o = load_cluster_objects(f.path(), OnBadInput::Fail).expect("load");
+        assert_eq!(o.name, "kinds");
+        assert_eq!(o.pods.len(), 1);
+        assert_eq!(o.namespaces.len(), 1);
+        assert_eq!(
+            o.namespaces[0]
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("team"))
+                .map(String::as_str),
+            Some("a")
+        );
+        assert_eq!(o.priority_classes.len(), 1);
+        assert_eq!(priority_class_value(&o.priority_classes[0]), Some(1000));
+        assert_eq!(o.pod_disruption_budgets.len(), 1);
+        assert_eq!(
+            o.pod_disruption_budgets[0].metadata.namespace.as_deref(),
+            Some("team-a")
+        );
+        assert_eq!(o.pod_groups.len(), 1, "the volcano PodGroup is not ours");
+        let gang = &o.pod_groups[0];
+        assert_eq!(gang.metadata.namespace.as_deref(), Some("default"));
+        assert_eq!(gang.spec.min_member, 3);
+        assert_eq!(gang.spec.schedule_timeout_seconds, Some(60));
+        assert_eq!(gang.status.phase.as_deref(), Some("Pending"));
+        let got: Vec<String> = o.warnings.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            got,
+            [
+                "kinds.yaml: item 5 (PodGroup team-a/vc-gang): skipped: PodGroup of apiVersion \
+              scheduling.volcano.sh/v1beta1 is not loaded (only scheduling.x-k8s.io/v1alpha1)"
+            ]
+        );
+
+        // A run reads only Nodes and Pods: the rest are warnings there.
+        let w = load_k8s_list(f.path(), OnBadInput::Fail).expect("load as workload");
+        assert_eq!(w.pods.len(), 1);
+        assert_eq!(w.warnings.len(), 5, "{:?}", w.warnings);
+        assert_eq!(
+            w.warnings[0].to_string(),
+            "kinds.yaml: item 1 (Namespace team-a): skipped: kind Namespace is not loaded (only Node and Pod)"
+        );
+    }
+
+    #[test]
+    fn bad_cluster_objects_name_the_object_and_field() {
+        let cases = [
+            (
+                "kind: PriorityClass\nmetadata: {name: high}\nglobalDefault: true\n",
+                "bad.yaml: item 1 (PriorityClass high): value: required",
+            ),
+            (
+                "kind: PriorityClass\nmetadata: {name: high}\nvalue: lots\n",
+                "bad.yaml: item 1 (PriorityClass high): value: invalid type: string \"lots\", expected i32",
+            ),
+            (
+                "kind: PodGroup\napiVersion: scheduling.x-k8s.io/v1alpha1\nmetadata: {name: g}\nspec: {minResources: {cpu: two}}\n",
+                "bad.yaml: item 1 (PodGroup default/g): spec.minResources.cpu: invalid quantity \"two\"",
+            ),
+            (
+                "kind: PodGroup\nmetadata: {name: g}\nspec: {minMember: many}\n",
+                "bad.yaml: item 1 (PodGroup default/g): spec.minMember: invalid type: string \"many\", expected i32",
+            ),
+            (
+                "kind: PodDisruptionBudget\nmetadata: {name: b}\nspec: {selector: {matchLabels: [x]}}\n",
+                "bad.yaml: item 1 (PodDisruptionBudget default/b): spec.selector.matchLabels: invalid type: sequence, expected a map",
+            ),
+            (
+                "kind: Namespace\nmetadata: {labels: {a: b}}\n",
+                "bad.yaml: item 1 (Namespace): metadata.name is missing",
+            ),
+            (
+                "kind: Namespace\nmetadata: {name: a}\n---\nkind: Namespace\nmetadata: {name: a}\n",
+                "bad.yaml: item 2 (Namespace a): duplicate object (first as item 1)",
+            ),
+        ];
+        for (yaml, want) in cases {
+            let f = TempFile::new("bad.yaml", yaml);
+            let err = load_cluster_objects(f.path(), OnBadInput::Fail).expect_err(want);
+            assert_eq!(err.to_string(), want);
+        }
     }
 
     #[test]

@@ -8,7 +8,9 @@
 //! - [`openb`]: the Alibaba GPU cluster trace v2023 ("openb") CSV files
 //!   ([`openb::load_openb`]);
 //! - [`k8s_list`]: a Kubernetes `List` or multi-document YAML/JSON dump, as
-//!   written by `kubectl get nodes,pods -A -o yaml` ([`k8s_list::load_k8s_list`]).
+//!   written by `kubectl get nodes,pods -A -o yaml` ([`k8s_list::load_k8s_list`];
+//!   [`k8s_list::load_cluster_objects`] also keeps Namespaces,
+//!   PriorityClasses, PodDisruptionBudgets and [`pod_group::PodGroup`]s).
 //!
 //! Loaders that read files take an [`OnBadInput`] policy: either stop at the
 //! first bad row/object ([`OnBadInput::Fail`]) or skip it and record a
@@ -16,6 +18,7 @@
 
 pub mod k8s_list;
 pub mod openb;
+pub mod pod_group;
 pub mod synthetic;
 
 use std::collections::BTreeMap;
@@ -28,7 +31,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-pub use k8s_list::load_k8s_list;
+pub use k8s_list::{ClusterObjects, load_cluster_objects, load_k8s_list};
 pub use openb::{default_openb_dir, load_openb};
 pub use synthetic::scheduling_basic;
 

@@ -1,0 +1,817 @@
+//! `simulate` and `explain`: what the scheduler would do with a cluster's
+//! pending pods, run with the very plugin code the workers run, in-process,
+//! without gRPC or a cluster.
+//!
+//! The input is a [`ClusterObjects`] from any source (a file through
+//! [`crate::workload::load_cluster_objects`] today; a live cluster's lists
+//! later), and the profiles to run (`&[Profile]`, one
+//! [`Framework`] each, selected by the pods' `spec.schedulerName`).
+//!
+//! # The simulated cluster
+//! - Every Node goes into a [`NodeCache`]; every pod with `spec.nodeName` is
+//!   placed on its node as bound (terminal pods hold nothing, as upstream).
+//! - Namespaces feed `namespaceSelector`s. Every namespace carries
+//!   `kubernetes.io/metadata.name: <name>` (the apiserver sets it on every
+//!   namespace); a namespace that pods use but the input does not list is
+//!   known with that label alone.
+//! - `spec.priority` is resolved from PriorityClasses as admission does
+//!   ([`priority`]); a pod naming a class that does not exist gets an
+//!   [`Outcome::Error`] result instead of a place in the queue.
+//! - PodDisruptionBudgets and PodGroups are read and counted only; they
+//!   will matter for preemption and gang scheduling.
+//!
+//! # The queue
+//! Pending pods (no `spec.nodeName`, not `Succeeded`/`Failed`, not being
+//! deleted, no `spec.schedulingGates`) whose `schedulerName` has a profile
+//! are scheduled one at a time in queue order, upstream `PrioritySort`:
+//! priority descending, then arrival, which is the order in the input. Each
+//! placement is applied (the pod bound to its node) before the next cycle,
+//! so later pods see the room earlier ones took. There is no preemption and
+//! no retry: a pod that fits nowhere stays unschedulable for the rest of the
+//! run. Other pending pods are [`SkippedPod`]s with the reason.
+//!
+//! Ties between equally scored nodes are broken at random, as upstream's
+//! `selectHost` does, so runs over such clusters can differ.
+//!
+//! # Explain
+//! [`explain`] runs one cycle for one pod against the cluster as the input
+//! shows it: bound pods only, no other pending pod placed first.
+
+pub mod output;
+pub mod priority;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+
+use flotilla_scheduler::cache::{NodeCache, Snapshot};
+use flotilla_scheduler::framework::{CycleDetail, RegistryError, ScheduleError};
+use flotilla_scheduler::{Framework, Profile, Registry};
+use flotilla_shared::framework::{Code, Status};
+use flotilla_shared::node_info::NodeError;
+use flotilla_shared::pod_info::PodError;
+use flotilla_shared::{NodeSpec, PodInfo, PodKey};
+
+use crate::workload::ClusterObjects;
+use crate::workload::k8s_list::DEFAULT_NAMESPACE;
+use priority::PriorityClasses;
+
+/// Namespace label the apiserver sets on every namespace to its name.
+pub const LABEL_METADATA_NAME: &str = "kubernetes.io/metadata.name";
+
+/// Why a simulation could not run. None is retryable: each names bad input
+/// (the object and field) or a bad request.
+#[derive(Debug, thiserror::Error)]
+pub enum SimulateError {
+    /// A Node cannot be read (names the node and the field).
+    #[error(transparent)]
+    Node(#[from] NodeError),
+    /// A Pod cannot be read (names the pod and the field).
+    #[error(transparent)]
+    Pod(#[from] PodError),
+    /// A profile does not make a valid framework.
+    #[error(transparent)]
+    Profile(#[from] RegistryError),
+    /// Two profiles share a `schedulerName`.
+    #[error("profiles: schedulerName {0:?} is used by more than one profile")]
+    DuplicateProfile(String),
+    /// `explain` was asked about something that is not `NAMESPACE/NAME`.
+    #[error("{0:?} is not a pod name: give NAMESPACE/NAME (or NAME for namespace default)")]
+    BadPodName(String),
+    /// `explain` was asked about a pod the input does not hold.
+    #[error("pod {pod} is not in {source_name}")]
+    UnknownPod {
+        /// `namespace/name` asked for.
+        pod: String,
+        /// The input's name.
+        source_name: String,
+    },
+    /// `explain` was asked about a pod whose `schedulerName` no profile serves.
+    #[error(
+        "pod {pod}: spec.schedulerName {scheduler:?} has no profile (profiles: {profiles}); \
+         no scheduler simulated here would place it"
+    )]
+    NoProfile {
+        /// The pod.
+        pod: String,
+        /// Its `spec.schedulerName`.
+        scheduler: String,
+        /// The profiles' scheduler names, comma-separated.
+        profiles: String,
+    },
+}
+
+/// How one pod's cycle ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Placed on `node`.
+    Scheduled {
+        /// The chosen node.
+        node: String,
+    },
+    /// Fits on no node; `message` is upstream's FitError text
+    /// (`0/N nodes are available: ...`).
+    Unschedulable {
+        /// The FitError message.
+        message: String,
+    },
+    /// The pod could not be scheduled for another reason: its
+    /// PriorityClass does not exist (admission would refuse it), or a
+    /// plugin returned `Error`.
+    Error {
+        /// What went wrong.
+        message: String,
+    },
+}
+
+impl Outcome {
+    /// `Scheduled`, `Unschedulable` or `Error`.
+    #[must_use]
+    pub fn status(&self) -> &'static str {
+        match self {
+            Outcome::Scheduled { .. } => "Scheduled",
+            Outcome::Unschedulable { .. } => "Unschedulable",
+            Outcome::Error { .. } => "Error",
+        }
+    }
+
+    /// The chosen node, if scheduled.
+    #[must_use]
+    pub fn node(&self) -> Option<&str> {
+        match self {
+            Outcome::Scheduled { node } => Some(node),
+            _ => None,
+        }
+    }
+
+    /// The FitError or error text; empty when scheduled.
+    #[must_use]
+    pub fn message(&self) -> &str {
+        match self {
+            Outcome::Scheduled { .. } => "",
+            Outcome::Unschedulable { message } | Outcome::Error { message } => message,
+        }
+    }
+}
+
+/// How the cycle saw one node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeResult {
+    /// Filter result: `Success` for a feasible node, else the status of the
+    /// first plugin that rejected it (PreFilter included) with its reasons
+    /// in order.
+    pub filter: Status,
+    /// Each Score plugin's normalized score (0..=100) before weighting, in
+    /// run order; `None` for rejected nodes.
+    pub scores: Option<Vec<(&'static str, i64)>>,
+    /// Weighted sum of [`NodeResult::scores`]; `None` for rejected nodes.
+    pub total_score: Option<i64>,
+}
+
+/// One pod's result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodResult {
+    /// The pod.
+    pub pod: PodKey,
+    /// Its resolved priority (`None` when it could not be resolved).
+    pub priority: Option<i32>,
+    /// The profile (`schedulerName`) that ran it.
+    pub profile: String,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// Every node the cycle evaluated, by name. Nodes the search never
+    /// reached (upstream's `percentageOfNodesToScore`) are absent.
+    pub nodes: BTreeMap<String, NodeResult>,
+    /// Nodes in the cluster when the cycle ran.
+    pub num_all_nodes: usize,
+    /// The profile's Score plugins and weights, in run order.
+    pub score_weights: Vec<(&'static str, i64)>,
+}
+
+/// A pending pod the simulation did not schedule, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SkippedPod {
+    /// The pod.
+    pub pod: PodKey,
+    /// Why, e.g. `spec.schedulerName "other" has no profile`.
+    pub reason: String,
+}
+
+/// The outcome of [`simulate`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Simulation {
+    /// One result per scheduled-or-attempted pod: queue order first, then
+    /// pods that never entered the queue (unknown PriorityClass) in input
+    /// order.
+    pub results: Vec<PodResult>,
+    /// Pending pods not simulated (no profile for their `schedulerName`,
+    /// scheduling gates, terminal, being deleted), in input order.
+    pub skipped: Vec<SkippedPod>,
+    /// Remarks about the input (e.g. a pod bound to a node the input does
+    /// not list), for stderr.
+    pub notes: Vec<String>,
+}
+
+/// The outcome of [`explain`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Explanation {
+    /// The pod's cycle.
+    pub result: PodResult,
+    /// Remarks (e.g. the pod is scheduling-gated, or already bound and was
+    /// evaluated without its own placement).
+    pub notes: Vec<String>,
+    /// Bound pods that hold room in the evaluated cluster.
+    pub bound_pods: usize,
+}
+
+/// Simulates every pending pod of `objects` with `profiles` (plugins from
+/// `registry`), one at a time in queue order, each placement applied before
+/// the next (see the module docs).
+///
+/// # Errors
+/// A Node or Pod that cannot be read (named with the field), or a profile
+/// that does not make a valid framework. A pod whose PriorityClass does not
+/// exist is not an error: it gets an [`Outcome::Error`] result.
+pub fn simulate(
+    objects: &ClusterObjects,
+    profiles: &[Profile],
+    registry: &Registry,
+) -> Result<Simulation, SimulateError> {
+    let frameworks = frameworks(profiles, registry)?;
+    let mut sim = Simulation::default();
+    let cluster = Cluster::build(objects, None, &mut sim.notes)?;
+    let classes = PriorityClasses::new(&objects.priority_classes);
+
+    // (priority, input order, pod, its framework), then pods whose class
+    // is unknown.
+    let mut queue: Vec<(i32, usize, PodInfo, &Framework)> = Vec::new();
+    let mut refused: Vec<PodResult> = Vec::new();
+    for (order, pod) in objects.pods.iter().enumerate() {
+        if is_bound(pod) {
+            continue;
+        }
+        let key = key_of(pod);
+        if let Some(reason) = not_schedulable_reason(pod) {
+            sim.skipped.push(SkippedPod { pod: key, reason });
+            continue;
+        }
+        let scheduler = scheduler_name(pod);
+        let Some(fw) = frameworks.get(scheduler) else {
+            sim.skipped.push(SkippedPod {
+                pod: key,
+                reason: format!("spec.schedulerName {scheduler:?} has no profile"),
+            });
+            continue;
+        };
+        let mut admitted = pod.clone();
+        match classes.admit(&mut admitted) {
+            Ok(priority) => {
+                let info = PodInfo::from_pod(Arc::new(admitted))?;
+                queue.push((priority, order, info, fw));
+            }
+            Err(e) => {
+                // Still read the pod, so bad fields are reported as such.
+                PodInfo::from_pod(Arc::new(admitted))?;
+                refused.push(PodResult {
+                    pod: key,
+                    priority: None,
+                    profile: fw.profile_name().to_owned(),
+                    outcome: Outcome::Error {
+                        message: e.to_string(),
+                    },
+                    nodes: BTreeMap::new(),
+                    num_all_nodes: cluster.node_count,
+                    score_weights: fw.score_weights(),
+                });
+            }
+        }
+    }
+    // PrioritySort: higher priority first; equal priority keeps input order.
+    queue.sort_by_key(|(priority, order, _, _)| (std::cmp::Reverse(*priority), *order));
+
+    let mut snapshot = Snapshot::default();
+    for (_, _, pod, fw) in queue {
+        cluster.cache.update_snapshot(&mut snapshot);
+        let result = run_cycle(fw, &pod, &snapshot);
+        if let Outcome::Scheduled { node } = &result.outcome {
+            cluster.cache.add_bound_pod(Arc::new(bind(&pod, node)?));
+        }
+        sim.results.push(result);
+    }
+    sim.results.extend(refused);
+    Ok(sim)
+}
+
+/// Explains one pod (`NAMESPACE/NAME`, or `NAME` in `default`): one cycle
+/// against the cluster as `objects` shows it (bound pods only; other
+/// pending pods are not placed first). A pod that is already bound is
+/// evaluated without its own placement; a scheduling-gated or terminal pod
+/// is evaluated as if it were schedulable, with a note.
+///
+/// # Errors
+/// A malformed name, a pod not in `objects`, a pod whose `schedulerName`
+/// has no profile, or the errors of [`simulate`].
+pub fn explain(
+    objects: &ClusterObjects,
+    profiles: &[Profile],
+    registry: &Registry,
+    pod: &str,
+) -> Result<Explanation, SimulateError> {
+    let key = parse_pod_key(pod)?;
+    let Some(target) = objects.pods.iter().find(|p| key_of(p) == key) else {
+        return Err(SimulateError::UnknownPod {
+            pod: key.to_string(),
+            source_name: objects.name.clone(),
+        });
+    };
+    let frameworks = frameworks(profiles, registry)?;
+    let scheduler = scheduler_name(target);
+    let Some(fw) = frameworks.get(scheduler) else {
+        return Err(SimulateError::NoProfile {
+            pod: key.to_string(),
+            scheduler: scheduler.to_owned(),
+            profiles: profiles
+                .iter()
+                .map(|p| p.scheduler_name.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+        });
+    };
+    let mut notes = Vec::new();
+    let uid = target.metadata.uid.as_deref();
+    let cluster = Cluster::build(objects, uid, &mut notes)?;
+    if let Some(node) = target.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+        notes.push(format!(
+            "pod {key} is bound to node {node} in the input; shown is what the scheduler \
+             would decide for it now, without its own placement"
+        ));
+    }
+    if let Some(reason) = not_schedulable_reason(target) {
+        notes.push(format!(
+            "the scheduler would not try pod {key} now ({reason}); shown is what it would \
+             decide if it did"
+        ));
+    }
+
+    let classes = PriorityClasses::new(&objects.priority_classes);
+    let mut admitted = target.clone();
+    if let Some(spec) = admitted.spec.as_mut() {
+        spec.node_name = None;
+    }
+    let admission = classes.admit(&mut admitted);
+    let info = PodInfo::from_pod(Arc::new(admitted))?;
+    let result = match admission {
+        Ok(_) => {
+            let mut snapshot = Snapshot::default();
+            cluster.cache.update_snapshot(&mut snapshot);
+            run_cycle(fw, &info, &snapshot)
+        }
+        Err(e) => PodResult {
+            pod: key,
+            priority: None,
+            profile: fw.profile_name().to_owned(),
+            outcome: Outcome::Error {
+                message: e.to_string(),
+            },
+            nodes: BTreeMap::new(),
+            num_all_nodes: cluster.node_count,
+            score_weights: fw.score_weights(),
+        },
+    };
+    Ok(Explanation {
+        result,
+        notes,
+        bound_pods: cluster.bound_pods,
+    })
+}
+
+/// One framework per profile, by `schedulerName`.
+fn frameworks(
+    profiles: &[Profile],
+    registry: &Registry,
+) -> Result<HashMap<String, Framework>, SimulateError> {
+    let mut out = HashMap::new();
+    for profile in profiles {
+        if out.contains_key(&profile.scheduler_name) {
+            return Err(SimulateError::DuplicateProfile(
+                profile.scheduler_name.clone(),
+            ));
+        }
+        out.insert(
+            profile.scheduler_name.clone(),
+            Framework::new(profile, registry)?,
+        );
+    }
+    Ok(out)
+}
+
+/// The cache built from the input.
+struct Cluster {
+    cache: NodeCache,
+    node_count: usize,
+    /// Non-terminal bound pods placed.
+    bound_pods: usize,
+}
+
+impl Cluster {
+    /// Nodes, namespaces and bound pods (except the pod with uid `exclude`).
+    fn build(
+        objects: &ClusterObjects,
+        exclude: Option<&str>,
+        notes: &mut Vec<String>,
+    ) -> Result<Self, SimulateError> {
+        let cache = NodeCache::default();
+        let mut node_names: HashSet<&str> = HashSet::new();
+        for node in &objects.nodes {
+            let spec = NodeSpec::from_node(Arc::new(node.clone()))?;
+            cache.upsert_node(spec);
+            node_names.extend(node.metadata.name.as_deref());
+        }
+
+        let mut listed: HashSet<&str> = HashSet::new();
+        for ns in &objects.namespaces {
+            let Some(name) = ns.metadata.name.as_deref() else {
+                continue;
+            };
+            let mut labels = ns.metadata.labels.clone().unwrap_or_default();
+            labels
+                .entry(LABEL_METADATA_NAME.to_owned())
+                .or_insert_with(|| name.to_owned());
+            cache.upsert_namespace(name, labels);
+            listed.insert(name);
+        }
+        for pod in &objects.pods {
+            let ns = pod
+                .metadata
+                .namespace
+                .as_deref()
+                .unwrap_or(DEFAULT_NAMESPACE);
+            if listed.insert(ns) {
+                let labels = BTreeMap::from([(LABEL_METADATA_NAME.to_owned(), ns.to_owned())]);
+                cache.upsert_namespace(ns, labels);
+            }
+        }
+
+        let mut bound_pods = 0;
+        for pod in objects.pods.iter().filter(|p| is_bound(p)) {
+            if exclude.is_some() && pod.metadata.uid.as_deref() == exclude {
+                continue;
+            }
+            let info = PodInfo::from_pod(Arc::new(pod.clone()))?;
+            if info.terminal {
+                continue;
+            }
+            if let Some(node) = info.node_name.as_deref()
+                && !node_names.contains(node)
+            {
+                notes.push(format!(
+                    "pod {} is bound to node {node}, which the input does not list",
+                    info.key
+                ));
+            }
+            cache.add_bound_pod(Arc::new(info));
+            bound_pods += 1;
+        }
+        Ok(Cluster {
+            cache,
+            node_count: objects.nodes.len(),
+            bound_pods,
+        })
+    }
+}
+
+/// Runs one cycle and turns its detail into a [`PodResult`].
+fn run_cycle(fw: &Framework, pod: &PodInfo, snapshot: &Snapshot) -> PodResult {
+    let (result, detail) = fw.schedule_detailed(pod, snapshot);
+    let outcome = match result {
+        Ok(r) => Outcome::Scheduled {
+            node: r.node.to_string(),
+        },
+        Err(ScheduleError::Unschedulable(fit)) => Outcome::Unschedulable {
+            message: fit.to_string(),
+        },
+        Err(e @ ScheduleError::Internal { .. }) => Outcome::Error {
+            message: e.to_string(),
+        },
+    };
+    PodResult {
+        pod: pod.key.clone(),
+        priority: Some(pod.priority),
+        profile: fw.profile_name().to_owned(),
+        outcome,
+        nodes: node_results(detail),
+        num_all_nodes: snapshot.len(),
+        score_weights: fw.score_weights(),
+    }
+}
+
+fn node_results(detail: CycleDetail) -> BTreeMap<String, NodeResult> {
+    let mut nodes = BTreeMap::new();
+    for (name, status) in detail.rejected {
+        nodes.insert(
+            name.to_string(),
+            NodeResult {
+                filter: status,
+                scores: None,
+                total_score: None,
+            },
+        );
+    }
+    for scored in detail.scored {
+        nodes.insert(
+            scored.node.to_string(),
+            NodeResult {
+                filter: Status::success(),
+                scores: Some(scored.plugin_scores),
+                total_score: Some(scored.total),
+            },
+        );
+    }
+    nodes
+}
+
+/// `pod` bound to `node` (`spec.nodeName` set), as the cache takes it.
+fn bind(pod: &PodInfo, node: &str) -> Result<PodInfo, SimulateError> {
+    let mut bound: Pod = (*pod.pod).clone();
+    if let Some(spec) = bound.spec.as_mut() {
+        spec.node_name = Some(node.to_owned());
+    }
+    Ok(PodInfo::from_pod(Arc::new(bound))?)
+}
+
+/// Whether the pod has a `spec.nodeName`.
+fn is_bound(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .is_some_and(|n| !n.is_empty())
+}
+
+/// Why upstream's scheduler would not try this pending pod, if it would not:
+/// terminal phase (the scheduler's informer skips `Succeeded`/`Failed` pods),
+/// being deleted (`skipPodSchedule`), or scheduling gates (the
+/// `SchedulingGates` PreEnqueue plugin of the default profile).
+fn not_schedulable_reason(pod: &Pod) -> Option<String> {
+    if let Some(phase @ ("Succeeded" | "Failed")) =
+        pod.status.as_ref().and_then(|s| s.phase.as_deref())
+    {
+        return Some(format!("status.phase is {phase}"));
+    }
+    if pod.metadata.deletion_timestamp.is_some() {
+        return Some("metadata.deletionTimestamp is set (being deleted)".to_owned());
+    }
+    let gates: Vec<&str> = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.scheduling_gates.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|g| g.name.as_str())
+        .collect();
+    if !gates.is_empty() {
+        return Some(format!(
+            "scheduling gated: spec.schedulingGates [{}]",
+            gates.join(", ")
+        ));
+    }
+    None
+}
+
+/// `spec.schedulerName`, defaulting like upstream.
+fn scheduler_name(pod: &Pod) -> &str {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.scheduler_name.as_deref())
+        .filter(|s| !s.is_empty())
+        .unwrap_or(flotilla_shared::pod_info::DEFAULT_SCHEDULER_NAME)
+}
+
+/// `namespace/name` of a loaded pod.
+fn key_of(pod: &Pod) -> PodKey {
+    PodKey::new(
+        pod.metadata
+            .namespace
+            .as_deref()
+            .unwrap_or(DEFAULT_NAMESPACE),
+        pod.metadata.name.as_deref().unwrap_or_default(),
+    )
+}
+
+/// `NAMESPACE/NAME` or `NAME` (namespace `default`).
+fn parse_pod_key(s: &str) -> Result<PodKey, SimulateError> {
+    let bad = || SimulateError::BadPodName(s.to_owned());
+    match s.split_once('/') {
+        None if !s.is_empty() => Ok(PodKey::new(DEFAULT_NAMESPACE, s)),
+        Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
+            Ok(PodKey::new(ns, name))
+        }
+        _ => Err(bad()),
+    }
+}
+
+/// Kubernetes-style code name of a status (`Success`, `Unschedulable`,
+/// `UnschedulableAndUnresolvable`, `Error`, `Skip`).
+#[must_use]
+pub fn code_name(code: Code) -> &'static str {
+    match code {
+        Code::Success => "Success",
+        Code::Error => "Error",
+        Code::Unschedulable => "Unschedulable",
+        Code::UnschedulableAndUnresolvable => "UnschedulableAndUnresolvable",
+        Code::Skip => "Skip",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flotilla_scheduler::plugins::names;
+    use flotilla_shared::framework::SharedLister as _;
+    use flotilla_shared::testing::{NodeBuilder, PodBuilder};
+    use k8s_openapi::api::core::v1::{Namespace, PodSchedulingGate};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+
+    fn objects(pods: Vec<Pod>) -> ClusterObjects {
+        ClusterObjects {
+            name: "test".into(),
+            nodes: vec![
+                NodeBuilder::new("n1")
+                    .cpu("2")
+                    .memory("4Gi")
+                    .pods(110)
+                    .build(),
+            ],
+            pods,
+            ..ClusterObjects::default()
+        }
+    }
+
+    fn fit_only() -> [Profile; 1] {
+        [Profile::only(&[(names::NODE_RESOURCES_FIT, 1)])]
+    }
+
+    #[test]
+    fn pods_the_scheduler_would_not_try_are_skipped_with_the_reason() {
+        let gated = {
+            let mut p = PodBuilder::new("gated").build();
+            p.spec.as_mut().expect("spec").scheduling_gates = Some(vec![
+                PodSchedulingGate {
+                    name: "example.com/quota".into(),
+                },
+                PodSchedulingGate {
+                    name: "example.com/review".into(),
+                },
+            ]);
+            p
+        };
+        let deleting = {
+            let mut p = PodBuilder::new("deleting").build();
+            p.metadata.deletion_timestamp = Some(Time(Default::default()));
+            p
+        };
+        let other = {
+            let mut p = PodBuilder::new("other").build();
+            p.spec.as_mut().expect("spec").scheduler_name = Some("volcano".into());
+            p
+        };
+        let o = objects(vec![
+            PodBuilder::new("done").phase("Succeeded").build(),
+            PodBuilder::new("failed").phase("Failed").build(),
+            deleting,
+            gated,
+            other,
+            PodBuilder::new("ok").cpu("1").build(),
+        ]);
+        let sim = simulate(&o, &fit_only(), &Registry::in_tree()).expect("simulate");
+        let skipped: Vec<String> = sim
+            .skipped
+            .iter()
+            .map(|s| format!("{}: {}", s.pod, s.reason))
+            .collect();
+        assert_eq!(
+            skipped,
+            [
+                "default/done: status.phase is Succeeded",
+                "default/failed: status.phase is Failed",
+                "default/deleting: metadata.deletionTimestamp is set (being deleted)",
+                "default/gated: scheduling gated: spec.schedulingGates [example.com/quota, \
+                 example.com/review]",
+                "default/other: spec.schedulerName \"volcano\" has no profile",
+            ]
+        );
+        assert_eq!(sim.results.len(), 1);
+        assert_eq!(sim.results[0].outcome.node(), Some("n1"));
+
+        // explain still evaluates a gated pod, and says why it waits.
+        let e = explain(&o, &fit_only(), &Registry::in_tree(), "default/gated").expect("explain");
+        assert_eq!(e.result.outcome.node(), Some("n1"));
+        assert_eq!(e.notes.len(), 1);
+        assert!(e.notes[0].contains("scheduling gated"), "{:?}", e.notes);
+    }
+
+    #[test]
+    fn namespaces_carry_their_labels_and_the_metadata_name_label() {
+        let mut o = objects(vec![
+            PodBuilder::new("a").namespace("team-a").build(),
+            PodBuilder::new("b").namespace("unlisted").build(),
+        ]);
+        o.namespaces.push(Namespace {
+            metadata: ObjectMeta {
+                name: Some("team-a".into()),
+                labels: Some(BTreeMap::from([("team".into(), "a".into())])),
+                ..ObjectMeta::default()
+            },
+            ..Namespace::default()
+        });
+        let mut notes = Vec::new();
+        let cluster = Cluster::build(&o, None, &mut notes).expect("cluster");
+        let mut snap = Snapshot::default();
+        cluster.cache.update_snapshot(&mut snap);
+        let label = |ns: &str| {
+            snap.namespace_labels(ns).map(|l| {
+                l.iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect::<Vec<_>>()
+            })
+        };
+        assert_eq!(
+            label("team-a"),
+            Some(vec![
+                "kubernetes.io/metadata.name=team-a".to_owned(),
+                "team=a".to_owned()
+            ])
+        );
+        assert_eq!(
+            label("unlisted"),
+            Some(vec!["kubernetes.io/metadata.name=unlisted".to_owned()])
+        );
+        assert_eq!(label("nobody"), None);
+    }
+
+    #[test]
+    fn bound_pods_hold_room_and_missing_nodes_are_noted() {
+        // n1 has 2 cpu; a bound 1.5-cpu pod leaves too little for 1 cpu.
+        let o = objects(vec![
+            PodBuilder::new("running")
+                .cpu("1500m")
+                .node_name("n1")
+                .build(),
+            PodBuilder::new("lost").cpu("1").node_name("gone").build(),
+            PodBuilder::new("finished")
+                .cpu("2")
+                .node_name("n1")
+                .phase("Succeeded")
+                .build(),
+            PodBuilder::new("new").cpu("1").build(),
+        ]);
+        let sim = simulate(&o, &fit_only(), &Registry::in_tree()).expect("simulate");
+        assert_eq!(
+            sim.notes,
+            ["pod default/lost is bound to node gone, which the input does not list"]
+        );
+        assert_eq!(sim.results.len(), 1);
+        assert_eq!(
+            sim.results[0].outcome.message(),
+            "0/1 nodes are available: 1 Insufficient cpu."
+        );
+    }
+
+    #[test]
+    fn bad_pods_and_profiles_are_errors_naming_them() {
+        let o = objects(vec![PodBuilder::new("bad").cpu("-1").build()]);
+        let err = simulate(&o, &fit_only(), &Registry::in_tree()).expect_err("negative cpu");
+        assert!(
+            err.to_string()
+                .starts_with("pod default/bad: spec.containers[0]"),
+            "{err}"
+        );
+
+        let o = objects(vec![]);
+        let twice = [Profile::default(), Profile::default()];
+        let err = simulate(&o, &twice, &Registry::in_tree()).expect_err("duplicate profile");
+        assert_eq!(
+            err.to_string(),
+            "profiles: schedulerName \"default-scheduler\" is used by more than one profile"
+        );
+        let unknown = [Profile::only(&[("NoSuchPlugin", 1)])];
+        let err = simulate(&o, &unknown, &Registry::in_tree()).expect_err("unknown plugin");
+        assert_eq!(err.to_string(), "plugin \"NoSuchPlugin\" is not registered");
+    }
+
+    #[test]
+    fn pod_names_parse_like_kubectl() {
+        let cases = [
+            ("ns/name", Some(("ns", "name"))),
+            ("name", Some(("default", "name"))),
+            ("", None),
+            ("ns/", None),
+            ("/name", None),
+            ("a/b/c", None),
+        ];
+        for (input, want) in cases {
+            let got = parse_pod_key(input).ok();
+            assert_eq!(got, want.map(|(ns, n)| PodKey::new(ns, n)), "{input:?}");
+        }
+    }
+}

@@ -1,0 +1,267 @@
+//! `flotilla simulate` and `flotilla explain` as processes: exit codes,
+//! stdout (JSON and tables) and stderr (warnings, skipped pods, errors).
+//! Expected placements are derived in `loadtest/tests/it/simulate.rs`; with
+//! the default profile the same nodes win by a wide margin.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("loadtest/tests/fixtures")
+        .join(name)
+}
+
+fn flotilla(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_flotilla"))
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run flotilla")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A file with `text`, removed on drop.
+struct TempFile(PathBuf);
+
+impl TempFile {
+    fn new(name: &str, text: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("flotilla-cli-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let path = dir.join(name);
+        std::fs::write(&path, text).expect("write");
+        TempFile(path)
+    }
+
+    fn path(&self) -> &str {
+        self.0.to_str().expect("utf-8 path")
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        if let Some(dir) = self.0.parent() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+#[test]
+fn simulate_json_places_pods_in_turn() {
+    let small = fixture("simulate-small.yaml");
+    let o = flotilla(&[
+        "simulate",
+        "--cluster",
+        small.to_str().expect("path"),
+        "--output",
+        "json",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let doc: Value = serde_json::from_str(&stdout(&o)).expect("stdout is one JSON document");
+    let results = doc["results"].as_array().expect("results");
+    let got: Vec<(&str, &str, &Value)> = results
+        .iter()
+        .map(|r| {
+            (
+                r["pod"].as_str().unwrap_or_default(),
+                r["status"].as_str().unwrap_or_default(),
+                &r["node"],
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("default/web-1", "Scheduled", &Value::from("node-2")),
+            ("default/web-2", "Scheduled", &Value::from("node-4")),
+            ("default/big", "Unschedulable", &Value::Null),
+        ]
+    );
+    assert_eq!(
+        results[2]["message"],
+        "0/4 nodes are available: 1 node(s) had untolerated taint(s), 3 Insufficient cpu."
+    );
+    assert_eq!(
+        results[0]["nodes"]["node-1"]["filter"]["reasons"][0],
+        "Insufficient cpu"
+    );
+    assert!(
+        stderr(&o).contains("simulate-small: 4 node(s), 6 pod(s) (3 bound, 3 pending)"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn simulate_table_on_a_kubectl_snapshot_lists_skipped_pods_on_stderr() {
+    let snapshot = fixture("kubectl-get-nodes-pods.yaml");
+    let o = flotilla(&["simulate", "--cluster", snapshot.to_str().expect("path")]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    let headlines: Vec<&str> = out
+        .lines()
+        .filter(|l| !l.starts_with(' ') && !l.is_empty())
+        .collect();
+    assert_eq!(
+        headlines,
+        [
+            "default/analytics-db-1: Scheduled on kind-worker  (priority 0, profile default-scheduler)",
+            "default/web-5d4f8b7c9d-pq8rs: Scheduled on kind-worker2  (priority 0, profile default-scheduler)",
+            "ml/trainer-0: Unschedulable  (priority 0, profile default-scheduler)",
+        ]
+    );
+    let cordoned: Vec<Vec<&str>> = out
+        .lines()
+        .filter(|l| l.trim_start().starts_with("kind-worker3 "))
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    let rejected = [
+        "kind-worker3",
+        "NodeUnschedulable",
+        "UnschedulableAndUnresolvable",
+        "node(s)",
+        "were",
+        "unschedulable",
+    ];
+    assert_eq!(cordoned, [rejected; 3], "one row per pod: {out}");
+    assert!(
+        stderr(&o).contains(
+            "skipped: pod batch/sim-job-0: spec.schedulerName \"volcano\" has no profile"
+        ),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn explain_shows_one_pod_against_bound_pods_only() {
+    let small = fixture("simulate-small.yaml");
+    let o = flotilla(&[
+        "explain",
+        "default/web-2",
+        "--cluster",
+        small.to_str().expect("path"),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    // simulate puts web-1 on node-2 first and web-2 then goes to node-4;
+    // explain places no other pending pod, so node-2 has room and wins.
+    let last = out.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("would pick: node-2 (total score "),
+        "{out}"
+    );
+    assert!(out.contains("node-3  TaintToleration"), "{out}");
+
+    let o = flotilla(&["explain", "big", "--cluster", small.to_str().expect("path")]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o).lines().last(),
+        Some(
+            "fits nowhere: 0/4 nodes are available: 1 node(s) had untolerated taint(s), \
+             3 Insufficient cpu."
+        )
+    );
+}
+
+#[test]
+fn unknown_kinds_are_warned_about_on_stderr() {
+    let f = TempFile::new(
+        "mixed.yaml",
+        "apiVersion: v1\nkind: Node\nmetadata: {name: n1}\nstatus: {allocatable: {cpu: \"1\", pods: \"110\"}}\n\
+         ---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web, namespace: shop}\n\
+         ---\napiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: shop}\n\
+         spec: {containers: [{name: c}]}\n",
+    );
+    let o = flotilla(&["simulate", "--cluster", f.path(), "--output", "json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(
+            "warning: mixed.yaml: item 2 (Deployment shop/web): skipped: kind Deployment is not loaded"
+        ),
+        "{}",
+        stderr(&o)
+    );
+    let doc: Value = serde_json::from_str(&stdout(&o)).expect("JSON");
+    assert_eq!(doc["results"][0]["node"], "n1");
+}
+
+#[test]
+fn bad_input_exits_1_naming_the_problem() {
+    let bad_quantity = TempFile::new(
+        "bad.yaml",
+        "kind: Node\nmetadata: {name: n1}\nstatus: {allocatable: {cpu: four}}\n",
+    );
+    let broken = TempFile::new("broken.yaml", "kind: List\nitems:\n- {kind: Pod\n");
+    let small = fixture("simulate-small.yaml");
+    let small = small.to_str().expect("path");
+    let cases: [(&[&str], &str); 5] = [
+        (
+            &["simulate", "--cluster", bad_quantity.path()],
+            "error: bad.yaml: item 1 (Node n1): status.allocatable.cpu: invalid quantity \"four\"",
+        ),
+        (
+            &["explain", "default/x", "--cluster", bad_quantity.path()],
+            "error: bad.yaml: item 1 (Node n1): status.allocatable.cpu: invalid quantity \"four\"",
+        ),
+        (
+            &["simulate", "--cluster", broken.path()],
+            "error: broken.yaml: invalid YAML",
+        ),
+        (
+            &["simulate", "--cluster", "/nonexistent/cluster.yaml"],
+            "error: cannot read /nonexistent/cluster.yaml",
+        ),
+        (
+            &["explain", "default/nope", "--cluster", small],
+            "error: pod default/nope is not in simulate-small",
+        ),
+    ];
+    for (args, want) in cases {
+        let o = flotilla(args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(want), "{args:?}: {}", stderr(&o));
+        assert!(stdout(&o).is_empty(), "{args:?}: {}", stdout(&o));
+    }
+}
+
+#[test]
+fn bad_command_lines_exit_2() {
+    let small = fixture("simulate-small.yaml");
+    let small = small.to_str().expect("path");
+    let cases: [&[&str]; 4] = [
+        &["simulate"],
+        &["simulate", "--cluster", small, "--output", "yaml"],
+        &["explain", "--cluster", small],
+        &["explain", "default/web-1"],
+    ];
+    for args in cases {
+        let o = flotilla(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+    }
+}
+
+#[test]
+fn help_says_what_is_read_and_what_is_pending() {
+    let o = flotilla(&["simulate", "--help"]);
+    assert_eq!(o.status.code(), Some(0));
+    let help = stdout(&o).replace('\n', " ");
+    assert!(
+        help.contains("PodDisruptionBudgets and PodGroups (scheduling.x-k8s.io/v1alpha1) are read and counted but not used yet"),
+        "{help}"
+    );
+    let o = flotilla(&["explain", "--help"]);
+    assert_eq!(o.status.code(), Some(0));
+    let help = stdout(&o).replace('\n', " ");
+    assert!(help.contains("--kubeconfig"), "{help}");
+    assert!(help.contains("is pending"), "{help}");
+}
