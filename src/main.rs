@@ -5,8 +5,11 @@
 //! - `flotilla coordinator`: the coordinator alone, waiting for
 //!   `--workers N` separate `flotilla worker` processes.
 //! - `flotilla worker`: one scheduler worker.
+//!
+//! Each takes `--config FILE`, a `KubeSchedulerConfiguration`
+//! (`flotilla_scheduler::config`); a bad one stops the process with exit 1.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,6 +22,7 @@ use flotilla_loadtest::report::{self, Report};
 use flotilla_loadtest::run::{self, RunConfig};
 use flotilla_loadtest::workload::{self, OnBadInput, Workload, openb, synthetic};
 use flotilla_scheduler::Registry;
+use flotilla_scheduler::config::{self, ConfigError, SchedulerConfig};
 use flotilla_scheduler::worker::{self as sched_worker, WorkerConfig, WorkerStats};
 use flotilla_shared::WorkloadClass;
 
@@ -123,10 +127,22 @@ struct ReportArgs {
     no_progress: bool,
 }
 
+/// `--config`, shared by every command that schedules or dispatches.
+#[derive(Args, Debug)]
+struct ConfigArgs {
+    /// Scheduler configuration: a kubescheduler.config.k8s.io/v1
+    /// KubeSchedulerConfiguration (YAML or JSON; see the README). Without
+    /// it, upstream's defaults (one `default-scheduler` profile).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+}
+
 #[derive(Args, Debug)]
 struct RunArgs {
     #[command(flatten)]
     workload: WorkloadArgs,
+    #[command(flatten)]
+    sched: ConfigArgs,
     /// Scheduler workers, split between the online and batch pools.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
     workers: u16,
@@ -138,6 +154,8 @@ struct RunArgs {
 struct CoordinatorArgs {
     #[command(flatten)]
     workload: WorkloadArgs,
+    #[command(flatten)]
+    sched: ConfigArgs,
     /// gRPC listen address.
     #[arg(long, default_value = "127.0.0.1:7070")]
     listen: String,
@@ -150,6 +168,8 @@ struct CoordinatorArgs {
 
 #[derive(Args, Debug)]
 struct WorkerArgs {
+    #[command(flatten)]
+    sched: ConfigArgs,
     /// Coordinator address (host:port or http://host:port).
     #[arg(long, default_value = "127.0.0.1:7070")]
     coordinator: String,
@@ -277,7 +297,7 @@ async fn run_job(
     Ok(finish(&report, report_args, placements.as_deref()))
 }
 
-async fn worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
+async fn worker(args: WorkerArgs, sched: SchedulerConfig) -> anyhow::Result<ExitCode> {
     let class = match args.class {
         Class::Online => WorkloadClass::Online,
         Class::Batch => WorkloadClass::Batch,
@@ -300,6 +320,8 @@ async fn worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
         .name
         .unwrap_or_else(|| format!("{class}-{}", std::process::id()));
     let mut cfg = WorkerConfig::new(&addr, &name, class);
+    cfg.queue = sched.queue_config();
+    cfg.profiles = sched.profiles;
     cfg.connect_timeout = Duration::from_secs(args.connect_timeout);
     let token = CancellationToken::new();
     let t = token.clone();
@@ -338,6 +360,11 @@ fn error_chain(e: &anyhow::Error) -> String {
     out
 }
 
+/// The `--config` file, or upstream's defaults without one.
+fn scheduler_config(path: Option<&Path>) -> Result<SchedulerConfig, ConfigError> {
+    path.map_or_else(|| Ok(SchedulerConfig::default()), config::load_file)
+}
+
 fn main() -> ExitCode {
     use std::io::IsTerminal as _;
     tracing_subscriber::fmt()
@@ -349,6 +376,28 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
+    let config_path = match &cli.command {
+        Command::Run(a) => a.sched.config.as_deref(),
+        Command::Coordinator(a) => a.sched.config.as_deref(),
+        Command::Worker(a) => a.sched.config.as_deref(),
+    };
+    // A bad configuration stops the process before anything starts.
+    let sched = match scheduler_config(config_path) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if !matches!(cli.command, Command::Coordinator(_))
+        && let Err(e) = sched.build_global_thread_pool()
+    {
+        eprintln!(
+            "error: cannot start {} scheduling threads: {e}",
+            sched.parallelism
+        );
+        return ExitCode::FAILURE;
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -366,6 +415,7 @@ fn main() -> ExitCode {
                 let cfg = RunConfig {
                     in_process_workers: n,
                     expect_workers: n,
+                    scheduler: sched,
                     ..RunConfig::default()
                 };
                 run_job(&a.workload, &a.report, cfg).await
@@ -375,11 +425,12 @@ fn main() -> ExitCode {
                     in_process_workers: 0,
                     expect_workers: usize::from(a.workers),
                     listen: a.listen.clone(),
+                    scheduler: sched,
                     ..RunConfig::default()
                 };
                 run_job(&a.workload, &a.report, cfg).await
             }
-            Command::Worker(a) => worker(a).await,
+            Command::Worker(a) => worker(a, sched).await,
         }
     });
     match result {

@@ -5,6 +5,7 @@
 mod bad_input;
 mod external_workers;
 mod openb;
+mod profiles;
 
 use std::collections::HashMap;
 use std::future::Future;
