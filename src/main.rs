@@ -7,8 +7,11 @@
 //! - `flotilla worker`: one scheduler worker.
 //! - `flotilla simulate` / `flotilla explain`: what the scheduler would do
 //!   with a cluster's pending pods (one pod, for `explain`), in-process.
+//!
+//! Each takes `--config FILE`, a `KubeSchedulerConfiguration`
+//! (`flotilla_scheduler::config`); a bad one stops the process with exit 1.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,8 +24,9 @@ use flotilla_loadtest::report::{self, Report};
 use flotilla_loadtest::run::{self, RunConfig};
 use flotilla_loadtest::simulate;
 use flotilla_loadtest::workload::{self, OnBadInput, Workload, openb, synthetic};
+use flotilla_scheduler::Registry;
+use flotilla_scheduler::config::{self, ConfigError, SchedulerConfig};
 use flotilla_scheduler::worker::{self as sched_worker, WorkerConfig, WorkerStats};
-use flotilla_scheduler::{Profile, Registry};
 use flotilla_shared::WorkloadClass;
 
 /// A safety check failed (a node over-committed, a pod bound twice).
@@ -74,10 +78,10 @@ warning on stderr. A bad object is an error naming the object and field.
 Pending pods are scheduled one at a time in queue order (priority descending,
 then file order), each placement applied before the next; there is no
 preemption. Pods whose schedulerName has no profile, scheduling-gated,
-terminal or deleting pods are listed as skipped on stderr. Profile: the
-default profile (default-scheduler); a --config flag comes with the
-KubeSchedulerConfiguration loader. Ties between equally scored nodes are broken
-at random, as upstream does.
+terminal or deleting pods are listed as skipped on stderr. Profiles: those of
+--config (a KubeSchedulerConfiguration), else the default profile
+(default-scheduler). Ties between equally scored nodes are broken at random,
+as upstream does.
 
 Exit status: 0 done (whatever the pods' outcomes); 1 unreadable or invalid
 input; 2 bad command line.";
@@ -103,6 +107,8 @@ enum SimulateOutput {
 
 #[derive(Args, Debug)]
 struct SimulateArgs {
+    #[command(flatten)]
+    sched: ConfigArgs,
     /// Cluster objects (YAML or JSON List, or multi-document YAML).
     #[arg(long, value_name = "FILE")]
     cluster: PathBuf,
@@ -116,6 +122,8 @@ struct ExplainArgs {
     /// The pod: NAMESPACE/NAME (NAME alone means namespace default).
     #[arg(value_name = "NAMESPACE/POD")]
     pod: String,
+    #[command(flatten)]
+    sched: ConfigArgs,
     /// Cluster objects (YAML or JSON List, or multi-document YAML).
     #[arg(long, value_name = "FILE")]
     cluster: PathBuf,
@@ -196,10 +204,22 @@ struct ReportArgs {
     no_progress: bool,
 }
 
+/// `--config`, shared by every command that schedules or dispatches.
+#[derive(Args, Debug)]
+struct ConfigArgs {
+    /// Scheduler configuration: a kubescheduler.config.k8s.io/v1
+    /// KubeSchedulerConfiguration (YAML or JSON; see the README). Without
+    /// it, upstream's defaults (one `default-scheduler` profile).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+}
+
 #[derive(Args, Debug)]
 struct RunArgs {
     #[command(flatten)]
     workload: WorkloadArgs,
+    #[command(flatten)]
+    sched: ConfigArgs,
     /// Scheduler workers, split between the online and batch pools.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
     workers: u16,
@@ -211,6 +231,8 @@ struct RunArgs {
 struct CoordinatorArgs {
     #[command(flatten)]
     workload: WorkloadArgs,
+    #[command(flatten)]
+    sched: ConfigArgs,
     /// gRPC listen address.
     #[arg(long, default_value = "127.0.0.1:7070")]
     listen: String,
@@ -223,6 +245,8 @@ struct CoordinatorArgs {
 
 #[derive(Args, Debug)]
 struct WorkerArgs {
+    #[command(flatten)]
+    sched: ConfigArgs,
     /// Coordinator address (host:port or http://host:port).
     #[arg(long, default_value = "127.0.0.1:7070")]
     coordinator: String,
@@ -350,7 +374,7 @@ async fn run_job(
     Ok(finish(&report, report_args, placements.as_deref()))
 }
 
-async fn worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
+async fn worker(args: WorkerArgs, sched: SchedulerConfig) -> anyhow::Result<ExitCode> {
     let class = match args.class {
         Class::Online => WorkloadClass::Online,
         Class::Batch => WorkloadClass::Batch,
@@ -373,6 +397,8 @@ async fn worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
         .name
         .unwrap_or_else(|| format!("{class}-{}", std::process::id()));
     let mut cfg = WorkerConfig::new(&addr, &name, class);
+    cfg.queue = sched.queue_config();
+    cfg.profiles = sched.profiles;
     cfg.connect_timeout = Duration::from_secs(args.connect_timeout);
     let token = CancellationToken::new();
     let t = token.clone();
@@ -405,11 +431,9 @@ fn load_cluster(path: &std::path::Path) -> anyhow::Result<workload::ClusterObjec
     Ok(objects)
 }
 
-fn simulate_cmd(args: &SimulateArgs) -> anyhow::Result<ExitCode> {
+fn simulate_cmd(args: &SimulateArgs, sched: &SchedulerConfig) -> anyhow::Result<ExitCode> {
     let objects = load_cluster(&args.cluster)?;
-    // The default profile until the KubeSchedulerConfiguration loader lands.
-    let profiles = [Profile::default()];
-    let sim = simulate::simulate(&objects, &profiles, &Registry::in_tree())?;
+    let sim = simulate::simulate(&objects, &sched.profiles, &Registry::in_tree())?;
     for note in &sim.notes {
         eprintln!("note: {note}");
     }
@@ -423,10 +447,9 @@ fn simulate_cmd(args: &SimulateArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn explain_cmd(args: &ExplainArgs) -> anyhow::Result<ExitCode> {
+fn explain_cmd(args: &ExplainArgs, sched: &SchedulerConfig) -> anyhow::Result<ExitCode> {
     let objects = load_cluster(&args.cluster)?;
-    let profiles = [Profile::default()];
-    let e = simulate::explain(&objects, &profiles, &Registry::in_tree(), &args.pod)?;
+    let e = simulate::explain(&objects, &sched.profiles, &Registry::in_tree(), &args.pod)?;
     print!(
         "{}",
         simulate::output::explain_text(&e, &args.cluster.display().to_string())
@@ -451,6 +474,11 @@ fn error_chain(e: &anyhow::Error) -> String {
     out
 }
 
+/// The `--config` file, or upstream's defaults without one.
+fn scheduler_config(path: Option<&Path>) -> Result<SchedulerConfig, ConfigError> {
+    path.map_or_else(|| Ok(SchedulerConfig::default()), config::load_file)
+}
+
 fn main() -> ExitCode {
     use std::io::IsTerminal as _;
     tracing_subscriber::fmt()
@@ -462,6 +490,30 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
+    let config_path = match &cli.command {
+        Command::Run(a) => a.sched.config.as_deref(),
+        Command::Coordinator(a) => a.sched.config.as_deref(),
+        Command::Worker(a) => a.sched.config.as_deref(),
+        Command::Simulate(a) => a.sched.config.as_deref(),
+        Command::Explain(a) => a.sched.config.as_deref(),
+    };
+    // A bad configuration stops the process before anything starts.
+    let sched = match scheduler_config(config_path) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if !matches!(cli.command, Command::Coordinator(_))
+        && let Err(e) = sched.build_global_thread_pool()
+    {
+        eprintln!(
+            "error: cannot start {} scheduling threads: {e}",
+            sched.parallelism
+        );
+        return ExitCode::FAILURE;
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -479,6 +531,7 @@ fn main() -> ExitCode {
                 let cfg = RunConfig {
                     in_process_workers: n,
                     expect_workers: n,
+                    scheduler: sched,
                     ..RunConfig::default()
                 };
                 run_job(&a.workload, &a.report, cfg).await
@@ -488,13 +541,14 @@ fn main() -> ExitCode {
                     in_process_workers: 0,
                     expect_workers: usize::from(a.workers),
                     listen: a.listen.clone(),
+                    scheduler: sched,
                     ..RunConfig::default()
                 };
                 run_job(&a.workload, &a.report, cfg).await
             }
-            Command::Worker(a) => worker(a).await,
-            Command::Simulate(a) => simulate_cmd(&a),
-            Command::Explain(a) => explain_cmd(&a),
+            Command::Worker(a) => worker(a, sched).await,
+            Command::Simulate(a) => simulate_cmd(&a, &sched),
+            Command::Explain(a) => explain_cmd(&a, &sched),
         }
     });
     match result {

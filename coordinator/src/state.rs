@@ -144,8 +144,9 @@ struct Inner {
     /// Bound pods whose node is not known (yet, or any more), by node: they
     /// are counted again when the node (re)appears.
     orphans: Orphans,
-    /// `spec.schedulerName`s this coordinator serves.
-    scheduler_names: HashSet<String>,
+    /// `spec.schedulerName`s this coordinator serves, each with the
+    /// profile's `workloadClass` override (None: classify the pod).
+    scheduler_names: HashMap<String, Option<WorkloadClass>>,
     /// Set by `close_streams`: workers leaving now is expected.
     closing: bool,
     /// Pods that could not be read, by `namespace/name`: the error.
@@ -237,7 +238,13 @@ impl Inner {
         if !matches!(rec.phase, PodPhase::Pending(_)) {
             return;
         }
-        let class = rec.info.class;
+        // A profile's workloadClass overrides the pod's own class.
+        let class = self
+            .scheduler_names
+            .get(&*rec.info.scheduler_name)
+            .copied()
+            .flatten()
+            .unwrap_or(rec.info.class);
         let msg = ev(pb::watch_event::Event::AssignedPod(raw(&*rec.info.pod)));
         let Some(w) = self.pick_worker(class) else {
             if let Some(rec) = self.pods.get_mut(uid) {
@@ -328,11 +335,28 @@ impl Coordinator {
     /// is one of `scheduler_names`.
     #[must_use]
     pub fn new(cluster: Arc<dyn Cluster>, scheduler_names: &[&str]) -> Self {
+        let profiles: Vec<(&str, Option<WorkloadClass>)> =
+            scheduler_names.iter().map(|s| (*s, None)).collect();
+        Self::with_profiles(cluster, &profiles)
+    }
+
+    /// A coordinator over `cluster` serving the profiles `(schedulerName,
+    /// workloadClass)`: pods whose `spec.schedulerName` is one of them; a
+    /// profile's `Some(class)` dispatches all its pods to that pool,
+    /// overriding their label / owner / QoS class.
+    #[must_use]
+    pub fn with_profiles(
+        cluster: Arc<dyn Cluster>,
+        profiles: &[(&str, Option<WorkloadClass>)],
+    ) -> Self {
         Coordinator {
             cluster,
             inner: Mutex::new(Inner {
                 next_worker_id: 1,
-                scheduler_names: scheduler_names.iter().map(|s| (*s).to_owned()).collect(),
+                scheduler_names: profiles
+                    .iter()
+                    .map(|(name, class)| ((*name).to_owned(), *class))
+                    .collect(),
                 ..Inner::default()
             }),
         }
@@ -586,7 +610,7 @@ impl Coordinator {
             inner.broadcast(&ev(pb::watch_event::Event::BoundPod(raw(&*pod))));
             return;
         }
-        if !inner.scheduler_names.contains(&*info.scheduler_name) {
+        if !inner.scheduler_names.contains_key(&*info.scheduler_name) {
             inner.foreign.insert(uid);
             return;
         }

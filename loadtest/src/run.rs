@@ -16,8 +16,9 @@ use tracing::{info, warn};
 
 use flotilla_coordinator::cluster::EmbeddedCluster;
 use flotilla_coordinator::{Coordinator, server};
+use flotilla_scheduler::Registry;
+use flotilla_scheduler::config::SchedulerConfig;
 use flotilla_scheduler::worker::{self, WorkerConfig, WorkerStats};
-use flotilla_scheduler::{Profile, Registry};
 use flotilla_shared::WorkloadClass;
 
 use crate::report::{self, Report, WorkerReport};
@@ -40,8 +41,10 @@ pub struct RunConfig {
     pub timeout: Duration,
     /// How long nothing must happen before the run is considered settled.
     pub settle: Duration,
-    /// Profile the workers run.
-    pub profile: Profile,
+    /// The scheduler configuration (`--config`): the profiles the workers
+    /// run and the coordinator serves (with their `workloadClass`
+    /// overrides), and the queue backoffs.
+    pub scheduler: SchedulerConfig,
 }
 
 impl Default for RunConfig {
@@ -53,7 +56,7 @@ impl Default for RunConfig {
             progress: true,
             timeout: Duration::from_secs(600),
             settle: Duration::from_millis(1000),
-            profile: Profile::default(),
+            scheduler: SchedulerConfig::default(),
         }
     }
 }
@@ -111,9 +114,9 @@ pub async fn run_embedded_with_cluster(
         cluster.apply_node(node.clone())?;
     }
     let token = CancellationToken::new();
-    let coordinator = Arc::new(Coordinator::new(
+    let coordinator = Arc::new(Coordinator::with_profiles(
         cluster.clone(),
-        &[cfg.profile.scheduler_name.as_str()],
+        &cfg.scheduler.dispatch_classes(),
     ));
     let running = server::start(coordinator.clone(), &cfg.listen, token.clone()).await?;
     let _ = running.synced.await;
@@ -137,7 +140,8 @@ pub async fn run_embedded_with_cluster(
         for i in 0..count {
             let name = worker::worker_name(class, i);
             let mut wcfg = WorkerConfig::new(&format!("http://{}", running.addr), &name, class);
-            wcfg.profile = cfg.profile.clone();
+            wcfg.profiles = cfg.scheduler.profiles.clone();
+            wcfg.queue = cfg.scheduler.queue_config();
             let st = Arc::new(WorkerStats::default());
             stats.push((name.clone(), class, st.clone()));
             let registry = registry.clone();

@@ -4,6 +4,8 @@
 //! - [`cache`]: the node cache (assume / forget / confirm / expire) and the
 //!   per-cycle [`cache::Snapshot`].
 //! - [`queue`]: activeQ, backoffQ and the unschedulable pool.
+//! - [`config`]: the `KubeSchedulerConfiguration` file (`--config`):
+//!   loading, upstream defaulting and merging, validation.
 //! - [`framework`]: plugin registry, profiles, and the cycle runner
 //!   (PreFilter → Filter → Score → select).
 //! - [`plugins`]: the in-tree plugins, one file each.
@@ -11,6 +13,7 @@
 //!   scheduling thread → binding tasks.
 
 pub mod cache;
+pub mod config;
 pub mod framework;
 pub mod plugins;
 pub mod queue;

@@ -32,7 +32,7 @@ use flotilla_shared::node_info::NodeSpec;
 use flotilla_shared::{PodInfo, WorkloadClass};
 
 use crate::cache::{DEFAULT_ASSUMED_POD_TTL, NodeCache, Snapshot};
-use crate::framework::{Framework, Profile, Registry, RegistryError, ScheduleError};
+use crate::framework::{Profile, ProfileMap, Registry, RegistryError, ScheduleError};
 use crate::queue::{QueueConfig, QueueLengths, QueuedPodInfo, SchedulingQueue};
 
 /// Worker settings.
@@ -44,9 +44,10 @@ pub struct WorkerConfig {
     pub name: String,
     /// The pool this worker serves.
     pub class: WorkloadClass,
-    /// Plugins and weights.
-    pub profile: Profile,
-    /// Queue timing.
+    /// The profiles (`KubeSchedulerConfiguration.profiles`, merged): each
+    /// pod runs the one named by its `spec.schedulerName`.
+    pub profiles: Vec<Profile>,
+    /// Queue timing (backoffs from the configuration).
     pub queue: QueueConfig,
     /// Expiry of assumed pods never confirmed. Defaults to 30 s.
     pub assumed_pod_ttl: Duration,
@@ -62,7 +63,7 @@ impl WorkerConfig {
             coordinator: coordinator.to_owned(),
             name: name.to_owned(),
             class,
-            profile: Profile::default(),
+            profiles: vec![Profile::default()],
             queue: QueueConfig::default(),
             assumed_pod_ttl: DEFAULT_ASSUMED_POD_TTL,
             connect_timeout: Duration::from_secs(10),
@@ -147,7 +148,7 @@ struct Shared {
     client: CoordinatorClient<Channel>,
     cache: NodeCache,
     queue: SchedulingQueue,
-    framework: Framework,
+    frameworks: ProfileMap,
     stats: Arc<WorkerStats>,
     tracker: TaskTracker,
     runtime: tokio::runtime::Handle,
@@ -260,8 +261,8 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Result<(), WorkerError> {
     loop {
-        let framework = Framework::new(&cfg.profile, registry)?;
-        let end = session(&cfg, framework, stats.clone(), shutdown.clone()).await;
+        let frameworks = ProfileMap::new(&cfg.profiles, registry)?;
+        let end = session(&cfg, frameworks, stats.clone(), shutdown.clone()).await;
         // This session's queue is gone (its pods are the coordinator's again).
         *stats.queue.lock() = QueueLengths::default();
         stats.ready.store(false, Ordering::Release);
@@ -281,7 +282,7 @@ pub async fn run(
 
 async fn session(
     cfg: &WorkerConfig,
-    framework: Framework,
+    frameworks: ProfileMap,
     stats: Arc<WorkerStats>,
     shutdown: CancellationToken,
 ) -> Result<SessionEnd, WorkerError> {
@@ -313,13 +314,13 @@ async fn session(
         .into_inner();
     info!(worker = %cfg.name, id = %reg.worker_id, epoch = reg.epoch, "registered");
 
-    let interest = framework.event_interest();
+    let interest = frameworks.event_interest();
     let shared = Arc::new(Shared {
         id: reg.worker_id,
         client,
         cache: NodeCache::new(cfg.assumed_pod_ttl),
         queue: SchedulingQueue::new(cfg.queue, interest),
-        framework,
+        frameworks,
         stats,
         tracker: TaskTracker::new(),
         runtime: tokio::runtime::Handle::current(),
@@ -458,9 +459,23 @@ fn schedule_one(s: &Arc<Shared>, worker: &str, snapshot: &mut Snapshot, qp: Queu
     let span = info_span!("scheduling_cycle", pod = %pod.key, worker, class = %pod.class);
     let _enter = span.enter();
     let start = Instant::now();
+    let Some(framework) = s.frameworks.for_pod(&pod) else {
+        // The coordinator serves a scheduler name this worker's
+        // configuration lacks: both must load the same file.
+        let message = format!(
+            "no profile for schedulerName {:?} in this worker's configuration",
+            pod.scheduler_name
+        );
+        warn!(%message, "cannot schedule the pod");
+        s.stats.errors.fetch_add(1, Ordering::Relaxed);
+        s.queue
+            .add_unschedulable(&pod.uid, Default::default(), Instant::now());
+        report_unschedulable(s, &pod, message, Vec::new());
+        return;
+    };
     s.cache.update_snapshot(snapshot);
     s.stats.attempts.fetch_add(1, Ordering::Relaxed);
-    let result = s.framework.schedule(&pod, snapshot);
+    let result = framework.schedule(&pod, snapshot);
     let cycle = start.elapsed();
     s.stats
         .cycle_nanos
@@ -489,7 +504,6 @@ fn schedule_one(s: &Arc<Shared>, worker: &str, snapshot: &mut Snapshot, qp: Queu
                 fit.diagnosis.unschedulable_plugins.clone(),
                 Instant::now(),
             );
-            let mut client = s.client.clone();
             let node_statuses = fit
                 .diagnosis
                 .node_to_status
@@ -500,20 +514,7 @@ fn schedule_one(s: &Arc<Shared>, worker: &str, snapshot: &mut Snapshot, qp: Queu
                     plugin: st.plugin.to_owned(),
                 })
                 .collect();
-            let req = pb::UnschedulableReport {
-                worker_id: s.id.clone(),
-                pod: Some(pb_ref(&pod)),
-                message,
-                node_statuses,
-            };
-            s.tracker.spawn_on(
-                async move {
-                    if let Err(status) = client.report_unschedulable(req).await {
-                        warn!(%status, "ReportUnschedulable failed");
-                    }
-                },
-                &s.runtime,
-            );
+            report_unschedulable(s, &pod, message, node_statuses);
         }
         Err(e @ ScheduleError::Internal { .. }) => {
             warn!(error = %e, "scheduling cycle failed; backing off");
@@ -521,6 +522,30 @@ fn schedule_one(s: &Arc<Shared>, worker: &str, snapshot: &mut Snapshot, qp: Queu
             s.queue.add_backoff(&pod.uid, Instant::now());
         }
     }
+}
+
+/// Tells the coordinator why `pod` fits nowhere (in a task).
+fn report_unschedulable(
+    s: &Arc<Shared>,
+    pod: &PodInfo,
+    message: String,
+    node_statuses: Vec<pb::NodeStatus>,
+) {
+    let mut client = s.client.clone();
+    let req = pb::UnschedulableReport {
+        worker_id: s.id.clone(),
+        pod: Some(pb_ref(pod)),
+        message,
+        node_statuses,
+    };
+    s.tracker.spawn_on(
+        async move {
+            if let Err(status) = client.report_unschedulable(req).await {
+                warn!(%status, "ReportUnschedulable failed");
+            }
+        },
+        &s.runtime,
+    );
 }
 
 /// The binding cycle for one assumed pod.

@@ -5,6 +5,7 @@
 mod bad_input;
 mod external_workers;
 mod openb;
+mod profiles;
 mod simulate;
 
 use std::collections::HashMap;

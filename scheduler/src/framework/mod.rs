@@ -4,6 +4,7 @@
 
 pub mod args;
 pub mod profile;
+pub mod profile_map;
 pub mod registry;
 pub mod runtime;
 
@@ -11,5 +12,6 @@ pub use args::decode_args;
 pub use profile::{
     PluginRef, PluginSet, Plugins, Profile, default_multi_point, num_feasible_nodes_to_find,
 };
+pub use profile_map::ProfileMap;
 pub use registry::{PluginFactory, PluginHandle, Registry, RegistryError};
 pub use runtime::{CycleDetail, Framework, NodeScores, ScheduleError, ScheduleResult};

@@ -3,6 +3,7 @@
 //! snapshot, without gRPC.
 
 mod adaptive_search;
+mod config;
 mod fit_error;
 mod node_cache;
 mod partition;
