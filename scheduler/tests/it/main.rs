@@ -4,6 +4,7 @@
 
 mod adaptive_search;
 mod fit_error;
+mod inter_pod_affinity;
 mod node_cache;
 mod partition;
 mod scoring;
