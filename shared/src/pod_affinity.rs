@@ -595,8 +595,11 @@ impl RequiredAffinityState {
 }
 
 /// One-shot check of placing `pod` on `node` given every placed pod in
-/// `nodes` (which should include `node`): for re-checking a single
-/// placement against another view of the cluster (the bind arbiter).
+/// `nodes` (which should include `node`, and must not hold `pod` itself,
+/// or a pod avoiding its own kind would reject itself): for re-checking a
+/// single placement against another view of the cluster (the bind arbiter).
+/// Costs one pass over the pods of `nodes` when `pod` has required terms,
+/// else one over the pods with required anti-affinity.
 ///
 /// # Errors
 /// The first [`AffinityViolation`], as [`RequiredAffinityState::check`].
