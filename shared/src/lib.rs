@@ -7,6 +7,9 @@
 //!   `PodRequests`: containers, init containers, sidecars, overhead).
 //! - [`selector`], [`taints`]: node affinity terms and taint/toleration
 //!   matching, compiled once per pod; [`label_selector`]: `metav1.LabelSelector`.
+//! - [`pod_affinity`]: inter-pod (anti-)affinity terms, compiled once per
+//!   pod, and the InterPodAffinity counting / checking used by the plugin
+//!   and the bind arbiter.
 //! - [`pod_info`], [`node_info`]: `PodInfo` / `NodeInfo`, the compact views the
 //!   pipeline reads; Kubernetes `Pod`/`Node` stay at the edges.
 //! - [`fit`]: **the** fit check (resources, host ports, cordon), used by both
@@ -20,6 +23,7 @@ pub mod fit;
 pub mod framework;
 pub mod label_selector;
 pub mod node_info;
+pub mod pod_affinity;
 pub mod pod_info;
 pub mod quantity;
 pub mod resources;

@@ -101,6 +101,12 @@ pub struct NodeInfo {
     pub used_ports: Vec<HostPort>,
     /// The pods on the node (bound, assumed or granted).
     pub pods: Vec<Arc<PodInfo>>,
+    /// The pods of [`NodeInfo::pods`] with any pod affinity or anti-affinity
+    /// term, required or preferred (upstream `PodsWithAffinity`).
+    pub pods_with_affinity: Vec<Arc<PodInfo>>,
+    /// The pods of [`NodeInfo::pods`] with a required anti-affinity term
+    /// (upstream `PodsWithRequiredAntiAffinity`).
+    pub pods_with_required_anti_affinity: Vec<Arc<PodInfo>>,
     /// Bumped on every change; snapshots copy only nodes whose generation moved.
     pub generation: u64,
 }
@@ -116,6 +122,8 @@ impl NodeInfo {
             non_zero_memory: 0,
             used_ports: Vec::new(),
             pods: Vec::new(),
+            pods_with_affinity: Vec::new(),
+            pods_with_required_anti_affinity: Vec::new(),
             generation: 0,
         }
     }
@@ -148,6 +156,12 @@ impl NodeInfo {
         self.non_zero_milli_cpu += pod.non_zero_milli_cpu;
         self.non_zero_memory += pod.non_zero_memory;
         self.used_ports.extend(pod.host_ports.iter().cloned());
+        if let Some(a) = pod.pod_affinity.as_deref() {
+            self.pods_with_affinity.push(pod.clone());
+            if !a.required_anti_affinity.is_empty() {
+                self.pods_with_required_anti_affinity.push(pod.clone());
+            }
+        }
         self.pods.push(pod);
         self.generation += 1;
         true
@@ -163,6 +177,16 @@ impl NodeInfo {
         for hp in &pod.host_ports {
             if let Some(j) = self.used_ports.iter().position(|u| u == hp) {
                 self.used_ports.swap_remove(j);
+            }
+        }
+        if pod.pod_affinity.is_some() {
+            for list in [
+                &mut self.pods_with_affinity,
+                &mut self.pods_with_required_anti_affinity,
+            ] {
+                if let Some(j) = list.iter().position(|p| p.uid == pod.uid) {
+                    list.swap_remove(j);
+                }
             }
         }
         self.generation += 1;
@@ -248,6 +272,42 @@ mod tests {
         assert_eq!(n.requested.milli_cpu, 0);
         assert_eq!(n.non_zero_memory, crate::resources::DEFAULT_MEMORY_REQUEST);
         assert!(n.used_ports.is_empty());
+    }
+
+    #[test]
+    fn pods_with_affinity_are_tracked_through_add_and_remove() {
+        use crate::testing::{PodAffinityKind, pod_affinity_term};
+        let mut n = NodeInfo::new(Arc::new(NodeBuilder::new("n1").build_spec()));
+        let plain = Arc::new(PodBuilder::new("plain").build_info());
+        let preferred = Arc::new(
+            PodBuilder::new("preferred")
+                .pod_affinity(
+                    PodAffinityKind::Preferred(10),
+                    pod_affinity_term("app", "In", &["a"], "zone"),
+                )
+                .build_info(),
+        );
+        let anti = Arc::new(
+            PodBuilder::new("anti")
+                .pod_affinity(
+                    PodAffinityKind::RequiredAnti,
+                    pod_affinity_term("app", "In", &["a"], "zone"),
+                )
+                .build_info(),
+        );
+        for p in [&plain, &preferred, &anti] {
+            assert!(n.add_pod(p.clone()));
+        }
+        let uids = |v: &[Arc<PodInfo>]| v.iter().map(|p| p.uid.to_string()).collect::<Vec<_>>();
+        assert_eq!(uids(&n.pods_with_affinity), ["uid-preferred", "uid-anti"]);
+        assert_eq!(uids(&n.pods_with_required_anti_affinity), ["uid-anti"]);
+        let g = n.generation;
+        assert!(n.remove_pod(&anti.uid).is_some());
+        assert!(n.generation > g);
+        assert_eq!(uids(&n.pods_with_affinity), ["uid-preferred"]);
+        assert!(n.pods_with_required_anti_affinity.is_empty());
+        assert!(n.remove_pod(&plain.uid).is_some());
+        assert_eq!(uids(&n.pods_with_affinity), ["uid-preferred"]);
     }
 
     #[test]

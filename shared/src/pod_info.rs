@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 
+use crate::pod_affinity::PodAffinity;
 use crate::resources::{self, Resources};
 use crate::selector::{self, Selector, Term};
 use crate::taints::Toleration;
@@ -100,6 +101,9 @@ pub struct PodInfo {
     pub required_affinity: Option<Selector>,
     /// Preferred node affinity terms.
     pub preferred_affinity: Vec<WeightedTerm>,
+    /// Pod affinity and anti-affinity terms (`spec.affinity.podAffinity`,
+    /// `podAntiAffinity`); `None` when the pod has no such term (most pods).
+    pub pod_affinity: Option<Arc<PodAffinity>>,
     /// Tolerations.
     pub tolerations: Vec<Toleration>,
     /// Host ports requested by containers (and sidecars).
@@ -127,7 +131,7 @@ impl PodInfo {
     ///
     /// # Errors
     /// [`PodError`] for a missing name or spec, a malformed quantity, selector,
-    /// toleration, host port or workload-class label.
+    /// pod (anti-)affinity term, toleration, host port or workload-class label.
     pub fn from_pod(pod: Arc<Pod>) -> Result<Self, PodError> {
         let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
         let Some(name) = pod.metadata.name.as_deref() else {
@@ -183,6 +187,14 @@ impl PodInfo {
             }
         }
 
+        let labels = pod.metadata.labels.clone().unwrap_or_default();
+        let pod_affinity = match &spec.affinity {
+            Some(a) => PodAffinity::compile(a, namespace, &labels)
+                .map_err(|e| err(e.to_string()))?
+                .map(Arc::new),
+            None => None,
+        };
+
         let tolerations = spec
             .tolerations
             .iter()
@@ -233,7 +245,7 @@ impl PodInfo {
         Ok(PodInfo {
             uid,
             priority: spec.priority.unwrap_or(0),
-            labels: pod.metadata.labels.clone().unwrap_or_default(),
+            labels,
             requests: reqs.requests,
             non_zero_milli_cpu: reqs.non_zero_milli_cpu,
             non_zero_memory: reqs.non_zero_memory,
@@ -250,6 +262,7 @@ impl PodInfo {
             node_selector: spec.node_selector.clone().unwrap_or_default(),
             required_affinity,
             preferred_affinity,
+            pod_affinity,
             tolerations,
             host_ports,
             class,

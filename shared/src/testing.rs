@@ -6,11 +6,14 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{
     Affinity, Container, ContainerPort, Node, NodeAffinity, NodeCondition, NodeSelector,
-    NodeSelectorRequirement, NodeSelectorTerm, NodeSpec as K8sNodeSpec, NodeStatus, Pod, PodSpec,
-    PodStatus, PreferredSchedulingTerm, ResourceRequirements, Taint, Toleration,
+    NodeSelectorRequirement, NodeSelectorTerm, NodeSpec as K8sNodeSpec, NodeStatus, Pod,
+    PodAffinity, PodAffinityTerm, PodAntiAffinity, PodSpec, PodStatus, PreferredSchedulingTerm,
+    ResourceRequirements, Taint, Toleration, WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    LabelSelector, LabelSelectorRequirement, ObjectMeta,
+};
 
 use crate::framework::SharedLister;
 use crate::node_info::{NodeInfo, NodeSpec};
@@ -300,6 +303,45 @@ impl PodBuilder {
         self
     }
 
+    /// Adds an inter-pod affinity term of `kind` (see [`pod_affinity_term`]).
+    #[must_use]
+    pub fn pod_affinity(mut self, kind: PodAffinityKind, term: PodAffinityTerm) -> Self {
+        let affinity = self.spec().affinity.get_or_insert_with(Affinity::default);
+        match kind {
+            PodAffinityKind::Required => affinity
+                .pod_affinity
+                .get_or_insert_with(PodAffinity::default)
+                .required_during_scheduling_ignored_during_execution
+                .get_or_insert_with(Vec::new)
+                .push(term),
+            PodAffinityKind::RequiredAnti => affinity
+                .pod_anti_affinity
+                .get_or_insert_with(PodAntiAffinity::default)
+                .required_during_scheduling_ignored_during_execution
+                .get_or_insert_with(Vec::new)
+                .push(term),
+            PodAffinityKind::Preferred(weight) => affinity
+                .pod_affinity
+                .get_or_insert_with(PodAffinity::default)
+                .preferred_during_scheduling_ignored_during_execution
+                .get_or_insert_with(Vec::new)
+                .push(WeightedPodAffinityTerm {
+                    weight,
+                    pod_affinity_term: term,
+                }),
+            PodAffinityKind::PreferredAnti(weight) => affinity
+                .pod_anti_affinity
+                .get_or_insert_with(PodAntiAffinity::default)
+                .preferred_during_scheduling_ignored_during_execution
+                .get_or_insert_with(Vec::new)
+                .push(WeightedPodAffinityTerm {
+                    weight,
+                    pod_affinity_term: term,
+                }),
+        }
+        self
+    }
+
     /// `spec.nodeName`.
     #[must_use]
     pub fn node_name(mut self, node: &str) -> Self {
@@ -327,6 +369,45 @@ impl PodBuilder {
     #[must_use]
     pub fn build_info(self) -> PodInfo {
         PodInfo::from_pod(Arc::new(self.pod)).expect("builder pod must be valid")
+    }
+}
+
+/// Which list of `spec.affinity` a [`PodBuilder::pod_affinity`] term joins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodAffinityKind {
+    /// `podAffinity.requiredDuringSchedulingIgnoredDuringExecution`.
+    Required,
+    /// `podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution`.
+    RequiredAnti,
+    /// `podAffinity.preferredDuringSchedulingIgnoredDuringExecution` with this weight.
+    Preferred(i32),
+    /// `podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution` with this weight.
+    PreferredAnti(i32),
+}
+
+/// A `PodAffinityTerm` whose `labelSelector` has one expression
+/// (`key op values`; no values for `Exists` / `DoesNotExist`), in the pod's
+/// own namespace; set `namespaces`, `namespace_selector` or
+/// `match_label_keys` on the result for more.
+#[must_use]
+pub fn pod_affinity_term(
+    key: &str,
+    op: &str,
+    values: &[&str],
+    topology_key: &str,
+) -> PodAffinityTerm {
+    PodAffinityTerm {
+        label_selector: Some(LabelSelector {
+            match_expressions: Some(vec![LabelSelectorRequirement {
+                key: key.into(),
+                operator: op.into(),
+                values: (!values.is_empty())
+                    .then(|| values.iter().map(|s| (*s).to_owned()).collect()),
+            }]),
+            match_labels: None,
+        }),
+        topology_key: topology_key.into(),
+        ..Default::default()
     }
 }
 

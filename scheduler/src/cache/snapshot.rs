@@ -20,6 +20,24 @@ pub struct Snapshot {
     pub layout_generation: u64,
     /// Namespace name → labels.
     pub(super) namespaces: Arc<HashMap<String, BTreeMap<String, String>>>,
+    /// Positions in `nodes` of the nodes with pods that have pod
+    /// (anti-)affinity terms, ascending (upstream
+    /// `havePodsWithAffinityNodeInfoList`).
+    with_affinity: Vec<usize>,
+    /// Positions of the nodes with pods that have required anti-affinity
+    /// terms, ascending.
+    with_required_anti_affinity: Vec<usize>,
+}
+
+/// Keeps position `i` in the ascending list iff `member`.
+fn set_membership(list: &mut Vec<usize>, i: usize, member: bool) {
+    match list.binary_search(&i) {
+        Ok(at) if !member => {
+            list.remove(at);
+        }
+        Err(at) if member => list.insert(at, i),
+        _ => {}
+    }
 }
 
 impl Snapshot {
@@ -48,12 +66,28 @@ impl Snapshot {
             .enumerate()
             .map(|(i, n)| (n.spec.name.clone(), i))
             .collect();
+        self.with_affinity = (0..self.nodes.len())
+            .filter(|&i| !self.nodes[i].pods_with_affinity.is_empty())
+            .collect();
+        self.with_required_anti_affinity = (0..self.nodes.len())
+            .filter(|&i| !self.nodes[i].pods_with_required_anti_affinity.is_empty())
+            .collect();
         self.generation = generation;
     }
 
     pub(super) fn replace(&mut self, info: &Arc<NodeInfo>) {
         if let Some(&i) = self.index.get(info.name()) {
             self.nodes[i] = info.clone();
+            set_membership(
+                &mut self.with_affinity,
+                i,
+                !info.pods_with_affinity.is_empty(),
+            );
+            set_membership(
+                &mut self.with_required_anti_affinity,
+                i,
+                !info.pods_with_required_anti_affinity.is_empty(),
+            );
         }
     }
 
@@ -105,5 +139,100 @@ impl SharedLister for Snapshot {
 
     fn namespace_labels(&self, namespace: &str) -> Option<&BTreeMap<String, String>> {
         self.namespaces.get(namespace)
+    }
+
+    fn have_pods_with_affinity(&self) -> Vec<&Arc<NodeInfo>> {
+        self.with_affinity.iter().map(|&i| &self.nodes[i]).collect()
+    }
+
+    fn have_pods_with_required_anti_affinity(&self) -> Vec<&Arc<NodeInfo>> {
+        self.with_required_anti_affinity
+            .iter()
+            .map(|&i| &self.nodes[i])
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use flotilla_shared::framework::SharedLister;
+    use flotilla_shared::testing::{NodeBuilder, PodAffinityKind, PodBuilder, pod_affinity_term};
+
+    use super::Snapshot;
+    use crate::cache::NodeCache;
+
+    fn names(v: Vec<&Arc<flotilla_shared::NodeInfo>>) -> Vec<String> {
+        v.iter().map(|n| n.name().to_owned()).collect()
+    }
+
+    #[test]
+    fn nodes_with_affinity_pods_follow_incremental_updates() {
+        let cache = NodeCache::new(Duration::from_secs(30));
+        for n in ["n1", "n2", "n3"] {
+            cache.upsert_node(NodeBuilder::new(n).build_spec());
+        }
+        let mut snap = Snapshot::default();
+        cache.update_snapshot(&mut snap);
+        assert!(snap.have_pods_with_affinity().is_empty());
+        let anti = |name: &str, node: &str| {
+            Arc::new(
+                PodBuilder::new(name)
+                    .node_name(node)
+                    .pod_affinity(
+                        PodAffinityKind::RequiredAnti,
+                        pod_affinity_term("app", "In", &["web"], "zone"),
+                    )
+                    .build_info(),
+            )
+        };
+        let preferred = Arc::new(
+            PodBuilder::new("pref")
+                .node_name("n1")
+                .pod_affinity(
+                    PodAffinityKind::Preferred(1),
+                    pod_affinity_term("app", "In", &["web"], "zone"),
+                )
+                .build_info(),
+        );
+        cache.add_bound_pod(anti("a3", "n3"));
+        cache.add_bound_pod(preferred);
+        cache.add_bound_pod(Arc::new(
+            PodBuilder::new("plain").node_name("n2").build_info(),
+        ));
+        cache.update_snapshot(&mut snap);
+        assert_eq!(names(snap.have_pods_with_affinity()), ["n1", "n3"]);
+        assert_eq!(names(snap.have_pods_with_required_anti_affinity()), ["n3"]);
+        // The listed NodeInfo is the current one, not a stale copy.
+        assert_eq!(snap.have_pods_with_affinity()[1].pods.len(), 1);
+        cache.add_bound_pod(anti("a3b", "n3"));
+        cache.update_snapshot(&mut snap);
+        assert_eq!(
+            snap.have_pods_with_required_anti_affinity()[0].pods.len(),
+            2
+        );
+
+        assert!(cache.remove_pod("uid-a3"));
+        assert!(cache.remove_pod("uid-a3b"));
+        assert!(cache.remove_pod("uid-pref"));
+        cache.add_bound_pod(anti("a2", "n2"));
+        cache.update_snapshot(&mut snap);
+        assert_eq!(names(snap.have_pods_with_affinity()), ["n2"]);
+        assert_eq!(names(snap.have_pods_with_required_anti_affinity()), ["n2"]);
+
+        // A re-layout (new node) rebuilds the lists with the new positions.
+        cache.upsert_node(NodeBuilder::new("n0").build_spec());
+        cache.update_snapshot(&mut snap);
+        assert_eq!(names(snap.have_pods_with_affinity()), ["n2"]);
+        // Same answer as the trait's default (filtering every node).
+        let all: Vec<String> = snap
+            .nodes()
+            .iter()
+            .filter(|n| !n.pods_with_affinity.is_empty())
+            .map(|n| n.name().to_owned())
+            .collect();
+        assert_eq!(all, ["n2"]);
     }
 }

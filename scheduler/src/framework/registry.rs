@@ -10,6 +10,7 @@ use flotilla_shared::framework::{
 
 use crate::plugins::{
     default_binder::{self, DefaultBinder},
+    inter_pod_affinity::{InterPodAffinity, InterPodAffinityArgs},
     names,
     node_affinity::NodeAffinity,
     node_name::NodeName,
@@ -213,8 +214,8 @@ impl Registry {
         add(
             &mut r,
             names::NODE_AFFINITY,
-            Arc::new(|_| {
-                let p = Arc::new(NodeAffinity);
+            Arc::new(|args| {
+                let p = Arc::new(NodeAffinity::from_config(args)?);
                 Ok(PluginHandle::new(p.clone())
                     .pre_filter(p.clone())
                     .filter(p.clone())
@@ -235,6 +236,18 @@ impl Registry {
             Arc::new(|_| {
                 let p = Arc::new(NodeResourcesFit::default());
                 Ok(PluginHandle::new(p.clone()).filter(p.clone()).score(p))
+            }),
+        );
+        add(
+            &mut r,
+            names::INTER_POD_AFFINITY,
+            Arc::new(|args| {
+                let p = Arc::new(InterPodAffinity::new(InterPodAffinityArgs::decode(args)?)?);
+                Ok(PluginHandle::new(p.clone())
+                    .pre_filter(p.clone())
+                    .filter(p.clone())
+                    .pre_score(p.clone())
+                    .score(p))
             }),
         );
         add(

@@ -9,15 +9,17 @@
 //! | [`NodeUnschedulable`] | | cordon (`shared::fit`) | | | `NodeAdded`, `NodeBecameSchedulable`, `NodeTaintChanged` |
 //! | [`NodeName`] | | `spec.nodeName` | | | `NodeAdded` |
 //! | [`TaintToleration`] | | `NoSchedule` / `NoExecute` taints | untolerated `PreferNoSchedule` taints (3) | reverse | `NodeAdded`, `NodeTaintChanged` |
-//! | [`NodeAffinity`] | `metadata.name` pins → node set; `Skip` without constraints | `nodeSelector` + required affinity | preferred term weights (2) | default | `NodeAdded`, `NodeLabelChanged` |
+//! | [`NodeAffinity`] | `metadata.name` pins → node set; `Skip` without constraints | `addedAffinity`, `nodeSelector` + required affinity | preferred term weights, `addedAffinity`'s too (2) | default | `NodeAdded`, `NodeLabelChanged` |
 //! | [`NodePorts`] | | host ports (`shared::fit`) | | | `NodeAdded`, `AssignedPodDeleted` |
 //! | [`NodeResourcesFit`] | | requests (`shared::fit`) | `LeastAllocated` cpu/memory (1) | none | `NodeAdded`, `NodeAllocatableGrew`, `AssignedPodDeleted` |
+//! | [`InterPodAffinity`] | topology-pair counts of matching pods; `Skip` when nothing applies | required pod affinity / anti-affinity, existing pods' anti-affinity | preferred terms both ways + existing required affinity (2) | min-max | `NodeAdded`, `NodeLabelChanged`, `AssignedPodAdded`, `AssignedPodDeleted` |
 //! | [`NodeResourcesBalancedAllocation`] | | | cpu/memory balance (1) | none | none (rejects nothing) |
 //!
 //! The framework multiplies each plugin's normalized score (0..=100) by its
 //! weight ([`DEFAULT_SCORE_WEIGHTS`], upstream `default_plugins.go`) and sums.
 
 pub mod default_binder;
+pub mod inter_pod_affinity;
 pub mod names;
 pub mod node_affinity;
 pub mod node_name;
@@ -29,6 +31,7 @@ pub mod priority_sort;
 pub mod taint_toleration;
 
 pub use default_binder::DefaultBinder;
+pub use inter_pod_affinity::InterPodAffinity;
 pub use node_affinity::NodeAffinity;
 pub use node_name::NodeName;
 pub use node_ports::NodePorts;
@@ -44,6 +47,7 @@ pub const DEFAULT_SCORE_WEIGHTS: &[(&str, i64)] = &[
     (names::TAINT_TOLERATION, 3),
     (names::NODE_AFFINITY, 2),
     (names::NODE_RESOURCES_FIT, 1),
+    (names::INTER_POD_AFFINITY, 2),
     (names::NODE_RESOURCES_BALANCED_ALLOCATION, 1),
 ];
 
@@ -54,10 +58,11 @@ mod tests {
 
     #[test]
     fn default_weights_cover_exactly_the_score_plugins() {
-        let score_plugins: [&dyn ScorePlugin; 4] = [
+        let score_plugins: [&dyn ScorePlugin; 5] = [
             &TaintToleration,
-            &NodeAffinity,
+            &NodeAffinity::new(),
             &NodeResourcesFit::new(),
+            &InterPodAffinity::default(),
             &NodeResourcesBalancedAllocation,
         ];
         assert_eq!(DEFAULT_SCORE_WEIGHTS.len(), score_plugins.len());
@@ -77,18 +82,20 @@ mod tests {
         assert_eq!(weight("TaintToleration"), Some(3));
         assert_eq!(weight("NodeAffinity"), Some(2));
         assert_eq!(weight("NodeResourcesFit"), Some(1));
+        assert_eq!(weight("InterPodAffinity"), Some(2));
         assert_eq!(weight("NodeResourcesBalancedAllocation"), Some(1));
     }
 
     #[test]
     fn plugin_names_are_the_registry_names() {
-        let all: [&dyn Plugin; 7] = [
+        let all: [&dyn Plugin; 8] = [
             &NodeUnschedulable,
             &NodeName,
             &TaintToleration,
-            &NodeAffinity,
+            &NodeAffinity::new(),
             &NodePorts,
             &NodeResourcesFit::new(),
+            &InterPodAffinity::default(),
             &NodeResourcesBalancedAllocation,
         ];
         let got: Vec<&str> = all.iter().map(|p| p.name()).collect();
@@ -101,6 +108,7 @@ mod tests {
                 names::NODE_AFFINITY,
                 names::NODE_PORTS,
                 names::NODE_RESOURCES_FIT,
+                names::INTER_POD_AFFINITY,
                 names::NODE_RESOURCES_BALANCED_ALLOCATION,
             ]
         );

@@ -20,26 +20,43 @@
 //!   Upstream's PreScore returns `Skip` for pods without preferred terms; here
 //!   such pods score 0 on every node, which adds the same nothing.
 //!
-//! Scheduler-enforced affinity (`NodeAffinityArgs.addedAffinity`) is not
-//! supported.
+//! # Scheduler-enforced affinity (`NodeAffinityArgs.addedAffinity`)
+//! A profile may add a `NodeAffinity` applied to every pod it schedules:
+//! - its required selector must match **in addition to** the pod's own
+//!   (PreFilter no longer skips); a node failing it is rejected first, with
+//!   `UnschedulableAndUnresolvable`
+//!   `"node(s) didn't match scheduler-enforced node affinity"`;
+//! - the weights of its preferred terms the node matches add to the score.
 
 use std::collections::HashSet;
 use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::NodeAffinity as K8sNodeAffinity;
+use serde::Deserialize;
 
 use flotilla_shared::framework::{
     ClusterEvent, Code, CycleState, FilterPlugin, MAX_NODE_SCORE, Plugin, PreFilterPlugin,
     PreFilterResult, ScorePlugin, SharedLister, Status, default_normalize_score,
 };
-use flotilla_shared::selector::{FIELD_METADATA_NAME, Operator, Term};
+use flotilla_shared::pod_info::WeightedTerm;
+use flotilla_shared::selector::{self, FIELD_METADATA_NAME, Operator, Selector, Term};
 use flotilla_shared::{NodeInfo, PodInfo};
 
 use super::names;
+use crate::framework::decode_args;
 
 /// Registry name.
 pub const NAME: &str = names::NODE_AFFINITY;
 
+/// The args kind in `pluginConfig`.
+pub const ARGS_KIND: &str = "NodeAffinityArgs";
+
 /// Upstream Filter reason (`ErrReasonPod`).
 pub const REASON: &str = "node(s) didn't match Pod's node affinity/selector";
+
+/// Upstream Filter reason when the profile's `addedAffinity` does not match
+/// (`errReasonEnforced`).
+pub const REASON_ENFORCED: &str = "node(s) didn't match scheduler-enforced node affinity";
 
 /// Upstream PreFilter reason when the name-pinning terms leave no node
 /// (`errReasonConflict`).
@@ -48,16 +65,86 @@ pub const REASON_CONFLICT: &str = "pod affinity terms conflict";
 /// A new node or a label change can help.
 const EVENTS: &[ClusterEvent] = &[ClusterEvent::NodeAdded, ClusterEvent::NodeLabelChanged];
 
+/// `NodeAffinityArgs` (`kubescheduler.config.k8s.io/v1`).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct NodeAffinityArgs {
+    /// Node affinity every pod of the profile gets on top of its own
+    /// (`requiredDuringSchedulingIgnoredDuringExecution` ANDed with the
+    /// pod's, preferred terms added to the score).
+    pub added_affinity: Option<K8sNodeAffinity>,
+}
+
 /// PreFilter, Filter and Score plugin for node selectors and node affinity
 /// (default score weight 2).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct NodeAffinity;
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeAffinity {
+    /// `addedAffinity.requiredDuringSchedulingIgnoredDuringExecution`.
+    added_required: Option<Selector>,
+    /// `addedAffinity.preferredDuringSchedulingIgnoredDuringExecution`.
+    added_preferred: Vec<WeightedTerm>,
+}
 
 impl NodeAffinity {
-    /// The plugin (it has no configuration).
+    /// The plugin without `addedAffinity`.
     #[must_use]
     pub const fn new() -> Self {
-        NodeAffinity
+        NodeAffinity {
+            added_required: None,
+            added_preferred: Vec::new(),
+        }
+    }
+
+    /// The plugin with `args` compiled.
+    ///
+    /// # Errors
+    /// A malformed `addedAffinity` selector, as
+    /// `addedAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[1].operator: ...`.
+    pub fn from_args(args: &NodeAffinityArgs) -> Result<Self, String> {
+        let Some(added) = &args.added_affinity else {
+            return Ok(Self::new());
+        };
+        const BASE: &str = "addedAffinity";
+        let added_required = added
+            .required_during_scheduling_ignored_during_execution
+            .as_ref()
+            .map(|s| {
+                selector::compile_selector(
+                    s,
+                    &format!("{BASE}.requiredDuringSchedulingIgnoredDuringExecution"),
+                )
+            })
+            .transpose()
+            .map_err(|e| e.to_string())?;
+        let added_preferred = added
+            .preferred_during_scheduling_ignored_during_execution
+            .iter()
+            .flatten()
+            .enumerate()
+            .map(|(i, p)| {
+                let field = format!(
+                    "{BASE}.preferredDuringSchedulingIgnoredDuringExecution[{i}].preference"
+                );
+                selector::compile_term(&p.preference, &field).map(|term| WeightedTerm {
+                    weight: i64::from(p.weight),
+                    term,
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| e.to_string())?;
+        Ok(NodeAffinity {
+            added_required,
+            added_preferred,
+        })
+    }
+
+    /// Decodes `pluginConfig` args (`None`: no `addedAffinity`) and compiles
+    /// them.
+    ///
+    /// # Errors
+    /// A message starting with the field path inside the args.
+    pub fn from_config(args: Option<&serde_json::Value>) -> Result<Self, String> {
+        Self::from_args(&decode_args::<NodeAffinityArgs>(args, ARGS_KIND)?)
     }
 }
 
@@ -108,7 +195,7 @@ impl PreFilterPlugin for NodeAffinity {
         _cluster: &dyn SharedLister,
     ) -> (PreFilterResult, Status) {
         let Some(required) = &pod.required_affinity else {
-            let status = if pod.node_selector.is_empty() {
+            let status = if pod.node_selector.is_empty() && self.added_required.is_none() {
                 Status::skip()
             } else {
                 Status::success()
@@ -143,6 +230,13 @@ impl PreFilterPlugin for NodeAffinity {
 
 impl FilterPlugin for NodeAffinity {
     fn filter(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        if self
+            .added_required
+            .as_ref()
+            .is_some_and(|s| !s.matches(node.name(), &node.spec.labels))
+        {
+            return Status::unresolvable(REASON_ENFORCED).with_plugin(NAME);
+        }
         let affinity_ok = pod
             .required_affinity
             .as_ref()
@@ -159,9 +253,10 @@ impl ScorePlugin for NodeAffinity {
     fn score(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
         let name = node.name();
         let labels = &node.spec.labels;
-        Ok(pod
-            .preferred_affinity
+        Ok(self
+            .added_preferred
             .iter()
+            .chain(&pod.preferred_affinity)
             .filter(|w| w.term.matches(name, labels))
             .map(|w| w.weight)
             .sum())
@@ -250,9 +345,12 @@ mod tests {
             .node_selector("zone", "a")
             .build_info();
         let both = node("n1", &[("disk", "ssd"), ("zone", "a")]);
-        assert_eq!(NodeAffinity.filter(&state, &pod, &both), Status::success());
+        assert_eq!(
+            NodeAffinity::new().filter(&state, &pod, &both),
+            Status::success()
+        );
         let one = node("n2", &[("disk", "ssd"), ("zone", "b")]);
-        let st = NodeAffinity.filter(&state, &pod, &one);
+        let st = NodeAffinity::new().filter(&state, &pod, &one);
         assert_eq!(st.code, Code::UnschedulableAndUnresolvable);
         assert_eq!(
             st.reasons,
@@ -260,7 +358,7 @@ mod tests {
         );
         assert_eq!(st.plugin, "NodeAffinity");
         assert!(
-            NodeAffinity
+            NodeAffinity::new()
                 .filter(&state, &pod, &node("n3", &[]))
                 .is_rejected()
         );
@@ -274,17 +372,17 @@ mod tests {
             .required_affinity("zone", "In", &["a", "b"])
             .build_info();
         assert!(
-            NodeAffinity
+            NodeAffinity::new()
                 .filter(&state, &pod, &node("n1", &[("disk", "ssd"), ("zone", "b")]))
                 .is_success()
         );
         assert!(
-            NodeAffinity
+            NodeAffinity::new()
                 .filter(&state, &pod, &node("n2", &[("disk", "hdd"), ("zone", "b")]))
                 .is_rejected()
         );
         assert!(
-            NodeAffinity
+            NodeAffinity::new()
                 .filter(&state, &pod, &node("n3", &[("disk", "ssd"), ("zone", "c")]))
                 .is_rejected()
         );
@@ -294,12 +392,12 @@ mod tests {
             .required_affinity("gpu", "Exists", &[])
             .build_info();
         assert!(
-            NodeAffinity
+            NodeAffinity::new()
                 .filter(&state, &ored, &node("n4", &[("gpu", "1")]))
                 .is_success()
         );
         assert!(
-            NodeAffinity
+            NodeAffinity::new()
                 .filter(&state, &ored, &node("n5", &[("zone", "b")]))
                 .is_rejected()
         );
@@ -312,7 +410,7 @@ mod tests {
         assert_eq!(st.code, Code::Skip);
         assert!(r.node_names.is_none());
         assert!(
-            NodeAffinity
+            NodeAffinity::new()
                 .filter(&CycleState::default(), &pod, &node("n1", &[]))
                 .is_success()
         );
@@ -340,22 +438,22 @@ mod tests {
         // Filter still applies the term's label expressions on pinned nodes.
         let state = CycleState::default();
         assert!(
-            NodeAffinity
+            NodeAffinity::new()
                 .filter(&state, &pod, &node("n1", &[]))
                 .is_success()
         );
         assert!(
-            NodeAffinity
+            NodeAffinity::new()
                 .filter(&state, &pod, &node("n3", &[("zone", "b")]))
                 .is_rejected()
         );
         assert!(
-            NodeAffinity
+            NodeAffinity::new()
                 .filter(&state, &pod, &node("n3", &[("zone", "a")]))
                 .is_success()
         );
         assert!(
-            NodeAffinity
+            NodeAffinity::new()
                 .filter(&state, &pod, &node("n2", &[]))
                 .is_rejected()
         );
@@ -441,10 +539,10 @@ mod tests {
         let state = CycleState::default();
         let mut s: Vec<i64> = nodes
             .iter()
-            .map(|n| NodeAffinity.score(&state, &pod, n).unwrap())
+            .map(|n| NodeAffinity::new().score(&state, &pod, n).unwrap())
             .collect();
         assert_eq!(s, [2, 6, 11, 0]);
-        NodeAffinity.normalize_score(&state, &pod, &mut s);
+        NodeAffinity::new().normalize_score(&state, &pod, &mut s);
         assert_eq!(s, [18, 54, 100, 0]);
     }
 
@@ -453,16 +551,181 @@ mod tests {
         let pod = PodBuilder::new("p").build_info();
         let state = CycleState::default();
         let mut s = vec![
-            NodeAffinity
+            NodeAffinity::new()
                 .score(&state, &pod, &node("n1", &[("a", "b")]))
                 .unwrap();
             2
         ];
-        NodeAffinity.normalize_score(&state, &pod, &mut s);
+        NodeAffinity::new().normalize_score(&state, &pod, &mut s);
         assert_eq!(s, [0, 0]);
         assert_eq!(
-            NodeAffinity.events_to_register(),
+            NodeAffinity::new().events_to_register(),
             [ClusterEvent::NodeAdded, ClusterEvent::NodeLabelChanged]
         );
+    }
+
+    fn with_added(v: serde_json::Value) -> NodeAffinity {
+        NodeAffinity::from_config(Some(&v)).expect("valid NodeAffinityArgs")
+    }
+
+    #[test]
+    fn added_affinity_decodes_from_plugin_config() {
+        assert_eq!(
+            NodeAffinity::from_config(None).unwrap(),
+            NodeAffinity::new()
+        );
+        let p = with_added(serde_json::json!({
+            "apiVersion": "kubescheduler.config.k8s.io/v1",
+            "kind": "NodeAffinityArgs",
+            "addedAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["batch"]}]}
+                ]},
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 3, "preference": {"matchExpressions": [
+                        {"key": "key", "operator": "In", "values": ["value"]}]}}
+                ]
+            }
+        }));
+        assert!(p.added_required.is_some());
+        assert_eq!(p.added_preferred.len(), 1);
+        assert_eq!(p.added_preferred[0].weight, 3);
+
+        let e = NodeAffinity::from_config(Some(&serde_json::json!({
+            "addedAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "pool", "operator": "Near", "values": ["x"]}]}
+            ]}}
+        })))
+        .unwrap_err();
+        assert!(
+            e.starts_with(
+                "addedAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].operator: "
+            ),
+            "{e}"
+        );
+        let e = NodeAffinity::from_config(Some(&serde_json::json!({
+            "addedAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 1, "preference": {"matchFields": [
+                    {"key": "metadata.labels", "operator": "In", "values": ["x"]}]}}
+            ]}
+        })))
+        .unwrap_err();
+        assert!(
+            e.starts_with(
+                "addedAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].preference.matchFields[0].key: "
+            ),
+            "{e}"
+        );
+        let e =
+            NodeAffinity::from_config(Some(&serde_json::json!({"addedAfinity": {}}))).unwrap_err();
+        assert!(e.contains("unknown field `addedAfinity`"), "{e}");
+    }
+
+    #[test]
+    fn added_required_affinity_is_anded_with_the_pods_own() {
+        let pl = with_added(serde_json::json!({"addedAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["batch"]}]}
+            ]}
+        }}));
+        let state = CycleState::default();
+        // A pod without constraints is no longer skipped: Filter must run.
+        let plain = PodBuilder::new("p").build_info();
+        let (r, st) = pl.pre_filter(
+            &mut CycleState::default(),
+            &plain,
+            &flotilla_shared::testing::FakeLister::default(),
+        );
+        assert_eq!(st, Status::success());
+        assert!(r.node_names.is_none());
+        assert!(
+            pl.filter(&state, &plain, &node("n1", &[("pool", "batch")]))
+                .is_success()
+        );
+        let st = pl.filter(&state, &plain, &node("n2", &[("pool", "web")]));
+        assert_eq!(st.code, Code::UnschedulableAndUnresolvable);
+        assert_eq!(
+            st.reasons,
+            ["node(s) didn't match scheduler-enforced node affinity"]
+        );
+        assert_eq!(st.plugin, "NodeAffinity");
+        // The enforced affinity is checked first, then the pod's own.
+        let picky = PodBuilder::new("q")
+            .node_selector("disk", "ssd")
+            .build_info();
+        assert_eq!(
+            pl.filter(&state, &picky, &node("n3", &[("disk", "ssd")]))
+                .reasons,
+            [REASON_ENFORCED]
+        );
+        assert_eq!(
+            pl.filter(&state, &picky, &node("n4", &[("pool", "batch")]))
+                .reasons,
+            [REASON]
+        );
+        assert!(
+            pl.filter(
+                &state,
+                &picky,
+                &node("n5", &[("pool", "batch"), ("disk", "ssd")])
+            )
+            .is_success()
+        );
+        // Preferred-only addedAffinity keeps the Skip.
+        let pref_only = with_added(serde_json::json!({"addedAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 3, "preference": {"matchExpressions": [
+                    {"key": "key", "operator": "In", "values": ["value"]}]}}
+            ]
+        }}));
+        let (_, st) = pref_only.pre_filter(
+            &mut CycleState::default(),
+            &plain,
+            &flotilla_shared::testing::FakeLister::default(),
+        );
+        assert_eq!(st.code, Code::Skip);
+    }
+
+    #[test]
+    fn added_preferred_terms_add_to_the_score() {
+        // upstream node_affinity_test.go TestNodeAffinityPriority, "added
+        // affinity and pod has default affinity": pod prefers foo=bar (2),
+        // addedAffinity prefers key=value (3). Raw 2, 3, 5 -> 40, 60, 100.
+        let pl = with_added(serde_json::json!({"addedAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 3, "preference": {"matchExpressions": [
+                    {"key": "key", "operator": "In", "values": ["value"]}]}}
+            ]
+        }}));
+        let pod = PodBuilder::new("p")
+            .preferred_affinity(2, "foo", "In", &["bar"])
+            .build_info();
+        let nodes = [
+            node("node1", &[("foo", "bar")]),
+            node("node2", &[("key", "value")]),
+            node("node3", &[("foo", "bar"), ("key", "value"), ("az", "az1")]),
+        ];
+        let state = CycleState::default();
+        let mut s: Vec<i64> = nodes
+            .iter()
+            .map(|n| pl.score(&state, &pod, n).unwrap())
+            .collect();
+        assert_eq!(s, [2, 3, 5]);
+        pl.normalize_score(&state, &pod, &mut s);
+        assert_eq!(s, [40, 60, 100]);
+        // "added affinity": a pod without preferences, added foo=bar (2).
+        let pl = with_added(serde_json::json!({"addedAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 2, "preference": {"matchExpressions": [
+                    {"key": "foo", "operator": "In", "values": ["bar"]}]}}
+            ]
+        }}));
+        let plain = PodBuilder::new("q").build_info();
+        let mut s: Vec<i64> = nodes[..2]
+            .iter()
+            .map(|n| pl.score(&state, &plain, n).unwrap())
+            .collect();
+        pl.normalize_score(&state, &plain, &mut s);
+        assert_eq!(s, [100, 0]);
     }
 }

@@ -5,6 +5,7 @@
 mod adaptive_search;
 mod config;
 mod fit_error;
+mod inter_pod_affinity;
 mod node_cache;
 mod partition;
 mod scoring;

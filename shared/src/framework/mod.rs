@@ -140,6 +140,26 @@ pub trait SharedLister: Sync {
     /// `metadata.labels` of a Namespace, when the snapshot knows it (for
     /// `namespaceSelector`). `None`: namespace unknown.
     fn namespace_labels(&self, namespace: &str) -> Option<&BTreeMap<String, String>>;
+
+    /// Nodes with at least one pod that has a pod affinity or anti-affinity
+    /// term (upstream `HavePodsWithAffinityList`), in [`SharedLister::nodes`]
+    /// order. The default filters `nodes()`; snapshots keep the list.
+    fn have_pods_with_affinity(&self) -> Vec<&Arc<NodeInfo>> {
+        self.nodes()
+            .iter()
+            .filter(|n| !n.pods_with_affinity.is_empty())
+            .collect()
+    }
+
+    /// Nodes with at least one pod that has a required anti-affinity term
+    /// (upstream `HavePodsWithRequiredAntiAffinityList`), in
+    /// [`SharedLister::nodes`] order. The default filters `nodes()`.
+    fn have_pods_with_required_anti_affinity(&self) -> Vec<&Arc<NodeInfo>> {
+        self.nodes()
+            .iter()
+            .filter(|n| !n.pods_with_required_anti_affinity.is_empty())
+            .collect()
+    }
 }
 
 /// Common to every plugin.
