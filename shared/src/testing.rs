@@ -8,6 +8,7 @@ use k8s_openapi::api::core::v1::{
     Affinity, Container, ContainerPort, Node, NodeAffinity, NodeCondition, NodeSelector,
     NodeSelectorRequirement, NodeSelectorTerm, NodeSpec as K8sNodeSpec, NodeStatus, Pod, PodSpec,
     PodStatus, PreferredSchedulingTerm, ResourceRequirements, Taint, Toleration,
+    TopologySpreadConstraint,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -297,6 +298,16 @@ impl PodBuilder {
                 effect: (!effect.is_empty()).then(|| effect.into()),
                 ..Default::default()
             });
+        self
+    }
+
+    /// Appends a `spec.topologySpreadConstraints` entry.
+    #[must_use]
+    pub fn spread_constraint(mut self, c: TopologySpreadConstraint) -> Self {
+        self.spec()
+            .topology_spread_constraints
+            .get_or_insert_with(Vec::new)
+            .push(c);
         self
     }
 

@@ -12,7 +12,15 @@
 //! | [`NodeAffinity`] | `metadata.name` pins → node set; `Skip` without constraints | `nodeSelector` + required affinity | preferred term weights (2) | default | `NodeAdded`, `NodeLabelChanged` |
 //! | [`NodePorts`] | | host ports (`shared::fit`) | | | `NodeAdded`, `AssignedPodDeleted` |
 //! | [`NodeResourcesFit`] | | requests (`shared::fit`) | `LeastAllocated` cpu/memory (1) | none | `NodeAdded`, `NodeAllocatableGrew`, `AssignedPodDeleted` |
+//! | [`PodTopologySpread`] | hard constraints counted per domain; `Skip` without them | `maxSkew` / `minDomains` per hard constraint, missing topology key | soft constraints: matching pods per domain × ln(domains + 2) (2); `Skip` without them | reverse min-max, nodes lacking a key 0 | `NodeAdded`, `NodeLabelChanged`, `NodeTaintChanged`, `AssignedPodAdded`, `AssignedPodDeleted` |
 //! | [`NodeResourcesBalancedAllocation`] | | | cpu/memory balance (1) | none | none (rejects nothing) |
+//!
+//! `PodTopologySpread` default constraints (`defaultingType: System` or a
+//! `List`) apply upstream only with a selector built from the Services /
+//! ReplicaSets / StatefulSets / ReplicationControllers selecting the pod;
+//! Flotilla's snapshot has none of them, so pods without their own
+//! `topologySpreadConstraints` are **not** spread (see
+//! [`pod_topology_spread`]).
 //!
 //! The framework multiplies each plugin's normalized score (0..=100) by its
 //! weight ([`DEFAULT_SCORE_WEIGHTS`], upstream `default_plugins.go`) and sums.
@@ -25,6 +33,7 @@ pub mod node_ports;
 pub mod node_resources_balanced_allocation;
 pub mod node_resources_fit;
 pub mod node_unschedulable;
+pub mod pod_topology_spread;
 pub mod priority_sort;
 pub mod taint_toleration;
 
@@ -35,6 +44,7 @@ pub use node_ports::NodePorts;
 pub use node_resources_balanced_allocation::NodeResourcesBalancedAllocation;
 pub use node_resources_fit::NodeResourcesFit;
 pub use node_unschedulable::NodeUnschedulable;
+pub use pod_topology_spread::PodTopologySpread;
 pub use priority_sort::PrioritySort;
 pub use taint_toleration::TaintToleration;
 
@@ -44,6 +54,7 @@ pub const DEFAULT_SCORE_WEIGHTS: &[(&str, i64)] = &[
     (names::TAINT_TOLERATION, 3),
     (names::NODE_AFFINITY, 2),
     (names::NODE_RESOURCES_FIT, 1),
+    (names::POD_TOPOLOGY_SPREAD, 2),
     (names::NODE_RESOURCES_BALANCED_ALLOCATION, 1),
 ];
 
@@ -54,10 +65,12 @@ mod tests {
 
     #[test]
     fn default_weights_cover_exactly_the_score_plugins() {
-        let score_plugins: [&dyn ScorePlugin; 4] = [
+        let pts = PodTopologySpread::new();
+        let score_plugins: [&dyn ScorePlugin; 5] = [
             &TaintToleration,
             &NodeAffinity,
             &NodeResourcesFit::new(),
+            &pts,
             &NodeResourcesBalancedAllocation,
         ];
         assert_eq!(DEFAULT_SCORE_WEIGHTS.len(), score_plugins.len());
@@ -78,17 +91,20 @@ mod tests {
         assert_eq!(weight("NodeAffinity"), Some(2));
         assert_eq!(weight("NodeResourcesFit"), Some(1));
         assert_eq!(weight("NodeResourcesBalancedAllocation"), Some(1));
+        assert_eq!(weight("PodTopologySpread"), Some(2));
     }
 
     #[test]
     fn plugin_names_are_the_registry_names() {
-        let all: [&dyn Plugin; 7] = [
+        let pts = PodTopologySpread::new();
+        let all: [&dyn Plugin; 8] = [
             &NodeUnschedulable,
             &NodeName,
             &TaintToleration,
             &NodeAffinity,
             &NodePorts,
             &NodeResourcesFit::new(),
+            &pts,
             &NodeResourcesBalancedAllocation,
         ];
         let got: Vec<&str> = all.iter().map(|p| p.name()).collect();
@@ -101,6 +117,7 @@ mod tests {
                 names::NODE_AFFINITY,
                 names::NODE_PORTS,
                 names::NODE_RESOURCES_FIT,
+                names::POD_TOPOLOGY_SPREAD,
                 names::NODE_RESOURCES_BALANCED_ALLOCATION,
             ]
         );

@@ -6,6 +6,7 @@ mod adaptive_search;
 mod fit_error;
 mod node_cache;
 mod partition;
+mod pod_topology_spread;
 mod scoring;
 
 use std::sync::Arc;
