@@ -41,6 +41,16 @@
 //! scored for hostname spreading) never arises: every soft constraint
 //! requires all its topology keys on a node.
 //!
+//! # Cost
+//! Pods without constraints of their own cost two early `Skip`s (plus the
+//! runtime's feasible-node list handed to every PreScore plugin). A pod with
+//! constraints visits every pod of the cluster once in PreFilter (hard) and
+//! once in PreScore (soft, non-hostname keys), as upstream does: criterion
+//! `scheduling_cycle/topology_spread` (hard zone + soft hostname constraint,
+//! 10 pods per node, 2 cores shared with other builds) measured about
+//! 1.8 ms at 1,000 nodes and 5.3 ms at 5,000 nodes, against 40-150 µs for a
+//! pod without constraints.
+//!
 //! Not implemented: the PreFilter extensions `AddPod` / `RemovePod` (only
 //! preemption uses them; Flotilla has no preemption yet) and queueing hints
 //! finer than [`EVENTS`].
