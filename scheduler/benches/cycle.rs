@@ -12,6 +12,8 @@ use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_m
 use flotilla_scheduler::cache::{NodeCache, Snapshot};
 use flotilla_scheduler::{Framework, Profile, Registry};
 use flotilla_shared::testing::{NodeBuilder, PodBuilder};
+use k8s_openapi::api::core::v1::TopologySpreadConstraint;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 fn cluster(nodes: usize) -> (NodeCache, Snapshot) {
     let cache = NodeCache::default();
@@ -54,6 +56,33 @@ fn bench_cycle(c: &mut Criterion) {
     // Needs 3.9 cpu; every node has 3 free: rejected everywhere, full scan
     // plus the FitError (the unschedulable path).
     let too_big = PodBuilder::new("too-big").cpu("3900m").build_info();
+    // Hard zone spread (maxSkew 1) + soft hostname spread: PodTopologySpread
+    // counts every node's pods in PreFilter and PreScore.
+    let web = || {
+        Some(LabelSelector {
+            match_labels: Some([("app".to_owned(), "web".to_owned())].into()),
+            match_expressions: None,
+        })
+    };
+    let spread = PodBuilder::new("spread")
+        .cpu("100m")
+        .memory("500Mi")
+        .label("app", "web")
+        .spread_constraint(TopologySpreadConstraint {
+            max_skew: 1,
+            topology_key: "zone".into(),
+            when_unsatisfiable: "DoNotSchedule".into(),
+            label_selector: web(),
+            ..Default::default()
+        })
+        .spread_constraint(TopologySpreadConstraint {
+            max_skew: 1,
+            topology_key: "kubernetes.io/hostname".into(),
+            when_unsatisfiable: "ScheduleAnyway".into(),
+            label_selector: web(),
+            ..Default::default()
+        })
+        .build_info();
     let mut g = c.benchmark_group("scheduling_cycle");
     for nodes in [1_000usize, 5_000, 15_000] {
         let (_cache, snap) = cluster(nodes);
@@ -66,6 +95,13 @@ fn bench_cycle(c: &mut Criterion) {
             &snap,
             |b, snap| {
                 b.iter(|| black_box(fw.schedule(black_box(&picky), snap).expect("fits")));
+            },
+        );
+        g.bench_with_input(
+            BenchmarkId::new("topology_spread", nodes),
+            &snap,
+            |b, snap| {
+                b.iter(|| black_box(fw.schedule(black_box(&spread), snap).expect("fits")));
             },
         );
         g.bench_with_input(

@@ -14,6 +14,9 @@
 //!   pipeline reads; Kubernetes `Pod`/`Node` stay at the edges.
 //! - [`fit`]: **the** fit check (resources, host ports, cordon), used by both
 //!   the Filter plugins and the coordinator's bind arbiter.
+//! - [`topology_spread`]: `spec.topologySpreadConstraints` compiled once per
+//!   pod, and the pure spread counting / skew check / scoring shared by the
+//!   PodTopologySpread plugin and the coordinator's bind arbiter.
 //! - [`workload`]: online vs batch classification.
 //! - [`framework`]: the plugin traits (PreFilter, Filter, Score), `Status`,
 //!   `CycleState` and `FitError`.
@@ -30,6 +33,7 @@ pub mod resources;
 pub mod selector;
 pub mod taints;
 pub mod testing;
+pub mod topology_spread;
 pub mod workload;
 
 pub use node_info::{NodeInfo, NodeSpec};

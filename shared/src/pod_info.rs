@@ -11,6 +11,7 @@ use crate::pod_affinity::PodAffinity;
 use crate::resources::{self, Resources};
 use crate::selector::{self, Selector, Term};
 use crate::taints::Toleration;
+use crate::topology_spread::{self, TopologySpreadConstraint};
 use crate::workload::{self, WorkloadClass};
 
 /// The scheduler name pods get when they name none.
@@ -108,6 +109,9 @@ pub struct PodInfo {
     pub tolerations: Vec<Toleration>,
     /// Host ports requested by containers (and sidecars).
     pub host_ports: Vec<HostPort>,
+    /// `spec.topologySpreadConstraints`, compiled (`matchLabelKeys` merged
+    /// into the selectors), in spec order.
+    pub topology_spread_constraints: Vec<TopologySpreadConstraint>,
     /// Online or batch pool.
     pub class: WorkloadClass,
     /// Succeeded or Failed: holds no resources.
@@ -131,7 +135,9 @@ impl PodInfo {
     ///
     /// # Errors
     /// [`PodError`] for a missing name or spec, a malformed quantity, selector,
-    /// pod (anti-)affinity term, toleration, host port or workload-class label.
+    /// [`PodError`] for a missing name or spec, a malformed quantity, selector,
+    /// pod (anti-)affinity term, toleration, host port, topology spread
+    /// constraint or workload-class label.
     pub fn from_pod(pod: Arc<Pod>) -> Result<Self, PodError> {
         let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
         let Some(name) = pod.metadata.name.as_deref() else {
@@ -234,6 +240,15 @@ impl PodInfo {
             }
         }
 
+        let topology_spread_constraints = topology_spread::compile(
+            spec.topology_spread_constraints
+                .as_deref()
+                .unwrap_or_default(),
+            pod.metadata.labels.as_ref(),
+            "spec.topologySpreadConstraints",
+        )
+        .map_err(err)?;
+
         let terminal = matches!(
             pod.status.as_ref().and_then(|s| s.phase.as_deref()),
             Some("Succeeded" | "Failed")
@@ -265,6 +280,7 @@ impl PodInfo {
             pod_affinity,
             tolerations,
             host_ports,
+            topology_spread_constraints,
             class,
             terminal,
             key,

@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{
     Affinity, Container, ContainerPort, Node, NodeAffinity, NodeCondition, NodeSelector,
     NodeSelectorRequirement, NodeSelectorTerm, NodeSpec as K8sNodeSpec, NodeStatus, Pod,
     PodAffinity, PodAffinityTerm, PodAntiAffinity, PodSpec, PodStatus, PreferredSchedulingTerm,
-    ResourceRequirements, Taint, Toleration, WeightedPodAffinityTerm,
+    ResourceRequirements, Taint, Toleration, TopologySpreadConstraint, WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
@@ -339,6 +339,16 @@ impl PodBuilder {
                     pod_affinity_term: term,
                 }),
         }
+        self
+    }
+
+    /// Appends a `spec.topologySpreadConstraints` entry.
+    #[must_use]
+    pub fn spread_constraint(mut self, c: TopologySpreadConstraint) -> Self {
+        self.spec()
+            .topology_spread_constraints
+            .get_or_insert_with(Vec::new)
+            .push(c);
         self
     }
 

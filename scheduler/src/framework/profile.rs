@@ -94,6 +94,7 @@ pub fn default_multi_point() -> Vec<PluginRef> {
         (names::NODE_AFFINITY, 2),
         (names::NODE_PORTS, 0),
         (names::NODE_RESOURCES_FIT, 1),
+        (names::POD_TOPOLOGY_SPREAD, 2),
         (names::INTER_POD_AFFINITY, 2),
         (names::NODE_RESOURCES_BALANCED_ALLOCATION, 1),
         (names::DEFAULT_BINDER, 0),

@@ -18,6 +18,7 @@ use crate::plugins::{
     node_resources_balanced_allocation::NodeResourcesBalancedAllocation,
     node_resources_fit::NodeResourcesFit,
     node_unschedulable::NodeUnschedulable,
+    pod_topology_spread::PodTopologySpread,
     priority_sort::{self, PrioritySort},
     taint_toleration::TaintToleration,
 };
@@ -256,6 +257,18 @@ impl Registry {
             Arc::new(|_| {
                 let p = Arc::new(NodeResourcesBalancedAllocation);
                 Ok(PluginHandle::new(p.clone()).score(p))
+            }),
+        );
+        add(
+            &mut r,
+            names::POD_TOPOLOGY_SPREAD,
+            Arc::new(|args| {
+                let p = Arc::new(PodTopologySpread::from_args(args)?);
+                Ok(PluginHandle::new(p.clone())
+                    .pre_filter(p.clone())
+                    .filter(p.clone())
+                    .pre_score(p.clone())
+                    .score(p))
             }),
         );
         r

@@ -12,8 +12,16 @@
 //! | [`NodeAffinity`] | `metadata.name` pins → node set; `Skip` without constraints | `addedAffinity`, `nodeSelector` + required affinity | preferred term weights, `addedAffinity`'s too (2) | default | `NodeAdded`, `NodeLabelChanged` |
 //! | [`NodePorts`] | | host ports (`shared::fit`) | | | `NodeAdded`, `AssignedPodDeleted` |
 //! | [`NodeResourcesFit`] | | requests (`shared::fit`) | `LeastAllocated` cpu/memory (1) | none | `NodeAdded`, `NodeAllocatableGrew`, `AssignedPodDeleted` |
+//! | [`PodTopologySpread`] | hard constraints counted per domain; `Skip` without them | `maxSkew` / `minDomains` per hard constraint, missing topology key | soft constraints: matching pods per domain × ln(domains + 2) (2); `Skip` without them | reverse min-max, nodes lacking a key 0 | `NodeAdded`, `NodeLabelChanged`, `NodeTaintChanged`, `AssignedPodAdded`, `AssignedPodDeleted` |
 //! | [`InterPodAffinity`] | topology-pair counts of matching pods; `Skip` when nothing applies | required pod affinity / anti-affinity, existing pods' anti-affinity | preferred terms both ways + existing required affinity (2) | min-max | `NodeAdded`, `NodeLabelChanged`, `AssignedPodAdded`, `AssignedPodDeleted` |
 //! | [`NodeResourcesBalancedAllocation`] | | | cpu/memory balance (1) | none | none (rejects nothing) |
+//!
+//! `PodTopologySpread` default constraints (`defaultingType: System` or a
+//! `List`) apply upstream only with a selector built from the Services /
+//! ReplicaSets / StatefulSets / ReplicationControllers selecting the pod;
+//! Flotilla's snapshot has none of them, so pods without their own
+//! `topologySpreadConstraints` are **not** spread (see
+//! [`pod_topology_spread`]).
 //!
 //! The framework multiplies each plugin's normalized score (0..=100) by its
 //! weight ([`DEFAULT_SCORE_WEIGHTS`], upstream `default_plugins.go`) and sums.
@@ -27,6 +35,7 @@ pub mod node_ports;
 pub mod node_resources_balanced_allocation;
 pub mod node_resources_fit;
 pub mod node_unschedulable;
+pub mod pod_topology_spread;
 pub mod priority_sort;
 pub mod taint_toleration;
 
@@ -38,6 +47,7 @@ pub use node_ports::NodePorts;
 pub use node_resources_balanced_allocation::NodeResourcesBalancedAllocation;
 pub use node_resources_fit::NodeResourcesFit;
 pub use node_unschedulable::NodeUnschedulable;
+pub use pod_topology_spread::PodTopologySpread;
 pub use priority_sort::PrioritySort;
 pub use taint_toleration::TaintToleration;
 
@@ -47,6 +57,7 @@ pub const DEFAULT_SCORE_WEIGHTS: &[(&str, i64)] = &[
     (names::TAINT_TOLERATION, 3),
     (names::NODE_AFFINITY, 2),
     (names::NODE_RESOURCES_FIT, 1),
+    (names::POD_TOPOLOGY_SPREAD, 2),
     (names::INTER_POD_AFFINITY, 2),
     (names::NODE_RESOURCES_BALANCED_ALLOCATION, 1),
 ];
@@ -58,10 +69,12 @@ mod tests {
 
     #[test]
     fn default_weights_cover_exactly_the_score_plugins() {
-        let score_plugins: [&dyn ScorePlugin; 5] = [
+        let pts = PodTopologySpread::new();
+        let score_plugins: [&dyn ScorePlugin; 6] = [
             &TaintToleration,
             &NodeAffinity::new(),
             &NodeResourcesFit::new(),
+            &pts,
             &InterPodAffinity::default(),
             &NodeResourcesBalancedAllocation,
         ];
@@ -84,17 +97,20 @@ mod tests {
         assert_eq!(weight("NodeResourcesFit"), Some(1));
         assert_eq!(weight("InterPodAffinity"), Some(2));
         assert_eq!(weight("NodeResourcesBalancedAllocation"), Some(1));
+        assert_eq!(weight("PodTopologySpread"), Some(2));
     }
 
     #[test]
     fn plugin_names_are_the_registry_names() {
-        let all: [&dyn Plugin; 8] = [
+        let pts = PodTopologySpread::new();
+        let all: [&dyn Plugin; 9] = [
             &NodeUnschedulable,
             &NodeName,
             &TaintToleration,
             &NodeAffinity::new(),
             &NodePorts,
             &NodeResourcesFit::new(),
+            &pts,
             &InterPodAffinity::default(),
             &NodeResourcesBalancedAllocation,
         ];
@@ -108,6 +124,7 @@ mod tests {
                 names::NODE_AFFINITY,
                 names::NODE_PORTS,
                 names::NODE_RESOURCES_FIT,
+                names::POD_TOPOLOGY_SPREAD,
                 names::INTER_POD_AFFINITY,
                 names::NODE_RESOURCES_BALANCED_ALLOCATION,
             ]

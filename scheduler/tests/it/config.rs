@@ -181,17 +181,24 @@ profiles:
             "NodeName",
             "TaintToleration",
             "NodeAffinity",
-            "NodeResourcesFit"
+            "NodeResourcesFit",
+            "PodTopologySpread",
+            "InterPodAffinity"
         ],
         "NodePorts disabled at filter only; the volume plugins are left out"
     );
-    assert_eq!(fw.enabled_at(ExtensionPoint::PreFilter), ["NodeAffinity"]);
+    assert_eq!(
+        fw.enabled_at(ExtensionPoint::PreFilter),
+        ["NodeAffinity", "PodTopologySpread", "InterPodAffinity"]
+    );
     assert_eq!(
         fw.score_weights(),
         [
             ("NodeResourcesFit", 5),
             ("TaintToleration", 3),
-            ("NodeAffinity", 2)
+            ("NodeAffinity", 2),
+            ("PodTopologySpread", 2),
+            ("InterPodAffinity", 2)
         ],
         "the score entry comes first with its weight; BalancedAllocation disabled"
     );
@@ -299,7 +306,12 @@ fn disabling_a_default_score_plugin_removes_it_from_score_only() {
     let fw = framework(&cfg, 0);
     assert_eq!(
         fw.score_weights(),
-        [("NodeAffinity", 2), ("NodeResourcesFit", 1)]
+        [
+            ("NodeAffinity", 2),
+            ("NodeResourcesFit", 1),
+            ("PodTopologySpread", 2),
+            ("InterPodAffinity", 2)
+        ]
     );
     assert!(
         fw.enabled_at(ExtensionPoint::Filter)
@@ -335,6 +347,8 @@ fn re_enabling_a_default_keeps_its_position_and_takes_the_new_weight() {
             ("TaintToleration", 3),
             ("NodeAffinity", 2),
             ("NodeResourcesFit", 10),
+            ("PodTopologySpread", 2),
+            ("InterPodAffinity", 2),
             ("NodeResourcesBalancedAllocation", 1)
         ]
     );
@@ -385,6 +399,8 @@ fn a_weight_at_score_beats_multi_point_and_runs_first() {
             ("NodeAffinity", 7),
             ("TaintToleration", 3),
             ("NodeResourcesFit", 1),
+            ("PodTopologySpread", 2),
+            ("InterPodAffinity", 2),
             ("NodeResourcesBalancedAllocation", 1)
         ]
     );
@@ -869,7 +885,12 @@ fn args_decode_with_or_without_api_version_and_kind() {
         let e = cfg
             .validate_with(&Registry::in_tree())
             .expect_err("unknown");
-        assert_eq!(e.path(), "profiles[0].plugins.multiPoint.enabled[9].name");
+        // The demo plugin comes after the defaults in the merged multiPoint.
+        let at = flotilla_scheduler::framework::default_multi_point().len();
+        assert_eq!(
+            e.path(),
+            format!("profiles[0].plugins.multiPoint.enabled[{at}].name")
+        );
     }
 }
 

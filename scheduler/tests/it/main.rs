@@ -8,6 +8,7 @@ mod fit_error;
 mod inter_pod_affinity;
 mod node_cache;
 mod partition;
+mod pod_topology_spread;
 mod scoring;
 
 use std::sync::Arc;
