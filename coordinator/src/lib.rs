@@ -8,6 +8,7 @@
 //! - [`grpc`]: the `flotilla.v1.Coordinator` service over [`state`].
 //! - [`server`]: serving it on a TCP listener with graceful shutdown.
 
+pub mod arbiter;
 pub mod cluster;
 pub mod grpc;
 pub mod partition;

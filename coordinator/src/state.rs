@@ -29,6 +29,7 @@ use flotilla_shared::node_info::{NodeInfo, NodeSpec, Orphans};
 use flotilla_shared::pod_info::PodInfo;
 use flotilla_shared::{PodKey, WorkloadClass};
 
+use crate::arbiter::{self, CrossNodeChecks};
 use crate::cluster::{Cluster, ClusterError, PodRef, WatchEvent};
 use crate::partition::{self, WorkerId};
 
@@ -147,6 +148,14 @@ struct Inner {
     /// `spec.schedulerName`s this coordinator serves, each with the
     /// profile's `workloadClass` override (None: classify the pod).
     scheduler_names: HashMap<String, Option<WorkloadClass>>,
+    /// Cross-node constraints re-checked at bind time, per profile (absent:
+    /// all of them).
+    cross_node_checks: HashMap<String, CrossNodeChecks>,
+    /// Placed pods (bound, granted or orphaned) with required anti-affinity.
+    anti_affinity_pods: usize,
+    /// Namespace labels for `namespaceSelector` (empty until namespaces are
+    /// watched).
+    namespaces: BTreeMap<String, BTreeMap<String, String>>,
     /// Set by `close_streams`: workers leaving now is expected.
     closing: bool,
     /// Pods that could not be read, by `namespace/name`: the error.
@@ -312,20 +321,25 @@ impl Inner {
     }
 
     fn place(&mut self, node: &Arc<str>, info: &Arc<PodInfo>) {
-        match self.nodes.get_mut(node) {
-            Some(n) => {
-                n.add_pod(info.clone());
+        let added = match self.nodes.get_mut(node) {
+            Some(n) => n.add_pod(info.clone()),
+            None => {
+                self.orphans.park(node, info.clone());
+                true
             }
-            None => self.orphans.park(node, info.clone()),
+        };
+        if added && arbiter::has_required_anti_affinity(info) {
+            self.anti_affinity_pods += 1;
         }
     }
 
     fn unplace(&mut self, node: &Arc<str>, uid: &str) {
-        if self.orphans.remove(node, uid).is_some() {
-            return;
-        }
-        if let Some(n) = self.nodes.get_mut(node) {
-            n.remove_pod(uid);
+        let removed = match self.orphans.remove(node, uid) {
+            Some(p) => Some(p),
+            None => self.nodes.get_mut(node).and_then(|n| n.remove_pod(uid)),
+        };
+        if removed.is_some_and(|p| arbiter::has_required_anti_affinity(&p)) {
+            self.anti_affinity_pods -= 1;
         }
     }
 }
@@ -360,6 +374,17 @@ impl Coordinator {
                 ..Inner::default()
             }),
         }
+    }
+
+    /// Sets which cross-node constraints (inter-pod affinity, topology
+    /// spread) the bind arbiter re-checks for the pods of profile
+    /// `scheduler_name`: those its framework filters on. Profiles never set
+    /// get both, like the default profile.
+    pub fn set_cross_node_checks(&self, scheduler_name: &str, checks: CrossNodeChecks) {
+        self.inner
+            .lock()
+            .cross_node_checks
+            .insert(scheduler_name.to_owned(), checks);
     }
 
     /// The backend.
@@ -756,6 +781,23 @@ impl Coordinator {
             if let Err(reason) = fit::check_placement(&info, ninfo) {
                 inner.counters.conflicts += 1;
                 debug!(%pod, node, %reason, "bind conflict");
+                return Decision::Conflict(format!("node {node}: {reason}"));
+            }
+            let checks = inner
+                .cross_node_checks
+                .get(&*info.scheduler_name)
+                .copied()
+                .unwrap_or_default();
+            if let Err(reason) = arbiter::check(
+                checks,
+                &info,
+                ninfo,
+                &inner.nodes,
+                &inner.namespaces,
+                inner.anti_affinity_pods,
+            ) {
+                inner.counters.conflicts += 1;
+                debug!(%pod, node, %reason, "bind conflict (cross-node constraint)");
                 return Decision::Conflict(format!("node {node}: {reason}"));
             }
             let name = name.clone();

@@ -14,12 +14,15 @@ use indicatif::{ProgressBar, ProgressStyle};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use flotilla_coordinator::arbiter::CrossNodeChecks;
 use flotilla_coordinator::cluster::EmbeddedCluster;
 use flotilla_coordinator::{Coordinator, server};
-use flotilla_scheduler::Registry;
 use flotilla_scheduler::config::SchedulerConfig;
+use flotilla_scheduler::plugins::names;
 use flotilla_scheduler::worker::{self, WorkerConfig, WorkerStats};
+use flotilla_scheduler::{Framework, Registry};
 use flotilla_shared::WorkloadClass;
+use flotilla_shared::framework::ExtensionPoint;
 
 use crate::report::{self, Report, WorkerReport};
 use crate::workload::Workload;
@@ -118,6 +121,7 @@ pub async fn run_embedded_with_cluster(
         cluster.clone(),
         &cfg.scheduler.dispatch_classes(),
     ));
+    configure_arbiter(&coordinator, &cfg.scheduler);
     let running = server::start(coordinator.clone(), &cfg.listen, token.clone()).await?;
     let _ = running.synced.await;
     info!(addr = %running.addr, "coordinator listening");
@@ -265,4 +269,25 @@ pub async fn run_embedded_with_cluster(
         worker_reports,
     });
     Ok((report, cluster))
+}
+
+/// Tells the coordinator's bind arbiter which cross-node constraints each
+/// profile filters on (InterPodAffinity, PodTopologySpread at `filter`), so
+/// it re-checks exactly those for the profile's pods.
+pub fn configure_arbiter(coordinator: &Coordinator, config: &SchedulerConfig) {
+    let registry = Registry::in_tree();
+    for p in &config.profiles {
+        // The configuration was validated; a profile that does not build
+        // keeps the default (check everything).
+        if let Ok(fw) = Framework::new(p, &registry) {
+            let filters = fw.enabled_at(ExtensionPoint::Filter);
+            coordinator.set_cross_node_checks(
+                &p.scheduler_name,
+                CrossNodeChecks {
+                    pod_affinity: filters.contains(&names::INTER_POD_AFFINITY),
+                    topology_spread: filters.contains(&names::POD_TOPOLOGY_SPREAD),
+                },
+            );
+        }
+    }
 }

@@ -4,6 +4,7 @@
 
 mod arbitration;
 mod bind_failures;
+mod cross_node;
 mod dispatch;
 mod real_workers;
 mod relist;

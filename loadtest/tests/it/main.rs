@@ -3,6 +3,7 @@
 //! cluster's final state independently of the report.
 
 mod bad_input;
+mod cross_node;
 mod external_workers;
 mod openb;
 mod profiles;

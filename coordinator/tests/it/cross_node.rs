@@ -1,0 +1,179 @@
+//! The bind arbiter re-checks cross-node constraints (inter-pod
+//! anti-affinity, topology spread) against grants workers have not seen:
+//! two workers deciding at the same moment on stale snapshots must never
+//! both win.
+
+use flotilla_coordinator::arbiter::CrossNodeChecks;
+use flotilla_coordinator::cluster::EmbeddedCluster;
+use flotilla_proto::v1 as pb;
+use flotilla_proto::v1::WorkloadClass::{Batch, Online};
+use flotilla_shared::testing::{NodeBuilder, PodAffinityKind, PodBuilder, pod_affinity_term};
+use k8s_openapi::api::core::v1::TopologySpreadConstraint;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+
+use crate::{FakeWorker, Harness, STEP, assigned_names, within};
+
+const CLASS_LABEL: &str = "flotilla.io/workload-class";
+const ZONE: &str = "topology.kubernetes.io/zone";
+
+fn outcome(d: &pb::BindDecision) -> pb::BindOutcome {
+    pb::BindOutcome::try_from(d.outcome).expect("a known outcome")
+}
+
+/// n1, n2 in zone a; n3 in zone b; room for everything.
+fn cluster() -> EmbeddedCluster {
+    let c = EmbeddedCluster::new();
+    for (n, z) in [("n1", "a"), ("n2", "a"), ("n3", "b")] {
+        c.apply_node(
+            NodeBuilder::new(n)
+                .cpu("8")
+                .memory("32Gi")
+                .pods(110)
+                .label(ZONE, z)
+                .build(),
+        )
+        .expect("node");
+    }
+    c
+}
+
+/// Starts the harness with an online and a batch worker; creates `pods`
+/// (one per class, online first) and waits until each worker got its pod.
+async fn two_workers_with(
+    pods: [PodBuilder; 2],
+    checks: Option<CrossNodeChecks>,
+) -> (Harness, FakeWorker, FakeWorker) {
+    let h = Harness::start(cluster()).await;
+    if let Some(c) = checks {
+        h.coordinator.set_cross_node_checks("default-scheduler", c);
+    }
+    let mut online = FakeWorker::join(&h, "online-0", Online).await;
+    let mut batch = FakeWorker::join(&h, "batch-0", Batch).await;
+    online.until_synced().await;
+    batch.until_synced().await;
+    let [p0, p1] = pods;
+    h.cluster
+        .create_pod(p0.label(CLASS_LABEL, "online").build())
+        .expect("pod");
+    h.cluster
+        .create_pod(p1.label(CLASS_LABEL, "batch").build())
+        .expect("pod");
+    online.read_until(|e| !assigned_names(e).is_empty()).await;
+    batch.read_until(|e| !assigned_names(e).is_empty()).await;
+    (h, online, batch)
+}
+
+fn anti_affine(name: &str) -> PodBuilder {
+    PodBuilder::new(name)
+        .cpu("100m")
+        .label("app", "db")
+        .pod_affinity(
+            PodAffinityKind::RequiredAnti,
+            pod_affinity_term("app", "In", &["db"], ZONE),
+        )
+}
+
+fn spread(name: &str) -> PodBuilder {
+    PodBuilder::new(name)
+        .cpu("100m")
+        .label("app", "web")
+        .spread_constraint(TopologySpreadConstraint {
+            max_skew: 1,
+            topology_key: ZONE.into(),
+            when_unsatisfiable: "DoNotSchedule".into(),
+            label_selector: Some(LabelSelector {
+                match_labels: Some([("app".to_owned(), "web".to_owned())].into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+}
+
+/// Proposes a→`na` and b→`nb` at once; returns the two decisions.
+async fn race(
+    online: &mut FakeWorker,
+    batch: &mut FakeWorker,
+    na: &str,
+    nb: &str,
+) -> (pb::BindDecision, pb::BindDecision) {
+    within(STEP, "two concurrent proposals", async {
+        tokio::join!(online.propose("a", na), batch.propose("b", nb))
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mutually_anti_affine_pods_never_share_a_zone() {
+    let (h, mut online, mut batch) =
+        two_workers_with([anti_affine("a"), anti_affine("b")], None).await;
+    // Both workers saw an empty zone a and chose it.
+    let (da, db) = race(&mut online, &mut batch, "n1", "n2").await;
+    let outcomes = [outcome(&da), outcome(&db)];
+    assert_eq!(
+        outcomes
+            .iter()
+            .filter(|o| **o == pb::BindOutcome::Bound)
+            .count(),
+        1,
+        "exactly one wins: {da:?} {db:?}"
+    );
+    let (loser, loser_is_a) = if outcomes[0] == pb::BindOutcome::Bound {
+        (&db, false)
+    } else {
+        (&da, true)
+    };
+    assert_eq!(outcome(loser), pb::BindOutcome::Conflict, "{loser:?}");
+    assert!(
+        loser.reason.contains("anti-affinity rules"),
+        "an upstream anti-affinity reason: {:?}",
+        loser.reason
+    );
+    // The loser's retry in the other zone is granted.
+    let retry = if loser_is_a {
+        online.propose("a", "n3").await
+    } else {
+        batch.propose("b", "n3").await
+    };
+    assert_eq!(outcome(&retry), pb::BindOutcome::Bound, "{retry:?}");
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_spread_pods_cannot_break_max_skew_together() {
+    let (h, mut online, mut batch) = two_workers_with([spread("a"), spread("b")], None).await;
+    // Zone a then holds 2 matching pods and zone b none: skew 2 > maxSkew 1.
+    let (da, db) = race(&mut online, &mut batch, "n1", "n2").await;
+    let bound = [outcome(&da), outcome(&db)]
+        .iter()
+        .filter(|o| **o == pb::BindOutcome::Bound)
+        .count();
+    assert_eq!(bound, 1, "exactly one wins: {da:?} {db:?}");
+    let loser = if outcome(&da) == pb::BindOutcome::Bound {
+        &db
+    } else {
+        &da
+    };
+    assert_eq!(outcome(loser), pb::BindOutcome::Conflict);
+    assert!(
+        loser
+            .reason
+            .contains("node(s) didn't match pod topology spread constraints"),
+        "{:?}",
+        loser.reason
+    );
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_profile_without_the_plugins_is_not_held_to_them() {
+    let off = CrossNodeChecks {
+        pod_affinity: false,
+        topology_spread: false,
+    };
+    let (h, mut online, mut batch) =
+        two_workers_with([anti_affine("a"), anti_affine("b")], Some(off)).await;
+    let (da, db) = race(&mut online, &mut batch, "n1", "n2").await;
+    assert_eq!(outcome(&da), pb::BindOutcome::Bound, "{da:?}");
+    assert_eq!(outcome(&db), pb::BindOutcome::Bound, "{db:?}");
+    h.shutdown().await;
+}
