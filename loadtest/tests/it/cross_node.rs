@@ -47,7 +47,11 @@ fn config(workers: usize) -> RunConfig {
 
 /// Half the pods in each worker pool, so all 4 workers decide at once.
 fn class(i: usize) -> &'static str {
-    if i % 2 == 0 { "online" } else { "batch" }
+    if i.is_multiple_of(2) {
+        "online"
+    } else {
+        "batch"
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

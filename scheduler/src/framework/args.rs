@@ -29,10 +29,10 @@ pub fn decode_args<T: DeserializeOwned + Default>(
         return Err(format!(": expected an object ({kind}), got {v}"));
     };
     obj.remove("apiVersion");
-    if let Some(k) = obj.remove("kind") {
-        if k.as_str() != Some(kind) {
-            return Err(format!("kind: expected {kind:?}, got {k}"));
-        }
+    if let Some(k) = obj.remove("kind")
+        && k.as_str() != Some(kind)
+    {
+        return Err(format!("kind: expected {kind:?}, got {k}"));
     }
     serde_path_to_error::deserialize(v).map_err(|e| {
         let path = e.path().to_string();
