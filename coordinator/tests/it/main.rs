@@ -8,6 +8,7 @@ mod dispatch;
 mod real_workers;
 mod relist;
 mod shutdown;
+mod sync_gate;
 
 use std::future::Future;
 use std::net::SocketAddr;

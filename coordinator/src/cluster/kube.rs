@@ -1,0 +1,1 @@
+//! The real API-server backend (in progress).
