@@ -5,6 +5,11 @@
 //! - `flotilla coordinator`: the coordinator alone, waiting for
 //!   `--workers N` separate `flotilla worker` processes.
 //! - `flotilla worker`: one scheduler worker.
+//!
+//! `run` and `coordinator` schedule a real cluster instead with
+//! `--kubeconfig FILE`, `--in-cluster` or `--kube` (see `kube_cmd`).
+
+mod kube_cmd;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -132,6 +137,8 @@ struct RunArgs {
     workers: u16,
     #[command(flatten)]
     report: ReportArgs,
+    #[command(flatten)]
+    kube: kube_cmd::ClusterArgs,
 }
 
 #[derive(Args, Debug)]
@@ -146,11 +153,16 @@ struct CoordinatorArgs {
     workers: u16,
     #[command(flatten)]
     report: ReportArgs,
+    #[command(flatten)]
+    kube: kube_cmd::ClusterArgs,
+    #[command(flatten)]
+    leader: kube_cmd::LeaderArgs,
 }
 
 #[derive(Args, Debug)]
 struct WorkerArgs {
-    /// Coordinator address (host:port or http://host:port).
+    /// Coordinator address (host:port or http://host:port); a
+    /// comma-separated list names replicas, tried in turn on (re)connect.
     #[arg(long, default_value = "127.0.0.1:7070")]
     coordinator: String,
     /// Pool to serve.
@@ -282,20 +294,22 @@ async fn worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
         Class::Online => WorkloadClass::Online,
         Class::Batch => WorkloadClass::Batch,
     };
-    let addr = if args.coordinator.contains("://") {
-        args.coordinator.clone()
-    } else {
-        format!("http://{}", args.coordinator)
-    };
-    let has_port = addr
-        .rsplit_once(':')
-        .is_some_and(|(_, p)| p.trim_end_matches('/').parse::<u16>().is_ok());
-    if !has_port {
-        bail!(
-            "--coordinator {:?}: give host:port, e.g. 127.0.0.1:7070",
-            args.coordinator
-        );
+    let mut addrs = Vec::new();
+    for one in args.coordinator.split(',').map(str::trim) {
+        let addr = if one.contains("://") {
+            one.to_owned()
+        } else {
+            format!("http://{one}")
+        };
+        let has_port = addr
+            .rsplit_once(':')
+            .is_some_and(|(_, p)| p.trim_end_matches('/').parse::<u16>().is_ok());
+        if !has_port {
+            bail!("--coordinator {one:?}: give host:port, e.g. 127.0.0.1:7070");
+        }
+        addrs.push(addr);
     }
+    let addr = addrs.join(",");
     let name = args
         .name
         .unwrap_or_else(|| format!("{class}-{}", std::process::id()));
@@ -361,7 +375,30 @@ fn main() -> ExitCode {
     };
     let result = rt.block_on(async move {
         match cli.command {
+            Command::Run(a) if a.kube.source().is_some() => {
+                kube_cmd::run(kube_cmd::LiveRun {
+                    source: a.kube.source().expect("checked"),
+                    workers: usize::from(a.workers),
+                    listen: "127.0.0.1:0".into(),
+                    exit_when_idle: a.kube.exit_when_idle.map(Duration::from_secs),
+                    leader: None,
+                    json: a.report.output == Output::Json,
+                })
+                .await
+            }
+            Command::Coordinator(a) if a.kube.source().is_some() => {
+                kube_cmd::run(kube_cmd::LiveRun {
+                    source: a.kube.source().expect("checked"),
+                    workers: 0,
+                    listen: a.listen.clone(),
+                    exit_when_idle: a.kube.exit_when_idle.map(Duration::from_secs),
+                    leader: a.leader.leader_elect.then(|| a.leader.clone()),
+                    json: a.report.output == Output::Json,
+                })
+                .await
+            }
             Command::Run(a) => {
+                kube_cmd::check_embedded(&a.kube, None)?;
                 let n = usize::from(a.workers);
                 let cfg = RunConfig {
                     in_process_workers: n,
@@ -371,6 +408,7 @@ fn main() -> ExitCode {
                 run_job(&a.workload, &a.report, cfg).await
             }
             Command::Coordinator(a) => {
+                kube_cmd::check_embedded(&a.kube, Some(&a.leader))?;
                 let cfg = RunConfig {
                     in_process_workers: 0,
                     expect_workers: usize::from(a.workers),

@@ -126,6 +126,12 @@ pub struct Summary {
     pub invalid_nodes: Vec<String>,
     /// Pending pods that name another `schedulerName` (not ours to place).
     pub other_scheduler: usize,
+    /// Nodes known.
+    pub nodes: usize,
+    /// Pods bound by this coordinator's Bindings.
+    pub bound_by_us: usize,
+    /// Whether every kind was listed once (pods are dispatched from then on).
+    pub synced: bool,
 }
 
 #[derive(Debug, Default)]
@@ -894,6 +900,9 @@ impl Coordinator {
         s.invalid = inner.invalid.values().cloned().collect();
         s.invalid_nodes = inner.invalid_nodes.values().cloned().collect();
         s.other_scheduler = inner.foreign.len();
+        s.nodes = inner.nodes.len();
+        s.bound_by_us = inner.pods.values().filter(|r| r.bound_at.is_some()).count();
+        s.synced = inner.synced;
         s.workers = inner
             .workers
             .values()

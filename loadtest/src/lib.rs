@@ -6,7 +6,10 @@
 //! - [`run`]: one run on the embedded cluster (coordinator + workers over
 //!   loopback gRPC) until every pod is bound or unschedulable.
 //! - [`report`]: the end-of-run report (text and JSON) and placements file.
+//! - [`live`]: scheduling a live cluster (the `kube` backend) until a
+//!   signal, an idle spell or the loss of leadership.
 
+pub mod live;
 pub mod report;
 pub mod run;
 pub mod workload;

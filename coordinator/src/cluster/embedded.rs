@@ -327,7 +327,6 @@ impl ListWatch for EmbeddedCluster {
         st.watchers.push(tx);
         UnboundedReceiverStream::new(rx).boxed()
     }
-
 }
 
 #[tonic::async_trait]

@@ -45,7 +45,6 @@ impl ListWatch for GatedCluster {
     fn watch(&self, resource_version: u64) -> BoxStream<'static, Result<WatchEvent, ClusterError>> {
         self.inner.watch(resource_version)
     }
-
 }
 
 #[tonic::async_trait]
@@ -234,10 +233,10 @@ impl Cluster for FailingBinds {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_real_worker_retries_an_unavailable_binding_until_the_pod_is_bound() {
-    use std::sync::atomic::Ordering::SeqCst;
     use flotilla_scheduler::Registry;
     use flotilla_scheduler::worker::{self, WorkerConfig, WorkerStats};
     use flotilla_shared::WorkloadClass;
+    use std::sync::atomic::Ordering::SeqCst;
 
     let cluster = Arc::new(EmbeddedCluster::new());
     cluster
@@ -259,15 +258,21 @@ async fn a_real_worker_retries_an_unavailable_binding_until_the_pod_is_bound() {
         .expect("pod");
 
     let c = h.cluster.clone();
-    wait_until(crate::OUTCOME, "pod a bound after two failed Bindings", || {
-        c.pod("default", "a").is_some_and(|p| node_of(&p).is_some())
-    })
+    wait_until(
+        crate::OUTCOME,
+        "pod a bound after two failed Bindings",
+        || c.pod("default", "a").is_some_and(|p| node_of(&p).is_some()),
+    )
     .await;
     assert_eq!(
         node_of(&h.cluster.pod("default", "a").expect("pod")),
         Some("n1")
     );
-    assert_eq!(backend.attempts.load(SeqCst), 3, "two failures, one success");
+    assert_eq!(
+        backend.attempts.load(SeqCst),
+        3,
+        "two failures, one success"
+    );
     let coord = h.coordinator.clone();
     wait_until(STEP, "the worker settling", || {
         stats.is_idle() && coord.summary().granting == 0
@@ -293,7 +298,10 @@ async fn a_real_worker_retries_an_unavailable_binding_until_the_pod_is_bound() {
         .iter()
         .filter(|e| e.reason == "Scheduled")
         .count();
-    assert_eq!(scheduled, 1, "one Scheduled event, for the Binding that worked");
+    assert_eq!(
+        scheduled, 1,
+        "one Scheduled event, for the Binding that worked"
+    );
     h.token.cancel();
     within(STEP, "worker stopping", handle)
         .await

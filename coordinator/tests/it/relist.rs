@@ -43,7 +43,6 @@ impl ListWatch for FlakyWatch {
         }
         self.inner.watch(resource_version)
     }
-
 }
 
 #[tonic::async_trait]
