@@ -42,6 +42,10 @@ pub struct ClusterArgs {
     /// attempt for this many seconds (default: run until SIGINT/SIGTERM).
     #[arg(long, value_name = "SECONDS")]
     pub exit_when_idle: Option<u64>,
+    /// With a real cluster: schedule the pods whose `spec.schedulerName` is
+    /// this.
+    #[arg(long, value_name = "NAME", default_value = flotilla_shared::pod_info::DEFAULT_SCHEDULER_NAME)]
+    pub scheduler_name: String,
 }
 
 impl ClusterArgs {
@@ -87,6 +91,11 @@ pub struct LeaderArgs {
 /// # Errors
 /// `--exit-when-idle` or `--leader-elect` without a real cluster.
 pub fn check_embedded(cluster: &ClusterArgs, leader: Option<&LeaderArgs>) -> anyhow::Result<()> {
+    if cluster.scheduler_name != flotilla_shared::pod_info::DEFAULT_SCHEDULER_NAME {
+        anyhow::bail!(
+            "--scheduler-name applies to a real cluster (--kubeconfig, --in-cluster or --kube)"
+        );
+    }
     if cluster.exit_when_idle.is_some() {
         anyhow::bail!(
             "--exit-when-idle applies to a real cluster (--kubeconfig, --in-cluster or --kube)"
@@ -114,6 +123,8 @@ pub struct LiveRun {
     pub leader: Option<LeaderArgs>,
     /// JSON report instead of text.
     pub json: bool,
+    /// `spec.schedulerName` of the pods to schedule.
+    pub scheduler_name: String,
 }
 
 fn signal_token() -> CancellationToken {
@@ -203,7 +214,10 @@ pub async fn run(r: LiveRun) -> anyhow::Result<ExitCode> {
         in_process_workers: r.workers,
         listen: r.listen.clone(),
         exit_when_idle: r.exit_when_idle,
-        profile: Profile::default(),
+        profile: Profile {
+            scheduler_name: r.scheduler_name.clone(),
+            ..Profile::default()
+        },
     };
     let result = live::serve(cluster, cfg, stop, leadership.as_ref()).await;
     let lost = leadership.as_ref().is_some_and(leader::Leadership::is_lost);

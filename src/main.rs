@@ -383,6 +383,7 @@ fn main() -> ExitCode {
                     exit_when_idle: a.kube.exit_when_idle.map(Duration::from_secs),
                     leader: None,
                     json: a.report.output == Output::Json,
+                    scheduler_name: a.kube.scheduler_name.clone(),
                 })
                 .await
             }
@@ -394,6 +395,7 @@ fn main() -> ExitCode {
                     exit_when_idle: a.kube.exit_when_idle.map(Duration::from_secs),
                     leader: a.leader.leader_elect.then(|| a.leader.clone()),
                     json: a.report.output == Output::Json,
+                    scheduler_name: a.kube.scheduler_name.clone(),
                 })
                 .await
             }

@@ -331,7 +331,8 @@ enum SessionEnd {
 }
 
 /// Runs a worker until `shutdown` fires or the coordinator ends the stream
-/// cleanly. If the stream breaks, the worker registers again (a new session:
+/// cleanly (with several coordinator addresses, a clean end makes it join
+/// another replica instead). If the stream breaks, the worker registers again (a new session:
 /// its pods were re-dispatched by the coordinator, and the replay rebuilds
 /// its cache), giving up with [`WorkerError::Connect`] when the coordinator
 /// stays unreachable for `connect_timeout`. On shutdown it stops taking pods,
@@ -353,6 +354,12 @@ pub async fn run(
         *stats.queue.lock() = QueueLengths::default();
         stats.ready.store(false, Ordering::Release);
         match end? {
+            SessionEnd::Closed if cfg.coordinator.contains(',') => {
+                // One replica stepped down cleanly (a rolling restart, a
+                // leader releasing its lease): join whichever leads now.
+                info!(worker = %cfg.name, "coordinator closed the stream; joining another replica");
+                stats.reconnects.fetch_add(1, Ordering::Relaxed);
+            }
             SessionEnd::Shutdown | SessionEnd::Closed => return Ok(()),
             SessionEnd::Failed(status) => {
                 warn!(worker = %cfg.name, %status, "coordinator stream broke; registering again");

@@ -5,6 +5,7 @@
 mod arbitration;
 mod bind_failures;
 mod dispatch;
+mod failover;
 mod real_workers;
 mod relist;
 mod shutdown;
