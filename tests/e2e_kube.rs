@@ -2,6 +2,13 @@
 //! processes (leader-elected) and two `flotilla worker` processes, Nodes and
 //! Pods created through the API.
 //!
+//! Checks: pods bound (no node over-committed) or `PodScheduled=False` with
+//! the FitError message and a `FailedScheduling` Event; a pod of another
+//! `schedulerName` untouched; one Lease holder, the standby not listening;
+//! SIGKILL of the leader → the standby takes over; the Lease taken by
+//! someone else → the leader exits 5; a new replica leads and the workers
+//! find it; SIGTERM → the Lease is released.
+//!
 //! Runs only when `KUBECONFIG` is set (otherwise it says why and passes):
 //! `.ci/e2e-kube` starts a throwaway kube-apiserver + etcd and runs it; see
 //! the README for running it against another test cluster. Everything it
@@ -19,7 +26,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use serde_json::json;
@@ -87,6 +94,22 @@ impl Drop for Procs {
             let _ = c.kill();
             let _ = c.wait();
         }
+    }
+}
+
+/// Waits up to `limit` for process `name` to exit.
+fn wait_exit(procs: &mut Procs, name: &str, limit: Duration) -> std::process::ExitStatus {
+    let start = Instant::now();
+    loop {
+        if let Some(s) = procs.child(name).try_wait().expect("wait") {
+            return s;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "{name} did not exit within {limit:?}\n{}",
+            procs.logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 
@@ -273,7 +296,7 @@ async fn scenario(kubeconfig: &Path) {
         .map(ToString::to_string)
         .collect()
     };
-    let (id_a, id_b) = (format!("a-{run}"), format!("b-{run}"));
+    let (id_a, id_b, id_a2) = (format!("a-{run}"), format!("b-{run}"), format!("a2-{run}"));
 
     // Coordinator A first, so it is the leader; then B, the standby.
     procs.spawn("coordinator-a", &coordinator(port_a, &id_a));
@@ -522,25 +545,65 @@ async fn scenario(kubeconfig: &Path) {
         .expect("still there");
     assert_eq!(node_of(not_ours), None);
 
+    // Another holder takes the Lease: B stops at once and exits 5.
+    let stolen = json!({"spec": {
+        "holderIdentity": "e2e-intruder",
+        "renewTime": k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(k8s_openapi::jiff::Timestamp::now()),
+        "leaseDurationSeconds": 2,
+    }});
+    leases
+        .patch(&lease, &PatchParams::default(), &Patch::Merge(&stolen))
+        .await
+        .expect("taking the lease");
+    let status = wait_exit(&mut procs, "coordinator-b", Duration::from_secs(20));
+    assert_eq!(
+        status.code(),
+        Some(5),
+        "coordinator B after losing the lease\n{}",
+        procs.logs()
+    );
+
+    // A new replica on A's address leads once the intruder's lease expires;
+    // the workers find it.
+    procs.spawn("coordinator-a2", &coordinator(port_a, &id_a2));
+    eventually(&procs, OUTCOME, "coordinator A2 leading", || {
+        let leases = leases.clone();
+        let (lease, id) = (lease.clone(), id_a2.clone());
+        async move { (lease_holder(&leases, &lease).await == Some(id)).then_some(()) }
+    })
+    .await;
+    pods.delete(
+        "fit-0",
+        &DeleteParams {
+            grace_period_seconds: Some(0),
+            ..DeleteParams::default()
+        },
+    )
+    .await
+    .expect("deleting fit-0");
+    pods.create(&pp, &pod("last", &run, &scheduler, POD_MILLI_CPU))
+        .await
+        .expect("creating a pod");
+    eventually(
+        &procs,
+        OUTCOME,
+        "pod last bound by A2 in the room fit-0 left",
+        || {
+            let pods = pods.clone();
+            async move { pods.get("last").await.ok().and_then(|p| node_of(&p)) }
+        },
+    )
+    .await;
+
     // A SIGTERM'd leader releases the lease and exits 0.
-    let b = procs.child("coordinator-b");
+    let a2 = procs.child("coordinator-a2").id();
     let _ = Command::new("kill")
-        .args(["-TERM", &b.id().to_string()])
+        .args(["-TERM", &a2.to_string()])
         .status();
-    let start = Instant::now();
-    let status = loop {
-        if let Some(s) = b.try_wait().expect("wait") {
-            break s;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "coordinator B did not stop"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let status = wait_exit(&mut procs, "coordinator-a2", Duration::from_secs(30));
     assert!(
         status.success(),
-        "coordinator B exited with {status}\n{}",
+        "coordinator A2 exited with {status}\n{}",
         procs.logs()
     );
     assert_eq!(
