@@ -64,11 +64,22 @@ impl ClusterArgs {
     }
 }
 
+/// The config source of `flotilla coordinator`: as [`ClusterArgs::source`],
+/// and `--leader-elect` alone means a real cluster with kube's inference
+/// (in a pod: the service account), as a Deployment runs it.
+#[must_use]
+pub fn coordinator_source(cluster: &ClusterArgs, leader: &LeaderArgs) -> Option<ConfigSource> {
+    cluster
+        .source()
+        .or_else(|| leader.leader_elect.then_some(ConfigSource::Infer))
+}
+
 /// Leader election between coordinator replicas (real clusters only).
 #[derive(Args, Debug, Clone, Default)]
 pub struct LeaderArgs {
     /// Elect one leader among coordinator replicas on a Lease; a standby
-    /// waits (and does not listen) until it leads.
+    /// waits (and does not listen) until it leads. Without --kubeconfig or
+    /// --in-cluster it implies --kube.
     #[arg(long)]
     pub leader_elect: bool,
     /// Lease name.

@@ -387,9 +387,11 @@ fn main() -> ExitCode {
                 })
                 .await
             }
-            Command::Coordinator(a) if a.kube.source().is_some() => {
+            Command::Coordinator(a)
+                if kube_cmd::coordinator_source(&a.kube, &a.leader).is_some() =>
+            {
                 kube_cmd::run(kube_cmd::LiveRun {
-                    source: a.kube.source().expect("checked"),
+                    source: kube_cmd::coordinator_source(&a.kube, &a.leader).expect("checked"),
                     workers: 0,
                     listen: a.listen.clone(),
                     exit_when_idle: a.kube.exit_when_idle.map(Duration::from_secs),

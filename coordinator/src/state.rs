@@ -162,6 +162,8 @@ struct Inner {
     foreign: HashSet<Arc<str>>,
     /// Every kind was listed once: pods may be dispatched.
     synced: bool,
+    /// Namespace name → labels (forwarded to workers for `namespaceSelector`).
+    namespaces: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 /// Lists in progress, per kind, and the kinds listed at least once.
@@ -205,6 +207,15 @@ fn raw(obj: &impl serde::Serialize) -> pb::RawObject {
 
 fn ev(e: pb::watch_event::Event) -> pb::WatchEvent {
     pb::WatchEvent { event: Some(e) }
+}
+
+fn namespace_event(name: &str, labels: &BTreeMap<String, String>) -> pb::WatchEvent {
+    ev(pb::watch_event::Event::NamespaceUpsert(
+        pb::NamespaceLabels {
+            name: name.to_owned(),
+            labels: labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        },
+    ))
 }
 
 fn pb_pod_ref(p: &PodInfo) -> pb::PodRef {
@@ -459,6 +470,25 @@ impl Coordinator {
     /// is known but not listed was deleted while nobody watched.
     fn reconcile(inner: &mut Inner, kind: Kind, listed: Vec<WatchEvent>) {
         match kind {
+            Kind::Namespace => {
+                let names: HashSet<&str> = listed
+                    .iter()
+                    .filter_map(|e| match e {
+                        WatchEvent::NamespaceApplied(n) => n.metadata.name.as_deref(),
+                        _ => None,
+                    })
+                    .collect();
+                let gone: Vec<String> = inner
+                    .namespaces
+                    .keys()
+                    .filter(|n| !names.contains(n.as_str()))
+                    .cloned()
+                    .collect();
+                for name in gone {
+                    inner.namespaces.remove(&name);
+                    inner.broadcast(&ev(pb::watch_event::Event::NamespaceDeleted(name)));
+                }
+            }
             Kind::Node => {
                 let names: HashSet<&str> = listed
                     .iter()
@@ -551,6 +581,26 @@ impl Coordinator {
                     inner.broadcast(&ev(pb::watch_event::Event::NodeDeleted(pb::NodeDeleted {
                         name: name.to_owned(),
                     })));
+                }
+            }
+            WatchEvent::NamespaceApplied(ns) => {
+                let Some(name) = ns.metadata.name.clone() else {
+                    return;
+                };
+                let labels = ns.metadata.labels.clone().unwrap_or_default();
+                if inner.namespaces.get(&name) != Some(&labels) {
+                    let msg = namespace_event(&name, &labels);
+                    inner.namespaces.insert(name, labels);
+                    inner.broadcast(&msg);
+                }
+            }
+            WatchEvent::NamespaceDeleted(ns) => {
+                if let Some(name) = ns.metadata.name.as_deref()
+                    && inner.namespaces.remove(name).is_some()
+                {
+                    inner.broadcast(&ev(pb::watch_event::Event::NamespaceDeleted(
+                        name.to_owned(),
+                    )));
                 }
             }
             WatchEvent::PodApplied(pod) => Self::apply_pod(inner, pod),
@@ -697,6 +747,9 @@ impl Coordinator {
         let mut inner = self.inner.lock();
         if !inner.workers.contains_key(&id) {
             return Err(format!("worker {id} is not registered"));
+        }
+        for (name, labels) in &inner.namespaces {
+            let _ = tx.send(namespace_event(name, labels));
         }
         for n in inner.nodes.values() {
             let _ = tx.send(ev(pb::watch_event::Event::NodeUpsert(raw(&*n.spec.node))));

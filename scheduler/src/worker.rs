@@ -488,6 +488,11 @@ fn apply_event(s: &Shared, event: pb::watch_event::Event) {
             s.cache
                 .set_partition(p.node_names.iter().map(|n| Arc::from(n.as_str())));
         }
+        Event::NamespaceUpsert(ns) => {
+            s.cache
+                .upsert_namespace(&ns.name, ns.labels.into_iter().collect());
+        }
+        Event::NamespaceDeleted(name) => s.cache.remove_namespace(&name),
         Event::Synced(_) => {}
     }
 }

@@ -295,6 +295,8 @@ impl ListWatch for EmbeddedCluster {
     async fn list(&self) -> Result<ClusterList, ClusterError> {
         let st = self.state.lock();
         Ok(ClusterList {
+            // The embedded cluster keeps no Namespace objects.
+            namespaces: Vec::new(),
             nodes: st.nodes.values().cloned().collect(),
             pods: st
                 .pod_order

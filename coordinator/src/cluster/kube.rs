@@ -1,6 +1,6 @@
 //! The real API-server backend, through the `kube` crate.
 //!
-//! - **Reads**: `kube::runtime::watcher` on Nodes and on non-terminal Pods
+//! - **Reads**: `kube::runtime::watcher` on Namespaces, Nodes and non-terminal Pods
 //!   (`status.phase!=Succeeded,status.phase!=Failed`, upstream's scheduler pod
 //!   informer), with kube's default backoff on errors; it relists by itself
 //!   after an expired resourceVersion (410) and its `Init`/`InitApply`/
@@ -35,7 +35,7 @@ use ::kube::{Client, Config};
 use futures::StreamExt as _;
 use futures::stream::BoxStream;
 use k8s_openapi::api::core::v1::{
-    Binding, Event as CoreEvent, EventSource, Node, ObjectReference, Pod, PodCondition,
+    Binding, Event as CoreEvent, EventSource, Namespace, Node, ObjectReference, Pod, PodCondition,
 };
 use k8s_openapi::api::events::v1::Event as EventsV1Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
@@ -472,6 +472,13 @@ pub fn unschedulable_condition(pod: &Pod, message: &str, now: Timestamp) -> Opti
 #[tonic::async_trait]
 impl Cluster for KubeCluster {
     fn changes(self: Arc<Self>) -> BoxStream<'static, Result<WatchEvent, ClusterError>> {
+        let namespaces = watch_stream(
+            Api::<Namespace>::all(self.client.clone()),
+            watcher::Config::default(),
+            Kind::Namespace,
+            WatchEvent::NamespaceApplied,
+            WatchEvent::NamespaceDeleted,
+        );
         let nodes = watch_stream(
             Api::<Node>::all(self.client.clone()),
             watcher::Config::default(),
@@ -486,7 +493,7 @@ impl Cluster for KubeCluster {
             WatchEvent::PodApplied,
             WatchEvent::PodDeleted,
         );
-        futures::stream::select(nodes, pods).boxed()
+        futures::stream::select_all([namespaces, nodes, pods]).boxed()
     }
 
     async fn bind(&self, pod: &PodRef, node: &str) -> Result<(), ClusterError> {

@@ -8,7 +8,8 @@
 //! `PodScheduled=False` for pods that fit nowhere, and records Events.
 //!
 //! # The change stream
-//! For each kind ([`Kind::Node`], [`Kind::Pod`]) a backend emits
+//! For each kind ([`Kind::Namespace`], [`Kind::Node`], [`Kind::Pod`]) a
+//! backend emits
 //! `Relisting(kind)`, then every object of that kind as `*Applied`, then
 //! `Listed(kind)`: objects of that kind the consumer knows but that were not
 //! applied in between no longer exist. After that come single changes, in
@@ -26,7 +27,7 @@ use std::time::Duration;
 
 use futures::StreamExt as _;
 use futures::stream::BoxStream;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
@@ -70,6 +71,8 @@ impl std::fmt::Display for PodRef {
 /// The kinds of objects a backend lists and watches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Kind {
+    /// `v1` Namespace (its labels, for pod affinity's `namespaceSelector`).
+    Namespace,
     /// `v1` Node.
     Node,
     /// `v1` Pod (non-terminal ones: upstream's scheduler informer lists with
@@ -79,12 +82,13 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind; the consumer is synced once each was listed.
-    pub const ALL: [Kind; 2] = [Kind::Node, Kind::Pod];
+    pub const ALL: [Kind; 3] = [Kind::Namespace, Kind::Node, Kind::Pod];
 }
 
 impl std::fmt::Display for Kind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
+            Kind::Namespace => "namespaces",
             Kind::Node => "nodes",
             Kind::Pod => "pods",
         })
@@ -94,6 +98,8 @@ impl std::fmt::Display for Kind {
 /// The result of a list: every object and the resourceVersion to watch from.
 #[derive(Debug, Clone, Default)]
 pub struct ClusterList {
+    /// All namespaces.
+    pub namespaces: Vec<Arc<Namespace>>,
     /// All nodes.
     pub nodes: Vec<Arc<Node>>,
     /// All pods.
@@ -105,6 +111,10 @@ pub struct ClusterList {
 /// One item of the change stream (see the module docs for the order).
 #[derive(Debug, Clone)]
 pub enum WatchEvent {
+    /// A namespace was created or changed (or listed).
+    NamespaceApplied(Arc<Namespace>),
+    /// A namespace was deleted (last state).
+    NamespaceDeleted(Arc<Namespace>),
     /// A node was created or changed (or listed).
     NodeApplied(Arc<Node>),
     /// A node was deleted (last state).
@@ -126,6 +136,7 @@ impl WatchEvent {
     #[must_use]
     pub fn kind(&self) -> Kind {
         match self {
+            WatchEvent::NamespaceApplied(_) | WatchEvent::NamespaceDeleted(_) => Kind::Namespace,
             WatchEvent::NodeApplied(_) | WatchEvent::NodeDeleted(_) => Kind::Node,
             WatchEvent::PodApplied(_) | WatchEvent::PodDeleted(_) => Kind::Pod,
             WatchEvent::Relisting(k) | WatchEvent::Listed(k) => *k,
@@ -197,12 +208,12 @@ pub trait Cluster: Send + Sync + 'static {
 /// into a change stream.
 #[tonic::async_trait]
 pub trait ListWatch: Send + Sync + 'static {
-    /// Lists every node and pod.
+    /// Lists every namespace, node and pod.
     async fn list(&self) -> Result<ClusterList, ClusterError>;
 
     /// Changes after `resource_version`, in order, until the backend or the
-    /// consumer stops (only `NodeApplied`/`NodeDeleted`/`PodApplied`/
-    /// `PodDeleted`). `Err(Expired)` means: list again.
+    /// consumer stops (object events only, no list markers).
+    /// `Err(Expired)` means: list again.
     fn watch(&self, resource_version: u64) -> BoxStream<'static, Result<WatchEvent, ClusterError>>;
 }
 
@@ -252,7 +263,16 @@ async fn list_watch_loop<S: ListWatch + ?Sized>(
         };
         delay = LIST_RETRY_INITIAL;
         let rv = list.resource_version;
-        let listed = std::iter::once(WatchEvent::Relisting(Kind::Node))
+        let listed = std::iter::once(WatchEvent::Relisting(Kind::Namespace))
+            .chain(
+                list.namespaces
+                    .into_iter()
+                    .map(WatchEvent::NamespaceApplied),
+            )
+            .chain([
+                WatchEvent::Listed(Kind::Namespace),
+                WatchEvent::Relisting(Kind::Node),
+            ])
             .chain(list.nodes.into_iter().map(WatchEvent::NodeApplied))
             .chain([
                 WatchEvent::Listed(Kind::Node),

@@ -1,11 +1,12 @@
-//! The coordinator dispatches nothing before every kind was listed, and
-//! applies each (re)list at once.
+//! The coordinator dispatches nothing before every kind was listed, applies
+//! each (re)list at once, and forwards namespace labels to workers.
 
 use std::sync::Arc;
 
 use futures::StreamExt as _;
 use futures::stream::BoxStream;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -56,7 +57,7 @@ async fn send(tx: &Tx, events: Vec<WatchEvent>) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn pods_listed_before_the_nodes_wait_for_the_node_list() {
+async fn pods_listed_first_wait_for_every_list_and_namespaces_reach_workers() {
     let (tx, rx) = mpsc::channel(64);
     let backend = Arc::new(Scripted {
         rx: Mutex::new(Some(rx)),
@@ -110,7 +111,31 @@ async fn pods_listed_before_the_nodes_wait_for_the_node_list() {
     )
     .await;
     send(&tx, vec![WatchEvent::Listed(Kind::Node)]).await;
-    within(STEP, "synced after both lists", &mut synced)
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    assert!(
+        synced.try_recv().is_err(),
+        "not synced without the namespace list"
+    );
+    let mut team_a = std::collections::BTreeMap::new();
+    team_a.insert("team".to_owned(), "a".to_owned());
+    let ns: Namespace = Namespace {
+        metadata: ObjectMeta {
+            name: Some("default".into()),
+            labels: Some(team_a),
+            ..ObjectMeta::default()
+        },
+        ..Namespace::default()
+    };
+    send(
+        &tx,
+        vec![
+            WatchEvent::Relisting(Kind::Namespace),
+            WatchEvent::NamespaceApplied(Arc::new(ns)),
+            WatchEvent::Listed(Kind::Namespace),
+        ],
+    )
+    .await;
+    within(STEP, "synced after every list", &mut synced)
         .await
         .expect("synced fires");
 
@@ -127,6 +152,29 @@ async fn pods_listed_before_the_nodes_wait_for_the_node_list() {
         .position(|e| matches!(e, Event::AssignedPod(r) if raw_name(r) == "a"))
         .expect("pod a assigned");
     assert!(node_at < pod_at, "{events:?}");
+    // The namespace's labels reach the worker.
+    assert!(
+        events.iter().any(|e| matches!(e, Event::NamespaceUpsert(n)
+            if n.name == "default" && n.labels.get("team").map(String::as_str) == Some("a"))),
+        "{events:?}"
+    );
+    // A relist without the namespace deletes it at the worker.
+    send(
+        &tx,
+        vec![
+            WatchEvent::Relisting(Kind::Namespace),
+            WatchEvent::Listed(Kind::Namespace),
+        ],
+    )
+    .await;
+    let more = w
+        .read_until(|e| e.iter().any(|e| matches!(e, Event::NamespaceDeleted(_))))
+        .await;
+    assert!(
+        more.iter()
+            .any(|e| matches!(e, Event::NamespaceDeleted(n) if n == "default")),
+        "{more:?}"
+    );
     drop(w);
     h.shutdown().await;
 }
