@@ -67,6 +67,8 @@ pub struct EventReport {
     pub dropped: u64,
     /// Refused by the API server or failed.
     pub failed: u64,
+    /// Still queued when the run stopped (not written).
+    pub unwritten: u64,
 }
 
 /// The report of a live run.
@@ -147,8 +149,8 @@ impl LiveReport {
         let e = &self.events;
         let _ = writeln!(
             s,
-            "  events         {} recorded, {} written, {} deduplicated, {} dropped, {} failed",
-            e.recorded, e.written, e.deduplicated, e.dropped, e.failed
+            "  events         {} recorded, {} written, {} deduplicated, {} dropped, {} failed, {} unwritten at exit",
+            e.recorded, e.written, e.deduplicated, e.dropped, e.failed, e.unwritten
         );
         let why = match self.stop_reason {
             StopReason::Signal => "signal",
@@ -320,6 +322,9 @@ pub async fn serve(
             deduplicated: ev.deduplicated,
             dropped: ev.dropped,
             failed: ev.failed,
+            unwritten: ev
+                .recorded
+                .saturating_sub(ev.written + ev.deduplicated + ev.dropped + ev.failed),
         },
         latency_ms: Latency {
             p50: percentile(&lat, 50.0),

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
-use tracing::debug;
+use tracing::{debug, warn};
 
 use super::{ClusterError, PodRef};
 
@@ -115,7 +115,8 @@ pub fn truncate_note(message: &str) -> String {
 /// Limits of the event pipeline.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct EventLimits {
-    /// Events written per second, sustained (token refill rate). Default 20.
+    /// Events written per second, sustained (token refill rate). Default 50
+    /// (upstream kube-scheduler's client QPS, which its events share).
     pub qps: f64,
     /// Events written at once after a quiet spell (bucket size). Default 100.
     pub burst: u32,
@@ -130,7 +131,7 @@ pub struct EventLimits {
 impl Default for EventLimits {
     fn default() -> Self {
         EventLimits {
-            qps: 20.0,
+            qps: 50.0,
             burst: 100,
             dedupe_window: Duration::from_secs(300),
             queue: 1000,
@@ -292,8 +293,14 @@ impl EventRecorder {
                         st.written.fetch_add(1, Ordering::Relaxed);
                     }
                     Err(e) => {
-                        st.failed.fetch_add(1, Ordering::Relaxed);
-                        debug!(pod = %ev.pod, reason = ev.reason, error = %e, "event not written");
+                        // The first failure is news (RBAC, an API the server
+                        // lacks); the rest are counted.
+                        if st.failed.fetch_add(1, Ordering::Relaxed) == 0 {
+                            warn!(pod = %ev.pod, reason = ev.reason, error = %e,
+                                "event not written (further failures are only counted)");
+                        } else {
+                            debug!(pod = %ev.pod, reason = ev.reason, error = %e, "event not written");
+                        }
                     }
                 }
             }
