@@ -16,7 +16,9 @@
 //! (`duration - grace`; upstream's `renewDeadline`): a leader cut off from
 //! the API server must not assume it still leads.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use ::kube::Client;
 use ::kube::api::Api;
@@ -283,4 +285,113 @@ async fn monitor(
     fence.set(false);
     warn!(lease = %config.lease_name, %reason, "leadership lost; writes stopped");
     lost.cancel();
+}
+
+#[cfg(test)]
+mod tests {
+    use std::pin::pin;
+
+    use ::kube::client::Body;
+    use http::{Request, Response};
+    use serde_json::json;
+    use tower_test::mock;
+
+    use super::*;
+
+    fn config() -> LeaderConfig {
+        LeaderConfig {
+            lease_name: "l".into(),
+            namespace: "ns".into(),
+            identity: "me".into(),
+            duration: Duration::from_secs(15),
+            grace: Duration::from_secs(5),
+            retry_period: Duration::from_secs(2),
+        }
+    }
+
+    /// A mock API server answering every Lease GET with `answer()`.
+    fn api(answer: fn() -> (u16, serde_json::Value)) -> (Client, tokio::task::JoinHandle<()>) {
+        let (svc, handle) = mock::pair::<Request<Body>, Response<Body>>();
+        let server = tokio::spawn(async move {
+            let mut handle = pin!(handle);
+            while let Some((req, send)) = handle.next_request().await {
+                assert_eq!(
+                    req.uri().path(),
+                    "/apis/coordination.k8s.io/v1/namespaces/ns/leases/l"
+                );
+                let (code, body) = answer();
+                send.send_response(
+                    Response::builder()
+                        .status(code)
+                        .body(Body::from(serde_json::to_vec(&body).expect("json")))
+                        .expect("response"),
+                );
+            }
+        });
+        (Client::new(svc, "ns"), server)
+    }
+
+    fn lease(holder: &str) -> serde_json::Value {
+        json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+               "metadata": {"name": "l", "namespace": "ns"},
+               "spec": {"holderIdentity": holder, "leaseDurationSeconds": 15}})
+    }
+
+    async fn run_monitor(
+        client: Client,
+        state: watch::Receiver<bool>,
+    ) -> (WriteFence, CancellationToken) {
+        let fence = WriteFence::new();
+        let lost = CancellationToken::new();
+        tokio::spawn(monitor(
+            client,
+            config(),
+            state,
+            fence.clone(),
+            lost.clone(),
+        ));
+        (fence, lost)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn another_holder_in_the_lease_closes_the_fence() {
+        let (client, _server) = api(|| (200, lease("someone-else")));
+        let (_tx, rx) = watch::channel(true);
+        let (fence, lost) = run_monitor(client, rx).await;
+        lost.cancelled().await;
+        assert!(!fence.is_open());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_unconfirmed_lease_is_given_up_after_the_renew_deadline() {
+        let (client, _server) = api(|| {
+            (
+                500,
+                json!({"kind": "Status", "code": 500, "message": "etcd down"}),
+            )
+        });
+        let (_tx, rx) = watch::channel(true);
+        let started = Instant::now();
+        let (fence, lost) = run_monitor(client, rx).await;
+        lost.cancelled().await;
+        assert!(!fence.is_open());
+        // Not before the renew deadline (15 s - 5 s), at the first check after it.
+        let waited = started.elapsed();
+        assert!(waited > Duration::from_secs(10), "{waited:?}");
+        assert!(waited <= Duration::from_secs(12), "{waited:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_confirmed_lease_is_kept_until_the_manager_reports_it_lost() {
+        let (client, _server) = api(|| (200, lease("me")));
+        let (tx, rx) = watch::channel(true);
+        let (fence, lost) = run_monitor(client, rx).await;
+        // Well past the renew deadline, confirmed all along.
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert!(!lost.is_cancelled());
+        assert!(fence.is_open());
+        tx.send(false).expect("monitor listening");
+        lost.cancelled().await;
+        assert!(!fence.is_open());
+    }
 }
