@@ -10,6 +10,11 @@
 //!
 //! Each takes `--config FILE`, a `KubeSchedulerConfiguration`
 //! (`flotilla_scheduler::config`); a bad one stops the process with exit 1.
+//!
+//! `run` and `coordinator` schedule a real cluster instead with
+//! `--kubeconfig FILE`, `--in-cluster` or `--kube` (see `kube_cmd`).
+
+mod kube_cmd;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -225,6 +230,8 @@ struct RunArgs {
     workers: u16,
     #[command(flatten)]
     report: ReportArgs,
+    #[command(flatten)]
+    kube: kube_cmd::ClusterArgs,
 }
 
 #[derive(Args, Debug)]
@@ -241,13 +248,18 @@ struct CoordinatorArgs {
     workers: u16,
     #[command(flatten)]
     report: ReportArgs,
+    #[command(flatten)]
+    kube: kube_cmd::ClusterArgs,
+    #[command(flatten)]
+    leader: kube_cmd::LeaderArgs,
 }
 
 #[derive(Args, Debug)]
 struct WorkerArgs {
     #[command(flatten)]
     sched: ConfigArgs,
-    /// Coordinator address (host:port or http://host:port).
+    /// Coordinator address (host:port or http://host:port); a
+    /// comma-separated list names replicas, tried in turn on (re)connect.
     #[arg(long, default_value = "127.0.0.1:7070")]
     coordinator: String,
     /// Pool to serve.
@@ -379,20 +391,22 @@ async fn worker(args: WorkerArgs, sched: SchedulerConfig) -> anyhow::Result<Exit
         Class::Online => WorkloadClass::Online,
         Class::Batch => WorkloadClass::Batch,
     };
-    let addr = if args.coordinator.contains("://") {
-        args.coordinator.clone()
-    } else {
-        format!("http://{}", args.coordinator)
-    };
-    let has_port = addr
-        .rsplit_once(':')
-        .is_some_and(|(_, p)| p.trim_end_matches('/').parse::<u16>().is_ok());
-    if !has_port {
-        bail!(
-            "--coordinator {:?}: give host:port, e.g. 127.0.0.1:7070",
-            args.coordinator
-        );
+    let mut addrs = Vec::new();
+    for one in args.coordinator.split(',').map(str::trim) {
+        let addr = if one.contains("://") {
+            one.to_owned()
+        } else {
+            format!("http://{one}")
+        };
+        let has_port = addr
+            .rsplit_once(':')
+            .is_some_and(|(_, p)| p.trim_end_matches('/').parse::<u16>().is_ok());
+        if !has_port {
+            bail!("--coordinator {one:?}: give host:port, e.g. 127.0.0.1:7070");
+        }
+        addrs.push(addr);
     }
+    let addr = addrs.join(",");
     let name = args
         .name
         .unwrap_or_else(|| format!("{class}-{}", std::process::id()));
@@ -526,7 +540,34 @@ fn main() -> ExitCode {
     };
     let result = rt.block_on(async move {
         match cli.command {
+            Command::Run(a) if a.kube.source().is_some() => {
+                kube_cmd::run(kube_cmd::LiveRun {
+                    source: a.kube.source().expect("checked"),
+                    workers: usize::from(a.workers),
+                    listen: "127.0.0.1:0".into(),
+                    exit_when_idle: a.kube.exit_when_idle.map(Duration::from_secs),
+                    leader: None,
+                    json: a.report.output == Output::Json,
+                    scheduler: sched,
+                })
+                .await
+            }
+            Command::Coordinator(a)
+                if kube_cmd::coordinator_source(&a.kube, &a.leader).is_some() =>
+            {
+                kube_cmd::run(kube_cmd::LiveRun {
+                    source: kube_cmd::coordinator_source(&a.kube, &a.leader).expect("checked"),
+                    workers: 0,
+                    listen: a.listen.clone(),
+                    exit_when_idle: a.kube.exit_when_idle.map(Duration::from_secs),
+                    leader: a.leader.leader_elect.then(|| a.leader.clone()),
+                    json: a.report.output == Output::Json,
+                    scheduler: sched,
+                })
+                .await
+            }
             Command::Run(a) => {
+                kube_cmd::check_embedded(&a.kube, None)?;
                 let n = usize::from(a.workers);
                 let cfg = RunConfig {
                     in_process_workers: n,
@@ -537,6 +578,7 @@ fn main() -> ExitCode {
                 run_job(&a.workload, &a.report, cfg).await
             }
             Command::Coordinator(a) => {
+                kube_cmd::check_embedded(&a.kube, Some(&a.leader))?;
                 let cfg = RunConfig {
                     in_process_workers: 0,
                     expect_workers: usize::from(a.workers),

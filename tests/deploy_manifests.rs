@@ -77,11 +77,7 @@ const RBAC: &[RbacRow] = &[
 /// leader election lands with the Kubernetes backend). Accepted here while
 /// `--help` does not list them; the test notes when one appears so it can
 /// be dropped from this list.
-const PENDING_FLAGS: &[(&str, &str)] = &[
-    ("coordinator", "--leader-elect"),
-    ("coordinator", "--lease-name"),
-    ("coordinator", "--lease-namespace"),
-];
+const PENDING_FLAGS: &[(&str, &str)] = &[];
 
 fn deploy_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy")

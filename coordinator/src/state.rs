@@ -30,7 +30,7 @@ use flotilla_shared::pod_info::PodInfo;
 use flotilla_shared::{PodKey, WorkloadClass};
 
 use crate::arbiter::{self, CrossNodeChecks};
-use crate::cluster::{Cluster, ClusterError, PodRef, WatchEvent};
+use crate::cluster::{Cluster, ClusterError, Kind, PodRef, SchedulingEvent, WatchEvent};
 use crate::partition::{self, WorkerId};
 
 /// Sender half of a worker's event stream.
@@ -127,6 +127,12 @@ pub struct Summary {
     pub invalid_nodes: Vec<String>,
     /// Pending pods that name another `schedulerName` (not ours to place).
     pub other_scheduler: usize,
+    /// Nodes known.
+    pub nodes: usize,
+    /// Pods bound by this coordinator's Bindings.
+    pub bound_by_us: usize,
+    /// Whether every kind was listed once (pods are dispatched from then on).
+    pub synced: bool,
 }
 
 #[derive(Debug, Default)]
@@ -153,9 +159,6 @@ struct Inner {
     cross_node_checks: HashMap<String, CrossNodeChecks>,
     /// Placed pods (bound, granted or orphaned) with required anti-affinity.
     anti_affinity_pods: usize,
-    /// Namespace labels for `namespaceSelector` (empty until namespaces are
-    /// watched).
-    namespaces: BTreeMap<String, BTreeMap<String, String>>,
     /// Set by `close_streams`: workers leaving now is expected.
     closing: bool,
     /// Pods that could not be read, by `namespace/name`: the error.
@@ -164,6 +167,17 @@ struct Inner {
     invalid_nodes: BTreeMap<String, String>,
     /// Pending pods of other schedulers, by uid.
     foreign: HashSet<Arc<str>>,
+    /// Every kind was listed once: pods may be dispatched.
+    synced: bool,
+    /// Namespace name → labels (forwarded to workers for `namespaceSelector`).
+    namespaces: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+/// Lists in progress, per kind, and the kinds listed at least once.
+#[derive(Debug, Default)]
+struct ListState {
+    buffers: HashMap<Kind, Vec<WatchEvent>>,
+    listed: HashSet<Kind>,
 }
 
 /// The coordinator. Share it as `Arc<Coordinator>`.
@@ -200,6 +214,15 @@ fn raw(obj: &impl serde::Serialize) -> pb::RawObject {
 
 fn ev(e: pb::watch_event::Event) -> pb::WatchEvent {
     pb::WatchEvent { event: Some(e) }
+}
+
+fn namespace_event(name: &str, labels: &BTreeMap<String, String>) -> pb::WatchEvent {
+    ev(pb::watch_event::Event::NamespaceUpsert(
+        pb::NamespaceLabels {
+            name: name.to_owned(),
+            labels: labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        },
+    ))
 }
 
 fn pb_pod_ref(p: &PodInfo) -> pb::PodRef {
@@ -255,7 +278,14 @@ impl Inner {
             .flatten()
             .unwrap_or(rec.info.class);
         let msg = ev(pb::watch_event::Event::AssignedPod(raw(&*rec.info.pod)));
-        let Some(w) = self.pick_worker(class) else {
+        let picked = if self.synced {
+            self.pick_worker(class)
+        } else {
+            // Not before the caches are synced (the node list may still be
+            // on its way): the pod waits in `undispatched`.
+            None
+        };
+        let Some(w) = picked else {
             if let Some(rec) = self.pods.get_mut(uid) {
                 rec.phase = PodPhase::Pending(None);
             }
@@ -393,11 +423,16 @@ impl Coordinator {
         &self.cluster
     }
 
-    /// Lists the cluster and loads it, then follows its watch until the
-    /// stream ends or `shutdown` fires. An expired watch relists.
+    /// Follows the cluster's change stream until it ends or `shutdown` fires.
+    /// Each (re)list of a kind is buffered and applied at once under the lock
+    /// (workers never see half a list), dropping what the list no longer
+    /// holds; `synced` fires once every kind was listed, and pods are
+    /// dispatched to workers only from then on. Transient backend errors are
+    /// logged; the backend retries them.
     ///
     /// # Errors
-    /// A list that fails with anything but `Unavailable` (which is retried).
+    /// None today (the stream carries transient errors only); kept for
+    /// backends whose failure is final.
     pub async fn sync_and_watch(
         self: Arc<Self>,
         shutdown: tokio_util::sync::CancellationToken,
@@ -405,109 +440,146 @@ impl Coordinator {
     ) -> Result<(), ClusterError> {
         use futures::{FutureExt as _, StreamExt as _};
         let mut synced = Some(synced);
-        let mut delay = std::time::Duration::from_millis(200);
+        let mut sync = ListState::default();
+        let mut changes = self.cluster.clone().changes();
         loop {
-            let list = match self.cluster.list().await {
-                Ok(l) => l,
-                Err(ClusterError::Unavailable(e)) => {
-                    warn!(error = %e, "list failed; retrying");
-                    tokio::select! {
-                        () = shutdown.cancelled() => return Ok(()),
-                        () = tokio::time::sleep(delay) => {}
-                    }
-                    delay = (delay * 2).min(std::time::Duration::from_secs(10));
+            let next = tokio::select! {
+                () = shutdown.cancelled() => return Ok(()),
+                n = changes.next() => n,
+            };
+            let mut batch = match next {
+                None => return Ok(()),
+                Some(Err(e)) => {
+                    warn!(error = %e, "cluster watch error; the backend retries");
                     continue;
                 }
-                Err(e) => return Err(e),
+                Some(Ok(e)) => vec![e],
             };
-            let rv = list.resource_version;
-            {
+            // Take what is already there, so one lock and one repartition
+            // cover a burst.
+            while batch.len() < 4096 {
+                match changes.next().now_or_never() {
+                    Some(Some(Ok(e))) => batch.push(e),
+                    Some(Some(Err(e))) => {
+                        warn!(error = %e, "cluster watch error; the backend retries");
+                    }
+                    Some(None) | None => break,
+                }
+            }
+            let newly_synced = {
                 let mut inner = self.inner.lock();
-                // A relist (after an expired watch) must also notice what was
-                // deleted while we were not watching.
-                let listed_nodes: HashSet<&str> = list
-                    .nodes
-                    .iter()
-                    .filter_map(|n| n.metadata.name.as_deref())
-                    .collect();
-                let listed_pods: HashSet<&str> = list
-                    .pods
-                    .iter()
-                    .filter_map(|p| p.metadata.uid.as_deref())
-                    .collect();
-                let gone_nodes: Vec<_> = inner
-                    .nodes
-                    .values()
-                    .filter(|n| !listed_nodes.contains(n.name()))
-                    .map(|n| n.spec.node.clone())
-                    .collect();
-                let gone_pods: Vec<_> = inner
-                    .pods
-                    .values()
-                    .filter(|r| !listed_pods.contains(&*r.info.uid))
-                    .map(|r| r.info.pod.clone())
-                    .collect();
-                for p in gone_pods {
-                    Self::apply_locked(&mut inner, WatchEvent::PodDeleted(p));
-                }
-                for n in gone_nodes {
-                    Self::apply_locked(&mut inner, WatchEvent::NodeDeleted(n));
-                }
-                for n in list.nodes {
-                    Self::apply_locked(&mut inner, WatchEvent::NodeApplied(n));
-                }
-                for p in list.pods {
-                    Self::apply_locked(&mut inner, WatchEvent::PodApplied(p));
+                let was = inner.synced;
+                for e in batch {
+                    Self::absorb(&mut inner, &mut sync, e);
                 }
                 if inner.partition_dirty {
                     inner.repartition();
                 }
-            }
-            info!(resource_version = rv, "coordinator cache synced");
-            if let Some(tx) = synced.take() {
-                let _ = tx.send(());
-            }
-            let mut watch = self.cluster.watch(rv);
-            let mut carried = None;
-            loop {
-                let next = match carried.take() {
-                    Some(n) => n,
-                    None => tokio::select! {
-                        () = shutdown.cancelled() => return Ok(()),
-                        n = watch.next() => n,
-                    },
-                };
-                match next {
-                    None => return Ok(()),
-                    Some(Ok(e)) => {
-                        let mut inner = self.inner.lock();
-                        Self::apply_locked(&mut inner, e);
-                        // Apply what is already there before repartitioning.
-                        loop {
-                            match watch.next().now_or_never() {
-                                Some(Some(Ok(e))) => Self::apply_locked(&mut inner, e),
-                                Some(other) => {
-                                    carried = Some(other);
-                                    break;
-                                }
-                                None => break,
-                            }
-                        }
-                        if inner.partition_dirty {
-                            inner.repartition();
-                        }
-                    }
-                    Some(Err(ClusterError::Expired(_))) => break,
-                    Some(Err(e)) => {
-                        warn!(error = %e, "watch error; relisting");
-                        break;
-                    }
+                !was && inner.synced
+            };
+            if newly_synced {
+                info!("coordinator cache synced");
+                if let Some(tx) = synced.take() {
+                    let _ = tx.send(());
                 }
             }
         }
     }
 
-    /// Applies one cluster change (exposed for tests and the list phase).
+    /// One item of the change stream: buffered while its kind is being
+    /// listed, applied otherwise.
+    fn absorb(inner: &mut Inner, sync: &mut ListState, e: WatchEvent) {
+        match e {
+            WatchEvent::Relisting(kind) => {
+                sync.buffers.insert(kind, Vec::new());
+            }
+            WatchEvent::Listed(kind) => {
+                let listed = sync.buffers.remove(&kind).unwrap_or_default();
+                Self::reconcile(inner, kind, listed);
+                sync.listed.insert(kind);
+                if !inner.synced && Kind::ALL.iter().all(|k| sync.listed.contains(k)) {
+                    inner.synced = true;
+                    let waiting: Vec<Arc<str>> = inner.undispatched.drain(..).collect();
+                    for uid in &waiting {
+                        inner.dispatch(uid);
+                    }
+                }
+            }
+            e => match sync.buffers.get_mut(&e.kind()) {
+                Some(buf) => buf.push(e),
+                None => Self::apply_locked(inner, e),
+            },
+        }
+    }
+
+    /// Replaces every object of `kind` with `listed` (a complete list): what
+    /// is known but not listed was deleted while nobody watched.
+    fn reconcile(inner: &mut Inner, kind: Kind, listed: Vec<WatchEvent>) {
+        match kind {
+            Kind::Namespace => {
+                let names: HashSet<&str> = listed
+                    .iter()
+                    .filter_map(|e| match e {
+                        WatchEvent::NamespaceApplied(n) => n.metadata.name.as_deref(),
+                        _ => None,
+                    })
+                    .collect();
+                let gone: Vec<String> = inner
+                    .namespaces
+                    .keys()
+                    .filter(|n| !names.contains(n.as_str()))
+                    .cloned()
+                    .collect();
+                for name in gone {
+                    inner.namespaces.remove(&name);
+                    inner.broadcast(&ev(pb::watch_event::Event::NamespaceDeleted(name)));
+                }
+            }
+            Kind::Node => {
+                let names: HashSet<&str> = listed
+                    .iter()
+                    .filter_map(|e| match e {
+                        WatchEvent::NodeApplied(n) => n.metadata.name.as_deref(),
+                        _ => None,
+                    })
+                    .collect();
+                let gone: Vec<_> = inner
+                    .nodes
+                    .values()
+                    .filter(|n| !names.contains(n.name()))
+                    .map(|n| n.spec.node.clone())
+                    .collect();
+                for n in gone {
+                    Self::apply_locked(inner, WatchEvent::NodeDeleted(n));
+                }
+            }
+            Kind::Pod => {
+                let uids: HashSet<&str> = listed
+                    .iter()
+                    .filter_map(|e| match e {
+                        WatchEvent::PodApplied(p) => p.metadata.uid.as_deref(),
+                        _ => None,
+                    })
+                    .collect();
+                let gone: Vec<_> = inner
+                    .pods
+                    .values()
+                    .filter(|r| !uids.contains(&*r.info.uid))
+                    .map(|r| r.info.pod.clone())
+                    .collect();
+                inner.foreign.retain(|u| uids.contains(&**u));
+                for p in gone {
+                    Self::apply_locked(inner, WatchEvent::PodDeleted(p));
+                }
+            }
+        }
+        for e in listed {
+            Self::apply_locked(inner, e);
+        }
+    }
+
+    /// Applies one cluster change (exposed for tests). List markers are
+    /// ignored here.
     pub fn apply(&self, e: WatchEvent) {
         let mut inner = self.inner.lock();
         Self::apply_locked(&mut inner, e);
@@ -557,7 +629,28 @@ impl Coordinator {
                     })));
                 }
             }
+            WatchEvent::NamespaceApplied(ns) => {
+                let Some(name) = ns.metadata.name.clone() else {
+                    return;
+                };
+                let labels = ns.metadata.labels.clone().unwrap_or_default();
+                if inner.namespaces.get(&name) != Some(&labels) {
+                    let msg = namespace_event(&name, &labels);
+                    inner.namespaces.insert(name, labels);
+                    inner.broadcast(&msg);
+                }
+            }
+            WatchEvent::NamespaceDeleted(ns) => {
+                if let Some(name) = ns.metadata.name.as_deref()
+                    && inner.namespaces.remove(name).is_some()
+                {
+                    inner.broadcast(&ev(pb::watch_event::Event::NamespaceDeleted(
+                        name.to_owned(),
+                    )));
+                }
+            }
             WatchEvent::PodApplied(pod) => Self::apply_pod(inner, pod),
+            WatchEvent::Relisting(_) | WatchEvent::Listed(_) => {}
             WatchEvent::PodDeleted(pod) => {
                 let Some(uid) = pod.metadata.uid.as_deref() else {
                     return;
@@ -701,6 +794,9 @@ impl Coordinator {
         if !inner.workers.contains_key(&id) {
             return Err(format!("worker {id} is not registered"));
         }
+        for (name, labels) in &inner.namespaces {
+            let _ = tx.send(namespace_event(name, labels));
+        }
         for n in inner.nodes.values() {
             let _ = tx.send(ev(pb::watch_event::Event::NodeUpsert(raw(&*n.spec.node))));
         }
@@ -829,6 +925,9 @@ impl Coordinator {
                 for w in inner.workers.values_mut() {
                     w.assigned.remove(&info.uid);
                 }
+                drop(inner);
+                self.cluster
+                    .record_event(SchedulingEvent::scheduled(pod, &node_name));
                 Decision::Bound
             }
             Err(e) => {
@@ -851,6 +950,9 @@ impl Coordinator {
                 }
                 match e {
                     ClusterError::PodNotFound(m) => Decision::PodGone(m),
+                    ClusterError::AlreadyBound { pod, node } if node.is_empty() => {
+                        Decision::PodGone(format!("pod {pod} is already bound"))
+                    }
                     ClusterError::AlreadyBound { pod, node } => {
                         Decision::PodGone(format!("pod {pod} is already bound to {node}"))
                     }
@@ -864,14 +966,16 @@ impl Coordinator {
     }
 
     /// A worker found no node for `pod`: record the FitError message and the
-    /// per-node reasons, and set `PodScheduled=False` in the cluster.
+    /// per-node reasons, record a `FailedScheduling` Event and set
+    /// `PodScheduled=False` in the cluster (upstream's
+    /// `handleSchedulingFailure`, in that order).
     pub async fn report_unschedulable(
         &self,
         pod: &PodRef,
         message: &str,
         rejections: Vec<NodeRejection>,
     ) {
-        {
+        let current = {
             let mut inner = self.inner.lock();
             inner.counters.unschedulable_reports += 1;
             inner.last_activity = Some(Instant::now());
@@ -879,11 +983,14 @@ impl Coordinator {
                 Some(rec) if matches!(rec.phase, PodPhase::Pending(_)) => {
                     rec.unschedulable = Some(message.to_owned());
                     rec.rejections = rejections.into();
+                    rec.info.pod.clone()
                 }
                 _ => return,
             }
-        }
-        if let Err(e) = self.cluster.mark_unschedulable(pod, message).await {
+        };
+        self.cluster
+            .record_event(SchedulingEvent::failed_scheduling(pod, message));
+        if let Err(e) = self.cluster.mark_unschedulable(&current, message).await {
             warn!(%pod, error = %e, "could not record PodScheduled=False");
         }
     }
@@ -909,6 +1016,9 @@ impl Coordinator {
         s.invalid = inner.invalid.values().cloned().collect();
         s.invalid_nodes = inner.invalid_nodes.values().cloned().collect();
         s.other_scheduler = inner.foreign.len();
+        s.nodes = inner.nodes.len();
+        s.bound_by_us = inner.pods.values().filter(|r| r.bound_at.is_some()).count();
+        s.synced = inner.synced;
         s.workers = inner
             .workers
             .values()

@@ -9,7 +9,10 @@
 //! - [`simulate`]: `flotilla simulate` / `flotilla explain`: the scheduler's
 //!   decisions for a cluster's pending pods, in-process, with per-node
 //!   filter results and per-plugin scores.
+//! - [`live`]: scheduling a live cluster (the `kube` backend) until a
+//!   signal, an idle spell or the loss of leadership.
 
+pub mod live;
 pub mod report;
 pub mod run;
 pub mod simulate;

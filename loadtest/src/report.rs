@@ -107,6 +107,8 @@ pub struct Checks {
     pub pods_bound_by_flotilla: usize,
     /// `PodScheduled=False` status writes.
     pub status_writes: u64,
+    /// Events recorded (`Scheduled`, `FailedScheduling`).
+    pub events_recorded: u64,
 }
 
 /// The report.
@@ -411,6 +413,7 @@ pub fn build(i: &Inputs<'_>) -> Report {
             bindings_written: bindings,
             pods_bound_by_flotilla: bound_by_us,
             status_writes,
+            events_recorded: i.cluster.events_recorded(),
         },
         timed_out: i.timed_out,
     }
@@ -499,11 +502,12 @@ impl Report {
         }
         let _ = writeln!(
             s,
-            "  checks         {} over-committed nodes, {} bindings for {} pods bound, {} status writes",
+            "  checks         {} over-committed nodes, {} bindings for {} pods bound, {} status writes, {} events",
             self.checks.overcommitted_nodes,
             self.checks.bindings_written,
             self.checks.pods_bound_by_flotilla,
-            self.checks.status_writes
+            self.checks.status_writes,
+            self.checks.events_recorded
         );
         for inv in self.invalid.iter().take(10) {
             let _ = writeln!(s, "  invalid: {inv}");

@@ -38,7 +38,9 @@ use crate::queue::{QueueConfig, QueueLengths, QueuedPodInfo, SchedulingQueue};
 /// Worker settings.
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
-    /// Coordinator address, e.g. `http://127.0.0.1:7070`.
+    /// Coordinator address, e.g. `http://127.0.0.1:7070`; several
+    /// (replicas, of which one leads) are comma-separated and tried in turn
+    /// on every (re)connect.
     pub coordinator: String,
     /// Name shown in logs and reports.
     pub name: String,
@@ -51,7 +53,9 @@ pub struct WorkerConfig {
     pub queue: QueueConfig,
     /// Expiry of assumed pods never confirmed. Defaults to 30 s.
     pub assumed_pod_ttl: Duration,
-    /// How long to keep retrying the first connection. Defaults to 10 s.
+    /// How long to keep trying to join (connect and register with one of
+    /// the addresses), at start and after the stream breaks. Defaults to
+    /// 10 s.
     pub connect_timeout: Duration,
 }
 
@@ -192,32 +196,115 @@ fn parse_node(raw: &pb::RawObject) -> Option<NodeSpec> {
         .ok()
 }
 
-async fn connect(cfg: &WorkerConfig) -> Result<CoordinatorClient<Channel>, WorkerError> {
-    let endpoint =
-        Endpoint::from_shared(cfg.coordinator.clone()).map_err(|source| WorkerError::Address {
-            addr: cfg.coordinator.clone(),
+/// Whether a failed Register/Watch means "try another replica" (a standby
+/// coordinator, or one shutting down) rather than a broken request.
+fn try_elsewhere(status: &tonic::Status) -> bool {
+    matches!(
+        status.code(),
+        tonic::Code::Unavailable | tonic::Code::FailedPrecondition | tonic::Code::NotFound
+    )
+}
+
+/// Connects, registers and opens the watch stream, trying the coordinator
+/// addresses (`cfg.coordinator`, comma-separated) in turn until one accepts,
+/// for up to `connect_timeout` (with backoff between rounds).
+async fn join(
+    cfg: &WorkerConfig,
+    class: pb::WorkloadClass,
+) -> Result<
+    (
+        CoordinatorClient<Channel>,
+        pb::RegisterResponse,
+        tonic::Streaming<pb::WatchEvent>,
+    ),
+    WorkerError,
+> {
+    let mut endpoints = Vec::new();
+    for addr in cfg
+        .coordinator
+        .split(',')
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+    {
+        let ep = Endpoint::from_shared(addr.to_owned()).map_err(|source| WorkerError::Address {
+            addr: addr.to_owned(),
             source,
         })?;
+        endpoints.push((addr.to_owned(), ep));
+    }
+    if endpoints.is_empty() {
+        // No address at all: let the URI parser say what is wrong with it.
+        let ep = Endpoint::from_shared(cfg.coordinator.clone()).map_err(|source| {
+            WorkerError::Address {
+                addr: cfg.coordinator.clone(),
+                source,
+            }
+        })?;
+        endpoints.push((cfg.coordinator.clone(), ep));
+    }
     let deadline = Instant::now() + cfg.connect_timeout;
     let mut delay = Duration::from_millis(50);
     loop {
-        match endpoint.connect().await {
-            Ok(ch) => {
-                return Ok(CoordinatorClient::new(ch)
-                    .max_decoding_message_size(64 * 1024 * 1024)
-                    .max_encoding_message_size(64 * 1024 * 1024));
+        let mut last = None;
+        for (addr, endpoint) in &endpoints {
+            let ch = match endpoint.connect().await {
+                Ok(ch) => ch,
+                Err(source) => {
+                    last = Some(WorkerError::Connect {
+                        addr: addr.clone(),
+                        source,
+                    });
+                    continue;
+                }
+            };
+            let mut client = CoordinatorClient::new(ch)
+                .max_decoding_message_size(64 * 1024 * 1024)
+                .max_encoding_message_size(64 * 1024 * 1024);
+            let rpc = |call: &'static str, s: tonic::Status| WorkerError::Rpc {
+                call,
+                status: Box::new(s),
+            };
+            let reg = match client
+                .register(pb::RegisterRequest {
+                    worker_name: cfg.name.clone(),
+                    workload_class: class.into(),
+                })
+                .await
+            {
+                Ok(r) => r.into_inner(),
+                Err(s) if try_elsewhere(&s) => {
+                    debug!(%addr, status = %s, "coordinator refused the registration; trying the next");
+                    last = Some(rpc("Register", s));
+                    continue;
+                }
+                Err(s) => return Err(rpc("Register", s)),
+            };
+            let stream = match client
+                .watch(pb::WatchRequest {
+                    worker_id: reg.worker_id.clone(),
+                })
+                .await
+            {
+                Ok(r) => r.into_inner(),
+                Err(s) if try_elsewhere(&s) => {
+                    last = Some(rpc("Watch", s));
+                    continue;
+                }
+                Err(s) => return Err(rpc("Watch", s)),
+            };
+            if endpoints.len() > 1 {
+                info!(worker = %cfg.name, coordinator = %addr, "joined");
             }
-            Err(source) if Instant::now() >= deadline => {
-                return Err(WorkerError::Connect {
-                    addr: cfg.coordinator.clone(),
-                    source,
-                });
-            }
-            Err(_) => {
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(1));
-            }
+            return Ok((client, reg, stream));
         }
+        // `endpoints` is not empty, so every round leaves an error.
+        if let Some(e) = last
+            && Instant::now() >= deadline
+        {
+            return Err(e);
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(1));
     }
 }
 
@@ -245,7 +332,8 @@ enum SessionEnd {
 }
 
 /// Runs a worker until `shutdown` fires or the coordinator ends the stream
-/// cleanly. If the stream breaks, the worker registers again (a new session:
+/// cleanly (with several coordinator addresses, a clean end makes it join
+/// another replica instead). If the stream breaks, the worker registers again (a new session:
 /// its pods were re-dispatched by the coordinator, and the replay rebuilds
 /// its cache), giving up with [`WorkerError::Connect`] when the coordinator
 /// stays unreachable for `connect_timeout`. On shutdown it stops taking pods,
@@ -267,6 +355,12 @@ pub async fn run(
         *stats.queue.lock() = QueueLengths::default();
         stats.ready.store(false, Ordering::Release);
         match end? {
+            SessionEnd::Closed if cfg.coordinator.contains(',') => {
+                // One replica stepped down cleanly (a rolling restart, a
+                // leader releasing its lease): join whichever leads now.
+                info!(worker = %cfg.name, "coordinator closed the stream; joining another replica");
+                stats.reconnects.fetch_add(1, Ordering::Relaxed);
+            }
             SessionEnd::Shutdown | SessionEnd::Closed => return Ok(()),
             SessionEnd::Failed(status) => {
                 warn!(worker = %cfg.name, %status, "coordinator stream broke; registering again");
@@ -286,32 +380,11 @@ async fn session(
     stats: Arc<WorkerStats>,
     shutdown: CancellationToken,
 ) -> Result<SessionEnd, WorkerError> {
-    let mut client = connect(cfg).await?;
     let class = match cfg.class {
         WorkloadClass::Online => pb::WorkloadClass::Online,
         WorkloadClass::Batch => pb::WorkloadClass::Batch,
     };
-    let reg = client
-        .register(pb::RegisterRequest {
-            worker_name: cfg.name.clone(),
-            workload_class: class.into(),
-        })
-        .await
-        .map_err(|s| WorkerError::Rpc {
-            call: "Register",
-            status: Box::new(s),
-        })?
-        .into_inner();
-    let mut stream = client
-        .watch(pb::WatchRequest {
-            worker_id: reg.worker_id.clone(),
-        })
-        .await
-        .map_err(|s| WorkerError::Rpc {
-            call: "Watch",
-            status: Box::new(s),
-        })?
-        .into_inner();
+    let (client, reg, mut stream) = join(cfg, class).await?;
     info!(worker = %cfg.name, id = %reg.worker_id, epoch = reg.epoch, "registered");
 
     let interest = frameworks.event_interest();
@@ -416,6 +489,11 @@ fn apply_event(s: &Shared, event: pb::watch_event::Event) {
             s.cache
                 .set_partition(p.node_names.iter().map(|n| Arc::from(n.as_str())));
         }
+        Event::NamespaceUpsert(ns) => {
+            s.cache
+                .upsert_namespace(&ns.name, ns.labels.into_iter().collect());
+        }
+        Event::NamespaceDeleted(name) => s.cache.remove_namespace(&name),
         Event::Synced(_) => {}
     }
 }

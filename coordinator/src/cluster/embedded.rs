@@ -1,5 +1,6 @@
 //! The embedded simulated cluster: an in-memory API server for Nodes and Pods
-//! with resourceVersions, list + watch, Bindings and pod status conditions.
+//! with resourceVersions, list + watch, Bindings, pod status conditions and
+//! recorded Events.
 //! The default backend, so Flotilla runs on a machine with no cluster.
 //!
 //! Every write bumps one global resourceVersion and appends to an in-memory
@@ -19,10 +20,15 @@ use parking_lot::Mutex;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
-use super::{Cluster, ClusterError, ClusterList, PodRef, WatchEvent};
+use super::{
+    Cluster, ClusterError, ClusterList, ListWatch, PodRef, SchedulingEvent, WatchEvent, list_watch,
+};
 
 /// Changes kept for watches that resume from an older resourceVersion.
 pub const HISTORY_LIMIT: usize = 100_000;
+
+/// Events kept for [`EmbeddedCluster::events`] (all are counted).
+pub const EVENTS_KEPT: usize = 100_000;
 
 #[derive(Debug, Default)]
 struct State {
@@ -35,6 +41,8 @@ struct State {
     watchers: Vec<mpsc::UnboundedSender<Result<WatchEvent, ClusterError>>>,
     bind_count: u64,
     status_writes: u64,
+    events: Vec<SchedulingEvent>,
+    events_recorded: u64,
 }
 
 impl State {
@@ -219,6 +227,18 @@ impl EmbeddedCluster {
         (st.bind_count, st.status_writes)
     }
 
+    /// The Events recorded so far (the first [`EVENTS_KEPT`]), in order.
+    #[must_use]
+    pub fn events(&self) -> Vec<SchedulingEvent> {
+        self.state.lock().events.clone()
+    }
+
+    /// Events recorded so far (including those beyond [`EVENTS_KEPT`]).
+    #[must_use]
+    pub fn events_recorded(&self) -> u64 {
+        self.state.lock().events_recorded
+    }
+
     fn update_pod(
         st: &mut State,
         pod: &PodRef,
@@ -271,10 +291,12 @@ fn set_condition(pod: &mut Pod, status: &str, reason: Option<&str>, message: Opt
 }
 
 #[tonic::async_trait]
-impl Cluster for EmbeddedCluster {
+impl ListWatch for EmbeddedCluster {
     async fn list(&self) -> Result<ClusterList, ClusterError> {
         let st = self.state.lock();
         Ok(ClusterList {
+            // The embedded cluster keeps no Namespace objects.
+            namespaces: Vec::new(),
             nodes: st.nodes.values().cloned().collect(),
             pods: st
                 .pod_order
@@ -307,6 +329,13 @@ impl Cluster for EmbeddedCluster {
         st.watchers.push(tx);
         UnboundedReceiverStream::new(rx).boxed()
     }
+}
+
+#[tonic::async_trait]
+impl Cluster for EmbeddedCluster {
+    fn changes(self: Arc<Self>) -> BoxStream<'static, Result<WatchEvent, ClusterError>> {
+        list_watch(self)
+    }
 
     async fn bind(&self, pod: &PodRef, node: &str) -> Result<(), ClusterError> {
         let mut st = self.state.lock();
@@ -330,7 +359,8 @@ impl Cluster for EmbeddedCluster {
         Ok(())
     }
 
-    async fn mark_unschedulable(&self, pod: &PodRef, message: &str) -> Result<(), ClusterError> {
+    async fn mark_unschedulable(&self, pod: &Pod, message: &str) -> Result<(), ClusterError> {
+        let pod = &PodRef::of(pod);
         let mut st = self.state.lock();
         let key = (pod.namespace.clone(), pod.name.clone());
         // Skip the write when nothing changes (a real server would too, with
@@ -347,6 +377,14 @@ impl Cluster for EmbeddedCluster {
         })?;
         st.status_writes += 1;
         Ok(())
+    }
+
+    fn record_event(&self, event: SchedulingEvent) {
+        let mut st = self.state.lock();
+        st.events_recorded += 1;
+        if st.events.len() < EVENTS_KEPT {
+            st.events.push(event);
+        }
     }
 }
 
@@ -425,7 +463,8 @@ mod tests {
         assert_eq!(list.nodes.len(), 1);
         c.create_pod(PodBuilder::new("a").build()).unwrap();
         let mut w = c.watch(list.resource_version);
-        c.mark_unschedulable(&pref("a"), "0/1 nodes are available: 1 Insufficient cpu.")
+        let a = c.pod("default", "a").unwrap();
+        c.mark_unschedulable(&a, "0/1 nodes are available: 1 Insufficient cpu.")
             .await
             .unwrap();
         let first = w.next().await.unwrap().unwrap();
@@ -447,7 +486,7 @@ mod tests {
         assert_eq!(cond.status, "False");
         assert_eq!(cond.reason.as_deref(), Some("Unschedulable"));
         // The same message again writes nothing.
-        c.mark_unschedulable(&pref("a"), "0/1 nodes are available: 1 Insufficient cpu.")
+        c.mark_unschedulable(&a, "0/1 nodes are available: 1 Insufficient cpu.")
             .await
             .unwrap();
         assert_eq!(c.write_counts().1, 1);

@@ -1,18 +1,38 @@
 //! Cluster backends behind one trait: the embedded simulated cluster (the
-//! default) and, later, a real API server through `kube`.
+//! default) and a real API server through `kube` ([`kube::KubeCluster`]).
 //!
-//! The coordinator is the only component that talks to a backend. It lists,
-//! then watches from the list's resourceVersion, writes Bindings and records
-//! `PodScheduled=False` for pods that fit nowhere.
+//! The coordinator is the only component that talks to a backend. It follows
+//! one stream of changes ([`Cluster::changes`]) that starts with a full list
+//! of every kind and lists again whenever the backend loses track (an expired
+//! resourceVersion, a broken watch); it writes Bindings, records
+//! `PodScheduled=False` for pods that fit nowhere, and records Events.
+//!
+//! # The change stream
+//! For each kind ([`Kind::Namespace`], [`Kind::Node`], [`Kind::Pod`]) a
+//! backend emits
+//! `Relisting(kind)`, then every object of that kind as `*Applied`, then
+//! `Listed(kind)`: objects of that kind the consumer knows but that were not
+//! applied in between no longer exist. After that come single changes, in
+//! order per kind. The consumer counts as synced (kube's `InitDone`, client-go's
+//! `HasSynced`) once every kind was listed once. `Err` items are transient
+//! (the backend retries with backoff and relists on its own); the stream ends
+//! only when the backend stops.
 
 pub mod embedded;
+pub mod events;
+pub mod kube;
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use futures::StreamExt as _;
 use futures::stream::BoxStream;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
 
 pub use embedded::EmbeddedCluster;
+pub use events::{EventType, SchedulingEvent};
 
 /// A pod's identity for writes: the uid guards against a namesake that was
 /// deleted and re-created.
@@ -26,15 +46,60 @@ pub struct PodRef {
     pub uid: String,
 }
 
+impl PodRef {
+    /// The ref of a pod object (`default` when it has no namespace).
+    #[must_use]
+    pub fn of(pod: &Pod) -> Self {
+        PodRef {
+            namespace: pod
+                .metadata
+                .namespace
+                .clone()
+                .unwrap_or_else(|| "default".into()),
+            name: pod.metadata.name.clone().unwrap_or_default(),
+            uid: pod.metadata.uid.clone().unwrap_or_default(),
+        }
+    }
+}
+
 impl std::fmt::Display for PodRef {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}/{}", self.namespace, self.name)
     }
 }
 
+/// The kinds of objects a backend lists and watches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    /// `v1` Namespace (its labels, for pod affinity's `namespaceSelector`).
+    Namespace,
+    /// `v1` Node.
+    Node,
+    /// `v1` Pod (non-terminal ones: upstream's scheduler informer lists with
+    /// `status.phase!=Succeeded,status.phase!=Failed`).
+    Pod,
+}
+
+impl Kind {
+    /// Every kind; the consumer is synced once each was listed.
+    pub const ALL: [Kind; 3] = [Kind::Namespace, Kind::Node, Kind::Pod];
+}
+
+impl std::fmt::Display for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Kind::Namespace => "namespaces",
+            Kind::Node => "nodes",
+            Kind::Pod => "pods",
+        })
+    }
+}
+
 /// The result of a list: every object and the resourceVersion to watch from.
 #[derive(Debug, Clone, Default)]
 pub struct ClusterList {
+    /// All namespaces.
+    pub namespaces: Vec<Arc<Namespace>>,
     /// All nodes.
     pub nodes: Vec<Arc<Node>>,
     /// All pods.
@@ -43,32 +108,56 @@ pub struct ClusterList {
     pub resource_version: u64,
 }
 
-/// One change, in resourceVersion order.
+/// One item of the change stream (see the module docs for the order).
 #[derive(Debug, Clone)]
 pub enum WatchEvent {
-    /// A node was created or changed.
+    /// A namespace was created or changed (or listed).
+    NamespaceApplied(Arc<Namespace>),
+    /// A namespace was deleted (last state).
+    NamespaceDeleted(Arc<Namespace>),
+    /// A node was created or changed (or listed).
     NodeApplied(Arc<Node>),
     /// A node was deleted (last state).
     NodeDeleted(Arc<Node>),
-    /// A pod was created or changed.
+    /// A pod was created or changed (or listed).
     PodApplied(Arc<Pod>),
-    /// A pod was deleted (last state).
+    /// A pod was deleted, or left the watched set by turning terminal (last
+    /// state).
     PodDeleted(Arc<Pod>),
+    /// A (re)list of this kind begins: its objects follow as `*Applied`.
+    Relisting(Kind),
+    /// The (re)list of this kind is complete: objects of the kind not applied
+    /// since `Relisting` are gone.
+    Listed(Kind),
+}
+
+impl WatchEvent {
+    /// The kind of object this event is about.
+    #[must_use]
+    pub fn kind(&self) -> Kind {
+        match self {
+            WatchEvent::NamespaceApplied(_) | WatchEvent::NamespaceDeleted(_) => Kind::Namespace,
+            WatchEvent::NodeApplied(_) | WatchEvent::NodeDeleted(_) => Kind::Node,
+            WatchEvent::PodApplied(_) | WatchEvent::PodDeleted(_) => Kind::Pod,
+            WatchEvent::Relisting(k) | WatchEvent::Listed(k) => *k,
+        }
+    }
 }
 
 /// Backend errors. `Unavailable` is retryable with backoff; the others
 /// describe the request and are final for it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ClusterError {
-    /// The pod does not exist (or has another uid now).
+    /// The pod does not exist (or has another uid now). HTTP 404 upstream.
     #[error("pod {0} not found")]
     PodNotFound(String),
-    /// The pod is already bound (HTTP 409 upstream).
+    /// The pod is already bound (HTTP 409 upstream); `node` is where, when
+    /// the backend says.
     #[error("pod {pod} is already assigned to node {node:?}")]
     AlreadyBound {
         /// The pod.
         pod: String,
-        /// Where it is bound.
+        /// Where it is bound (empty when the backend did not say).
         node: String,
     },
     /// The target node does not exist.
@@ -77,7 +166,10 @@ pub enum ClusterError {
     /// The watch fell too far behind: list again.
     #[error("resourceVersion {0} is too old")]
     Expired(u64),
-    /// The backend cannot be reached; retry with backoff.
+    /// The backend cannot be reached, refused the request for a reason that
+    /// may pass (5xx, 429, 403 while RBAC is being set up, a timeout), or
+    /// this process may not write any more (leadership lost); retry with
+    /// backoff.
     #[error("cluster unavailable: {0}")]
     Unavailable(String),
 }
@@ -85,12 +177,9 @@ pub enum ClusterError {
 /// A cluster backend.
 #[tonic::async_trait]
 pub trait Cluster: Send + Sync + 'static {
-    /// Lists every node and pod.
-    async fn list(&self) -> Result<ClusterList, ClusterError>;
-
-    /// Changes after `resource_version`, in order, until the backend or the
-    /// consumer stops.
-    fn watch(&self, resource_version: u64) -> BoxStream<'static, Result<WatchEvent, ClusterError>>;
+    /// The change stream: every kind listed, then changes, relisting when
+    /// the backend loses track. See the module docs.
+    fn changes(self: Arc<Self>) -> BoxStream<'static, Result<WatchEvent, ClusterError>>;
 
     /// Binds the pod to the node (the `pods/binding` subresource).
     ///
@@ -99,9 +188,120 @@ pub trait Cluster: Send + Sync + 'static {
     async fn bind(&self, pod: &PodRef, node: &str) -> Result<(), ClusterError>;
 
     /// Sets condition `PodScheduled=False`, reason `Unschedulable`, with
-    /// `message` (the FitError text).
+    /// `message` (the FitError text) on `pod` (the coordinator's current
+    /// copy: upstream's `updatePod` diffs against its informer's copy), merged
+    /// by condition type: other conditions stay. Writes nothing when the
+    /// condition is already so.
     ///
     /// # Errors
     /// `PodNotFound`, `Unavailable`.
-    async fn mark_unschedulable(&self, pod: &PodRef, message: &str) -> Result<(), ClusterError>;
+    async fn mark_unschedulable(&self, pod: &Pod, message: &str) -> Result<(), ClusterError>;
+
+    /// Records an Event about a pod (`Scheduled`, `FailedScheduling`).
+    /// Never blocks and never fails: a backend that cannot keep up drops
+    /// events and counts them.
+    fn record_event(&self, event: SchedulingEvent);
+}
+
+/// A backend that lists and watches with numeric resourceVersions (the
+/// embedded cluster, and test doubles wrapping it). [`list_watch`] turns it
+/// into a change stream.
+#[tonic::async_trait]
+pub trait ListWatch: Send + Sync + 'static {
+    /// Lists every namespace, node and pod.
+    async fn list(&self) -> Result<ClusterList, ClusterError>;
+
+    /// Changes after `resource_version`, in order, until the backend or the
+    /// consumer stops (object events only, no list markers).
+    /// `Err(Expired)` means: list again.
+    fn watch(&self, resource_version: u64) -> BoxStream<'static, Result<WatchEvent, ClusterError>>;
+}
+
+/// First delay after a failed list; doubles up to [`LIST_RETRY_MAX`].
+pub const LIST_RETRY_INITIAL: Duration = Duration::from_millis(200);
+/// Longest delay between failed lists.
+pub const LIST_RETRY_MAX: Duration = Duration::from_secs(10);
+
+/// Events buffered between the list/watch task and the consumer.
+const CHANGE_BUFFER: usize = 1024;
+
+/// The change stream of a [`ListWatch`] backend: list (retrying
+/// `Unavailable` with backoff, reported as `Err` items), emit it as
+/// `Relisting`/`*Applied`/`Listed` per kind, then follow the watch from the
+/// list's resourceVersion; on `Expired` or a watch error, list again. Runs in
+/// a task that stops when the stream is dropped.
+pub fn list_watch<S: ListWatch + ?Sized>(
+    source: Arc<S>,
+) -> BoxStream<'static, Result<WatchEvent, ClusterError>> {
+    let (tx, rx) = mpsc::channel(CHANGE_BUFFER);
+    tokio::spawn(async move {
+        let closed = tx.clone();
+        tokio::select! {
+            () = closed.closed() => {}
+            () = list_watch_loop(source, tx) => {}
+        }
+    });
+    ReceiverStream::new(rx).boxed()
+}
+
+async fn list_watch_loop<S: ListWatch + ?Sized>(
+    source: Arc<S>,
+    tx: mpsc::Sender<Result<WatchEvent, ClusterError>>,
+) {
+    let mut delay = LIST_RETRY_INITIAL;
+    loop {
+        let list = match source.list().await {
+            Ok(l) => l,
+            Err(e) => {
+                if tx.send(Err(e)).await.is_err() {
+                    return;
+                }
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(LIST_RETRY_MAX);
+                continue;
+            }
+        };
+        delay = LIST_RETRY_INITIAL;
+        let rv = list.resource_version;
+        let listed = std::iter::once(WatchEvent::Relisting(Kind::Namespace))
+            .chain(
+                list.namespaces
+                    .into_iter()
+                    .map(WatchEvent::NamespaceApplied),
+            )
+            .chain([
+                WatchEvent::Listed(Kind::Namespace),
+                WatchEvent::Relisting(Kind::Node),
+            ])
+            .chain(list.nodes.into_iter().map(WatchEvent::NodeApplied))
+            .chain([
+                WatchEvent::Listed(Kind::Node),
+                WatchEvent::Relisting(Kind::Pod),
+            ])
+            .chain(list.pods.into_iter().map(WatchEvent::PodApplied))
+            .chain(std::iter::once(WatchEvent::Listed(Kind::Pod)));
+        for e in listed {
+            if tx.send(Ok(e)).await.is_err() {
+                return;
+            }
+        }
+        let mut watch = source.watch(rv);
+        loop {
+            match watch.next().await {
+                None => return,
+                Some(Ok(e)) => {
+                    if tx.send(Ok(e)).await.is_err() {
+                        return;
+                    }
+                }
+                Some(Err(ClusterError::Expired(_))) => break,
+                Some(Err(e)) => {
+                    if tx.send(Err(e)).await.is_err() {
+                        return;
+                    }
+                    break;
+                }
+            }
+        }
+    }
 }

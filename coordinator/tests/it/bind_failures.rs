@@ -4,11 +4,13 @@
 use std::sync::Arc;
 
 use futures::stream::BoxStream;
+use k8s_openapi::api::core::v1::Pod;
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
 use flotilla_coordinator::cluster::{
-    Cluster, ClusterError, ClusterList, EmbeddedCluster, PodRef, WatchEvent,
+    Cluster, ClusterError, ClusterList, EmbeddedCluster, ListWatch, PodRef, SchedulingEvent,
+    WatchEvent, list_watch,
 };
 use flotilla_proto::v1 as pb;
 use flotilla_proto::v1::WorkloadClass::Online;
@@ -35,13 +37,20 @@ impl GatedCluster {
 }
 
 #[tonic::async_trait]
-impl Cluster for GatedCluster {
+impl ListWatch for GatedCluster {
     async fn list(&self) -> Result<ClusterList, ClusterError> {
         self.inner.list().await
     }
 
     fn watch(&self, resource_version: u64) -> BoxStream<'static, Result<WatchEvent, ClusterError>> {
         self.inner.watch(resource_version)
+    }
+}
+
+#[tonic::async_trait]
+impl Cluster for GatedCluster {
+    fn changes(self: Arc<Self>) -> BoxStream<'static, Result<WatchEvent, ClusterError>> {
+        list_watch(self)
     }
 
     async fn bind(&self, pod: &PodRef, node: &str) -> Result<(), ClusterError> {
@@ -53,8 +62,12 @@ impl Cluster for GatedCluster {
         self.inner.bind(pod, node).await
     }
 
-    async fn mark_unschedulable(&self, pod: &PodRef, message: &str) -> Result<(), ClusterError> {
+    async fn mark_unschedulable(&self, pod: &Pod, message: &str) -> Result<(), ClusterError> {
         self.inner.mark_unschedulable(pod, message).await
+    }
+
+    fn record_event(&self, event: SchedulingEvent) {
+        self.inner.record_event(event);
     }
 }
 
@@ -177,5 +190,122 @@ async fn a_pod_whose_binding_fails_after_its_worker_left_goes_to_another_worker(
     let got = w2.read_until(|e| !assigned_names(e).is_empty()).await;
     assert_eq!(assigned_names(&got), ["a"]);
     drop(w2);
+    h.shutdown().await;
+}
+
+/// The embedded cluster, except that the first `failures` Bindings fail as
+/// an unreachable API server would.
+struct FailingBinds {
+    inner: Arc<EmbeddedCluster>,
+    failures: std::sync::atomic::AtomicUsize,
+    attempts: std::sync::atomic::AtomicUsize,
+}
+
+#[tonic::async_trait]
+impl Cluster for FailingBinds {
+    fn changes(self: Arc<Self>) -> BoxStream<'static, Result<WatchEvent, ClusterError>> {
+        self.inner.clone().changes()
+    }
+
+    async fn bind(&self, pod: &PodRef, node: &str) -> Result<(), ClusterError> {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.attempts.fetch_add(1, SeqCst);
+        let failing = self
+            .failures
+            .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if failing {
+            return Err(ClusterError::Unavailable(
+                "connection refused (injected)".into(),
+            ));
+        }
+        self.inner.bind(pod, node).await
+    }
+
+    async fn mark_unschedulable(&self, pod: &Pod, message: &str) -> Result<(), ClusterError> {
+        self.inner.mark_unschedulable(pod, message).await
+    }
+
+    fn record_event(&self, event: SchedulingEvent) {
+        self.inner.record_event(event);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_real_worker_retries_an_unavailable_binding_until_the_pod_is_bound() {
+    use flotilla_scheduler::Registry;
+    use flotilla_scheduler::worker::{self, WorkerConfig, WorkerStats};
+    use flotilla_shared::WorkloadClass;
+    use std::sync::atomic::Ordering::SeqCst;
+
+    let cluster = Arc::new(EmbeddedCluster::new());
+    cluster
+        .apply_node(NodeBuilder::new("n1").cpu("4").pods(110).build())
+        .expect("node");
+    let backend = Arc::new(FailingBinds {
+        inner: cluster.clone(),
+        failures: 2.into(),
+        attempts: 0.into(),
+    });
+    let h = Harness::start_with(backend.clone(), cluster).await;
+    let stats = Arc::new(WorkerStats::default());
+    let cfg = WorkerConfig::new(&h.url(), "online-0", WorkloadClass::Online);
+    let (st, token) = (stats.clone(), h.token.clone());
+    let handle =
+        tokio::spawn(async move { worker::run(cfg, &Registry::in_tree(), st, token).await });
+    h.cluster
+        .create_pod(PodBuilder::new("a").cpu("1").build())
+        .expect("pod");
+
+    let c = h.cluster.clone();
+    wait_until(
+        crate::OUTCOME,
+        "pod a bound after two failed Bindings",
+        || c.pod("default", "a").is_some_and(|p| node_of(&p).is_some()),
+    )
+    .await;
+    assert_eq!(
+        node_of(&h.cluster.pod("default", "a").expect("pod")),
+        Some("n1")
+    );
+    assert_eq!(
+        backend.attempts.load(SeqCst),
+        3,
+        "two failures, one success"
+    );
+    let coord = h.coordinator.clone();
+    wait_until(STEP, "the worker settling", || {
+        stats.is_idle() && coord.summary().granting == 0
+    })
+    .await;
+    // Each failure was forgotten and re-queued, never dropped: the worker
+    // holds nothing (no assumed pod, nothing queued or in flight).
+    assert_eq!(stats.errors.load(SeqCst), 2);
+    assert_eq!(stats.bound.load(SeqCst), 1);
+    let s = h.coordinator.summary();
+    assert_eq!(
+        (s.bound, s.pending, s.granting, s.counters.bind_errors),
+        (1, 0, 0, 2)
+    );
+    assert_eq!(
+        h.coordinator.node_pods("n1").expect("n1").len(),
+        1,
+        "the room is counted once"
+    );
+    let scheduled = h
+        .cluster
+        .events()
+        .iter()
+        .filter(|e| e.reason == "Scheduled")
+        .count();
+    assert_eq!(
+        scheduled, 1,
+        "one Scheduled event, for the Binding that worked"
+    );
+    h.token.cancel();
+    within(STEP, "worker stopping", handle)
+        .await
+        .expect("no panic")
+        .expect("worker stops cleanly");
     h.shutdown().await;
 }

@@ -6,9 +6,11 @@ mod arbitration;
 mod bind_failures;
 mod cross_node;
 mod dispatch;
+mod failover;
 mod real_workers;
 mod relist;
 mod shutdown;
+mod sync_gate;
 
 use std::future::Future;
 use std::net::SocketAddr;

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use flotilla_coordinator::cluster::EmbeddedCluster;
+use flotilla_coordinator::cluster::{EmbeddedCluster, EventType};
 use flotilla_coordinator::partition;
 use flotilla_scheduler::Registry;
 use flotilla_scheduler::worker::{self, WorkerConfig, WorkerError, WorkerStats};
@@ -117,6 +117,32 @@ async fn the_pod_that_loses_the_last_room_stays_pending_with_the_fit_error() {
     assert_eq!(h.cluster.write_counts().0, 1, "one Binding written");
     let s = h.coordinator.summary();
     assert_eq!((s.bound, s.unschedulable, s.pending), (1, 1, 0));
+
+    // The Events upstream records for both outcomes.
+    let winner = bound[0].metadata.name.clone().expect("name");
+    let loser = loser.metadata.name.clone().expect("name");
+    let events = h.cluster.events();
+    let scheduled: Vec<_> = events.iter().filter(|e| e.reason == "Scheduled").collect();
+    assert_eq!(scheduled.len(), 1, "{events:?}");
+    assert_eq!(scheduled[0].pod.name, winner);
+    assert_eq!(
+        (scheduled[0].type_, scheduled[0].action),
+        (EventType::Normal, "Binding")
+    );
+    assert_eq!(
+        scheduled[0].note,
+        format!("Successfully assigned default/{winner} to n1")
+    );
+    let failed: Vec<_> = events
+        .iter()
+        .filter(|e| e.reason == "FailedScheduling")
+        .collect();
+    assert!(!failed.is_empty(), "{events:?}");
+    for f in failed {
+        assert_eq!(f.pod.name, loser);
+        assert_eq!((f.type_, f.action), (EventType::Warning, "Scheduling"));
+        assert_eq!(f.note, "0/1 nodes are available: 1 Insufficient cpu.");
+    }
     stop(h, workers).await;
 }
 

@@ -6,11 +6,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::StreamExt as _;
 use futures::stream::BoxStream;
+use k8s_openapi::api::core::v1::Pod;
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
 use flotilla_coordinator::cluster::{
-    Cluster, ClusterError, ClusterList, EmbeddedCluster, PodRef, WatchEvent,
+    Cluster, ClusterError, ClusterList, EmbeddedCluster, ListWatch, PodRef, SchedulingEvent,
+    WatchEvent, list_watch,
 };
 use flotilla_shared::testing::{NodeBuilder, PodBuilder};
 
@@ -25,7 +27,7 @@ struct FlakyWatch {
 }
 
 #[tonic::async_trait]
-impl Cluster for FlakyWatch {
+impl ListWatch for FlakyWatch {
     async fn list(&self) -> Result<ClusterList, ClusterError> {
         self.inner.list().await
     }
@@ -41,13 +43,24 @@ impl Cluster for FlakyWatch {
         }
         self.inner.watch(resource_version)
     }
+}
+
+#[tonic::async_trait]
+impl Cluster for FlakyWatch {
+    fn changes(self: Arc<Self>) -> BoxStream<'static, Result<WatchEvent, ClusterError>> {
+        list_watch(self)
+    }
 
     async fn bind(&self, pod: &PodRef, node: &str) -> Result<(), ClusterError> {
         self.inner.bind(pod, node).await
     }
 
-    async fn mark_unschedulable(&self, pod: &PodRef, message: &str) -> Result<(), ClusterError> {
+    async fn mark_unschedulable(&self, pod: &Pod, message: &str) -> Result<(), ClusterError> {
         self.inner.mark_unschedulable(pod, message).await
+    }
+
+    fn record_event(&self, event: SchedulingEvent) {
+        self.inner.record_event(event);
     }
 }
 

@@ -54,6 +54,14 @@ async fn a_pod_with_an_invalid_cpu_quantity_is_reported_invalid_and_the_rest_are
     assert_eq!(report.pending, 0);
     assert_eq!(report.checks.overcommitted_nodes, 0);
     assert_eq!(report.checks.bindings_written, 19);
+    // One Scheduled Event per Binding; the invalid pod gets none.
+    assert_eq!(report.checks.events_recorded, 19);
+    assert!(
+        cluster
+            .events()
+            .iter()
+            .all(|e| e.reason == "Scheduled" && e.pod.name != "pod-00007")
+    );
 
     for p in cluster.pods() {
         let name = p.metadata.name.clone().unwrap_or_default();

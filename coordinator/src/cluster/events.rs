@@ -1,0 +1,459 @@
+//! Scheduling Events (`Scheduled`, `FailedScheduling`) and the pipeline that
+//! writes them without ever holding up scheduling.
+//!
+//! Upstream kube-scheduler records, through its profile's event recorder:
+//! - `Normal` `Scheduled`, action `Binding`, note
+//!   `Successfully assigned <ns>/<pod> to <node>` after a Binding succeeds;
+//! - `Warning` `FailedScheduling`, action `Scheduling`, note the FitError
+//!   message cut to the API's note limit (1024 bytes, ending in ` ...`)
+//!   after a failed scheduling attempt.
+//!
+//! [`EventRecorder`] puts events on a bounded channel (full: drop and count)
+//! drained by one background task, which drops repeats of the same (pod,
+//! reason) within a window and paces writes with a global token bucket
+//! ([`EventLimiter`]), so a retry storm cannot flood the API server.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+use tracing::{debug, warn};
+
+use super::{ClusterError, PodRef};
+
+/// `reportingController` (events.k8s.io/v1) and `source.component`
+/// (core/v1) of our Events.
+pub const REPORTING_CONTROLLER: &str = "flotilla.io/scheduler";
+
+/// Upstream's `NoteLengthLimit` (bytes) for an Event's note/message.
+pub const NOTE_LENGTH_LIMIT: usize = 1024;
+
+/// `type` of an Event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventType {
+    /// `Normal`.
+    Normal,
+    /// `Warning`.
+    Warning,
+}
+
+impl EventType {
+    /// The API's spelling.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Normal => "Normal",
+            EventType::Warning => "Warning",
+        }
+    }
+}
+
+/// One Event about a pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SchedulingEvent {
+    /// The pod (`regarding` / `involvedObject`).
+    pub pod: PodRef,
+    /// `Normal` or `Warning`.
+    pub type_: EventType,
+    /// `Scheduled` or `FailedScheduling`.
+    pub reason: &'static str,
+    /// `Binding` or `Scheduling`.
+    pub action: &'static str,
+    /// Human-readable text (at most [`NOTE_LENGTH_LIMIT`] bytes).
+    pub note: String,
+}
+
+impl SchedulingEvent {
+    /// `Normal` `Scheduled` (action `Binding`): "Successfully assigned
+    /// ns/pod to node".
+    #[must_use]
+    pub fn scheduled(pod: &PodRef, node: &str) -> Self {
+        SchedulingEvent {
+            note: format!(
+                "Successfully assigned {}/{} to {node}",
+                pod.namespace, pod.name
+            ),
+            pod: pod.clone(),
+            type_: EventType::Normal,
+            reason: "Scheduled",
+            action: "Binding",
+        }
+    }
+
+    /// `Warning` `FailedScheduling` (action `Scheduling`) with the FitError
+    /// message, truncated like upstream's `truncateMessage`.
+    #[must_use]
+    pub fn failed_scheduling(pod: &PodRef, message: &str) -> Self {
+        SchedulingEvent {
+            pod: pod.clone(),
+            type_: EventType::Warning,
+            reason: "FailedScheduling",
+            action: "Scheduling",
+            note: truncate_note(message),
+        }
+    }
+}
+
+/// Upstream's `truncateMessage`: a message longer than
+/// [`NOTE_LENGTH_LIMIT`] bytes keeps its first `limit - 4` bytes (cut back to
+/// a character boundary) followed by ` ...`.
+#[must_use]
+pub fn truncate_note(message: &str) -> String {
+    const SUFFIX: &str = " ...";
+    if message.len() <= NOTE_LENGTH_LIMIT {
+        return message.to_owned();
+    }
+    let mut end = NOTE_LENGTH_LIMIT - SUFFIX.len();
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{SUFFIX}", &message[..end])
+}
+
+/// Limits of the event pipeline.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EventLimits {
+    /// Events written per second, sustained (token refill rate). Default 50
+    /// (upstream kube-scheduler's client QPS, which its events share).
+    pub qps: f64,
+    /// Events written at once after a quiet spell (bucket size). Default 100.
+    pub burst: u32,
+    /// A repeat of the same (pod uid, reason) within this window is dropped.
+    /// Default 5 minutes (upstream's longest stay of a pod in the
+    /// unschedulable pool before a retry).
+    pub dedupe_window: Duration,
+    /// Events waiting for the writer; beyond it they are dropped. Default 1000.
+    pub queue: usize,
+}
+
+impl Default for EventLimits {
+    fn default() -> Self {
+        EventLimits {
+            qps: 50.0,
+            burst: 100,
+            dedupe_window: Duration::from_secs(300),
+            queue: 1000,
+        }
+    }
+}
+
+/// What [`EventLimiter::admit`] decided.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Admission {
+    /// Write it now.
+    Write,
+    /// The same (pod, reason) was written within the window: drop it.
+    Duplicate,
+    /// No token: write it after this long (the token is spoken for).
+    After(Duration),
+}
+
+/// Global token bucket plus per-(pod uid, reason) dedupe window. Pure: the
+/// caller passes the time.
+#[derive(Debug)]
+pub struct EventLimiter {
+    limits: EventLimits,
+    tokens: f64,
+    refilled: Instant,
+    last_written: HashMap<(String, &'static str), Instant>,
+    last_sweep: Instant,
+}
+
+impl EventLimiter {
+    /// A full bucket at `now`.
+    #[must_use]
+    pub fn new(limits: EventLimits, now: Instant) -> Self {
+        EventLimiter {
+            limits,
+            tokens: f64::from(limits.burst),
+            refilled: now,
+            last_written: HashMap::new(),
+            last_sweep: now,
+        }
+    }
+
+    /// Decides about `event` at `now`. `Write` and `After` take a token and
+    /// start the dedupe window of (pod, reason).
+    pub fn admit(&mut self, event: &SchedulingEvent, now: Instant) -> Admission {
+        self.sweep(now);
+        let key = (event.pod.uid.clone(), event.reason);
+        if let Some(t) = self.last_written.get(&key)
+            && now.saturating_duration_since(*t) < self.limits.dedupe_window
+        {
+            return Admission::Duplicate;
+        }
+        let elapsed = now.saturating_duration_since(self.refilled).as_secs_f64();
+        self.refilled = now;
+        self.tokens = (self.tokens + elapsed * self.limits.qps).min(f64::from(self.limits.burst));
+        self.tokens -= 1.0;
+        self.last_written.insert(key, now);
+        if self.tokens >= 0.0 || self.limits.qps <= 0.0 {
+            Admission::Write
+        } else {
+            Admission::After(Duration::from_secs_f64(-self.tokens / self.limits.qps))
+        }
+    }
+
+    /// Forgets dedupe entries older than the window (at most once a window).
+    fn sweep(&mut self, now: Instant) {
+        if now.saturating_duration_since(self.last_sweep) < self.limits.dedupe_window {
+            return;
+        }
+        self.last_sweep = now;
+        let window = self.limits.dedupe_window;
+        self.last_written
+            .retain(|_, t| now.saturating_duration_since(*t) < window);
+    }
+}
+
+/// Counters of the event pipeline.
+#[derive(Debug, Default)]
+pub struct EventStats {
+    /// Events handed to the recorder.
+    pub recorded: AtomicU64,
+    /// Events the API server accepted.
+    pub written: AtomicU64,
+    /// Repeats of a (pod, reason) within the dedupe window, dropped.
+    pub deduplicated: AtomicU64,
+    /// Dropped because the queue was full.
+    pub dropped: AtomicU64,
+    /// Writes the API server refused or that failed.
+    pub failed: AtomicU64,
+}
+
+/// A snapshot of [`EventStats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EventCounts {
+    /// See [`EventStats::recorded`].
+    pub recorded: u64,
+    /// See [`EventStats::written`].
+    pub written: u64,
+    /// See [`EventStats::deduplicated`].
+    pub deduplicated: u64,
+    /// See [`EventStats::dropped`].
+    pub dropped: u64,
+    /// See [`EventStats::failed`].
+    pub failed: u64,
+}
+
+impl EventStats {
+    /// The counters now.
+    #[must_use]
+    pub fn snapshot(&self) -> EventCounts {
+        let l = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        EventCounts {
+            recorded: l(&self.recorded),
+            written: l(&self.written),
+            deduplicated: l(&self.deduplicated),
+            dropped: l(&self.dropped),
+            failed: l(&self.failed),
+        }
+    }
+}
+
+/// Where the recorder's task writes events (the API server).
+#[tonic::async_trait]
+pub trait EventWriter: Send + Sync + 'static {
+    /// Writes one event.
+    ///
+    /// # Errors
+    /// Any; the recorder counts and logs it and moves on.
+    async fn write(&self, event: &SchedulingEvent) -> Result<(), ClusterError>;
+}
+
+/// The non-blocking front of the event pipeline. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct EventRecorder {
+    tx: mpsc::Sender<SchedulingEvent>,
+    stats: Arc<EventStats>,
+}
+
+impl EventRecorder {
+    /// Starts the background task writing to `writer` under `limits`. It
+    /// ends when every recorder clone is dropped. Needs a tokio runtime.
+    pub fn spawn(writer: Arc<dyn EventWriter>, limits: EventLimits) -> Self {
+        let (tx, mut rx) = mpsc::channel::<SchedulingEvent>(limits.queue.max(1));
+        let stats = Arc::new(EventStats::default());
+        let st = stats.clone();
+        tokio::spawn(async move {
+            let mut limiter = EventLimiter::new(limits, Instant::now());
+            while let Some(ev) = rx.recv().await {
+                match limiter.admit(&ev, Instant::now()) {
+                    Admission::Duplicate => {
+                        st.deduplicated.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                    Admission::After(d) => tokio::time::sleep(d).await,
+                    Admission::Write => {}
+                }
+                match writer.write(&ev).await {
+                    Ok(()) => {
+                        st.written.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(e) => {
+                        // The first failure is news (RBAC, an API the server
+                        // lacks); the rest are counted.
+                        if st.failed.fetch_add(1, Ordering::Relaxed) == 0 {
+                            warn!(pod = %ev.pod, reason = ev.reason, error = %e,
+                                "event not written (further failures are only counted)");
+                        } else {
+                            debug!(pod = %ev.pod, reason = ev.reason, error = %e, "event not written");
+                        }
+                    }
+                }
+            }
+        });
+        EventRecorder { tx, stats }
+    }
+
+    /// Queues `event`; drops and counts it when the queue is full.
+    pub fn record(&self, event: SchedulingEvent) {
+        self.stats.recorded.fetch_add(1, Ordering::Relaxed);
+        if self.tx.try_send(event).is_err() {
+            self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The counters.
+    #[must_use]
+    pub fn stats(&self) -> &Arc<EventStats> {
+        &self.stats
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(uid: &str) -> PodRef {
+        PodRef {
+            namespace: "ns".into(),
+            name: format!("p-{uid}"),
+            uid: uid.into(),
+        }
+    }
+
+    #[test]
+    fn notes_follow_upstream() {
+        let e = SchedulingEvent::scheduled(&pod("1"), "n1");
+        assert_eq!(e.note, "Successfully assigned ns/p-1 to n1");
+        assert_eq!(
+            (e.type_.as_str(), e.reason, e.action),
+            ("Normal", "Scheduled", "Binding")
+        );
+        let f = SchedulingEvent::failed_scheduling(&pod("1"), "0/1 nodes are available.");
+        assert_eq!(
+            (f.type_.as_str(), f.reason, f.action, f.note.as_str()),
+            (
+                "Warning",
+                "FailedScheduling",
+                "Scheduling",
+                "0/1 nodes are available."
+            )
+        );
+    }
+
+    #[test]
+    fn long_notes_are_cut_to_the_limit_with_a_marker() {
+        let exact = "x".repeat(NOTE_LENGTH_LIMIT);
+        assert_eq!(truncate_note(&exact), exact);
+        let long = "y".repeat(NOTE_LENGTH_LIMIT + 1);
+        let cut = truncate_note(&long);
+        assert_eq!(cut.len(), NOTE_LENGTH_LIMIT);
+        assert!(cut.ends_with("y ..."));
+        // A multi-byte character across the cut is not split.
+        let wide = format!("{}é{}", "a".repeat(1019), "b".repeat(10));
+        let cut = truncate_note(&wide);
+        assert_eq!(cut, format!("{} ...", "a".repeat(1019)));
+    }
+
+    #[test]
+    fn repeats_within_the_window_are_dropped_per_pod_and_reason() {
+        let t0 = Instant::now();
+        let limits = EventLimits {
+            dedupe_window: Duration::from_secs(60),
+            ..EventLimits::default()
+        };
+        let mut l = EventLimiter::new(limits, t0);
+        let fail = |u: &str| SchedulingEvent::failed_scheduling(&pod(u), "m");
+        assert_eq!(l.admit(&fail("a"), t0), Admission::Write);
+        assert_eq!(
+            l.admit(&fail("a"), t0 + Duration::from_secs(59)),
+            Admission::Duplicate
+        );
+        // Another pod, or another reason for the same pod, is not a repeat.
+        assert_eq!(l.admit(&fail("b"), t0), Admission::Write);
+        assert_eq!(
+            l.admit(&SchedulingEvent::scheduled(&pod("a"), "n"), t0),
+            Admission::Write
+        );
+        assert_eq!(
+            l.admit(&fail("a"), t0 + Duration::from_secs(60)),
+            Admission::Write
+        );
+    }
+
+    #[test]
+    fn the_bucket_allows_a_burst_then_paces_at_qps() {
+        let t0 = Instant::now();
+        let limits = EventLimits {
+            qps: 10.0,
+            burst: 3,
+            ..EventLimits::default()
+        };
+        let mut l = EventLimiter::new(limits, t0);
+        let ev = |i: usize| SchedulingEvent::scheduled(&pod(&i.to_string()), "n");
+        for i in 0..3 {
+            assert_eq!(l.admit(&ev(i), t0), Admission::Write, "event {i}");
+        }
+        // The 4th waits one token (100 ms), the 5th two.
+        assert_eq!(
+            l.admit(&ev(3), t0),
+            Admission::After(Duration::from_millis(100))
+        );
+        assert_eq!(
+            l.admit(&ev(4), t0),
+            Admission::After(Duration::from_millis(200))
+        );
+        // One second later the debt is paid and the bucket is full again.
+        let t1 = t0 + Duration::from_secs(1);
+        assert_eq!(l.admit(&ev(5), t1), Admission::Write);
+    }
+
+    struct Counting(parking_lot::Mutex<Vec<SchedulingEvent>>);
+
+    #[tonic::async_trait]
+    impl EventWriter for Counting {
+        async fn write(&self, event: &SchedulingEvent) -> Result<(), ClusterError> {
+            self.0.lock().push(event.clone());
+            Ok(())
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_recorder_never_blocks_and_counts_what_it_drops() {
+        let sink = Arc::new(Counting(parking_lot::Mutex::new(Vec::new())));
+        let limits = EventLimits {
+            qps: 1.0,
+            burst: 1,
+            queue: 2,
+            dedupe_window: Duration::from_secs(300),
+        };
+        let r = EventRecorder::spawn(sink.clone(), limits);
+        // The task has not run yet: the queue takes 2, the rest are dropped.
+        for i in 0..5 {
+            r.record(SchedulingEvent::scheduled(&pod(&i.to_string()), "n"));
+        }
+        let s = r.stats().snapshot();
+        assert_eq!((s.recorded, s.dropped), (5, 3));
+        // Let the task drain (paused time advances through its sleeps).
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(sink.0.lock().len(), 2);
+        r.record(SchedulingEvent::scheduled(&pod("0"), "n"));
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let s = r.stats().snapshot();
+        assert_eq!((s.written, s.deduplicated), (2, 1));
+    }
+}

@@ -1,0 +1,481 @@
+//! The kube backend against a mock API server (`tower-test`): request
+//! shapes, error mapping (409/404/5xx/connection refused), the status patch,
+//! Events and the write fence.
+
+use std::pin::pin;
+
+use ::kube::client::Body;
+use futures::StreamExt as _;
+use http::{Request, Response, StatusCode};
+use k8s_openapi::api::core::v1::PodStatus;
+use serde_json::{Value, json};
+use tower_test::mock;
+
+use super::*;
+use crate::cluster::events::EventLimits;
+
+type Handle = mock::Handle<Request<Body>, Response<Body>>;
+
+fn pod_ref() -> PodRef {
+    PodRef {
+        namespace: "ns".into(),
+        name: "p".into(),
+        uid: "u-1".into(),
+    }
+}
+
+fn info(events_v1: bool) -> ServerInfo {
+    ServerInfo {
+        version: "v1.20.2".into(),
+        events_v1,
+        scheduling_gates: false,
+    }
+}
+
+fn status(code: u16, reason: &str, message: &str) -> Value {
+    json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {},
+        "status": if code < 300 { "Success" } else { "Failure" },
+        "message": message, "reason": reason, "code": code,
+    })
+}
+
+fn respond(code: u16, body: &Value) -> Response<Body> {
+    Response::builder()
+        .status(StatusCode::from_u16(code).expect("valid code"))
+        .header("content-type", "application/json")
+        .body(Body::from(serde_json::to_vec(body).expect("json")))
+        .expect("response")
+}
+
+fn mock_cluster(events_v1: bool, fence: WriteFence) -> (KubeCluster, Handle) {
+    let (svc, handle) = mock::pair::<Request<Body>, Response<Body>>();
+    let client = Client::new(svc, "default");
+    let options = KubeOptions {
+        events: EventLimits::default(),
+        request_timeout: Duration::from_secs(5),
+        reporting_instance: "flotilla.io/scheduler-test".into(),
+        fence,
+    };
+    (KubeCluster::new(client, info(events_v1), options), handle)
+}
+
+/// Serves one request: checks it with `check`, answers `code`/`body`.
+fn serve_one(
+    handle: Handle,
+    code: u16,
+    body: Value,
+    check: impl FnOnce(&http::request::Parts, Value) + Send + 'static,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut handle = pin!(handle);
+        let (req, send) = handle.next_request().await.expect("a request");
+        let (parts, body_in) = req.into_parts();
+        let bytes = http_body_util::BodyExt::collect(body_in)
+            .await
+            .expect("body")
+            .to_bytes();
+        let v: Value = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes).expect("JSON request body")
+        };
+        check(&parts, v);
+        send.send_response(respond(code, &body));
+    })
+}
+
+#[tokio::test]
+async fn bind_posts_a_binding_to_the_subresource() {
+    let (c, handle) = mock_cluster(true, WriteFence::new());
+    let server = serve_one(handle, 201, status(201, "", ""), |req, body| {
+        assert_eq!(req.method, http::Method::POST);
+        assert_eq!(req.uri.path(), "/api/v1/namespaces/ns/pods/p/binding");
+        assert_eq!(
+            body,
+            json!({
+                "apiVersion": "v1", "kind": "Binding",
+                "metadata": {"name": "p", "namespace": "ns", "uid": "u-1"},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": "n1"},
+            })
+        );
+    });
+    c.bind(&pod_ref(), "n1").await.expect("bound");
+    server.await.expect("server checks pass");
+}
+
+#[tokio::test]
+async fn bind_errors_map_by_status_code() {
+    // (HTTP code, reason, message, expected)
+    let cases = [
+        (
+            409,
+            "Conflict",
+            "Operation cannot be fulfilled on pods/binding \"p\": pod p is already assigned to node \"n2\"",
+            ClusterError::AlreadyBound {
+                pod: "ns/p".into(),
+                node: "n2".into(),
+            },
+        ),
+        (
+            409,
+            "Conflict",
+            "Operation cannot be fulfilled on pods/binding \"p\": Precondition failed: UID in precondition: u-1, UID in object meta: u-2",
+            ClusterError::AlreadyBound {
+                pod: "ns/p".into(),
+                node: String::new(),
+            },
+        ),
+        (
+            404,
+            "NotFound",
+            "pods \"p\" not found",
+            ClusterError::PodNotFound("ns/p".into()),
+        ),
+        (
+            500,
+            "InternalError",
+            "etcdserver: request timed out",
+            ClusterError::Unavailable(
+                "binding ns/p to n1: HTTP 500 InternalError: etcdserver: request timed out".into(),
+            ),
+        ),
+        (
+            429,
+            "TooManyRequests",
+            "too many requests",
+            ClusterError::Unavailable(
+                "binding ns/p to n1: HTTP 429 TooManyRequests: too many requests".into(),
+            ),
+        ),
+        (
+            403,
+            "Forbidden",
+            "pods \"p\" is forbidden",
+            ClusterError::Unavailable(
+                "binding ns/p to n1: HTTP 403 Forbidden: pods \"p\" is forbidden".into(),
+            ),
+        ),
+    ];
+    for (code, reason, message, want) in cases {
+        let (c, handle) = mock_cluster(true, WriteFence::new());
+        let server = serve_one(handle, code, status(code, reason, message), |_, _| {});
+        let got = c.bind(&pod_ref(), "n1").await;
+        server.await.expect("served");
+        assert_eq!(got, Err(want), "HTTP {code}: {message}");
+    }
+}
+
+#[tokio::test]
+async fn an_unreachable_server_is_unavailable() {
+    // Nothing listens on port 1.
+    let config = Config::new("https://127.0.0.1:1".parse().expect("url"));
+    let client = Client::try_from(config).expect("client");
+    let c = KubeCluster::new(client, info(true), KubeOptions::default());
+    match c.bind(&pod_ref(), "n1").await {
+        Err(ClusterError::Unavailable(m)) => {
+            assert!(m.starts_with("binding ns/p to n1: "), "{m}");
+        }
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+    let pod = pod_with_conditions(vec![]);
+    assert!(matches!(
+        c.mark_unschedulable(&pod, "0/1 nodes are available.").await,
+        Err(ClusterError::Unavailable(_))
+    ));
+}
+
+#[tokio::test]
+async fn a_closed_fence_stops_writes_before_they_leave() {
+    let fence = WriteFence::new();
+    let (c, handle) = mock_cluster(true, fence.clone());
+    fence.set(false);
+    let got = c.bind(&pod_ref(), "n1").await;
+    assert!(
+        matches!(&got, Err(ClusterError::Unavailable(m)) if m.contains("not the leader")),
+        "{got:?}"
+    );
+    let pod = pod_with_conditions(vec![]);
+    assert!(c.mark_unschedulable(&pod, "m").await.is_err());
+    // No request reached the server.
+    let mut handle = pin!(handle);
+    let next = pin!(handle.next_request());
+    assert!(futures::poll!(next).is_pending(), "a request went out");
+}
+
+fn pod_with_conditions(conditions: Vec<PodCondition>) -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            name: Some("p".into()),
+            namespace: Some("ns".into()),
+            uid: Some("u-1".into()),
+            ..ObjectMeta::default()
+        },
+        status: Some(PodStatus {
+            conditions: Some(conditions),
+            ..PodStatus::default()
+        }),
+        ..Pod::default()
+    }
+}
+
+fn ts(s: &str) -> Timestamp {
+    s.parse().expect("timestamp")
+}
+
+fn cond(status: &str, reason: &str, message: &str, ltt: &str) -> PodCondition {
+    PodCondition {
+        type_: "PodScheduled".into(),
+        status: status.into(),
+        reason: Some(reason.into()),
+        message: Some(message.into()),
+        last_transition_time: Some(Time(ts(ltt))),
+        ..PodCondition::default()
+    }
+}
+
+#[test]
+fn the_condition_follows_upstreams_update_pod_condition() {
+    let now = ts("2026-01-02T03:04:05Z");
+    let earlier = "2026-01-01T00:00:00Z";
+    let msg = "0/3 nodes are available: 3 Insufficient cpu.";
+    let other = PodCondition {
+        type_: "Ready".into(),
+        status: "False".into(),
+        ..PodCondition::default()
+    };
+    // (existing conditions, expected write: None = nothing to write)
+    let cases: Vec<(&str, Vec<PodCondition>, Option<PodCondition>)> = vec![
+        (
+            "no condition yet: transition now",
+            vec![other.clone()],
+            Some(cond("False", "Unschedulable", msg, "2026-01-02T03:04:05Z")),
+        ),
+        (
+            "the same condition: nothing to write",
+            vec![cond("False", "Unschedulable", msg, earlier)],
+            None,
+        ),
+        (
+            "still False, new message: the transition time stays",
+            vec![cond(
+                "False",
+                "Unschedulable",
+                "0/3 nodes are available.",
+                earlier,
+            )],
+            Some(cond("False", "Unschedulable", msg, earlier)),
+        ),
+        (
+            "was True: transition now",
+            vec![cond("True", "", "", earlier)],
+            Some(cond("False", "Unschedulable", msg, "2026-01-02T03:04:05Z")),
+        ),
+    ];
+    for (what, existing, want) in cases {
+        let pod = pod_with_conditions(existing);
+        assert_eq!(unschedulable_condition(&pod, msg, now), want, "{what}");
+    }
+}
+
+#[tokio::test]
+async fn mark_unschedulable_patches_the_status_by_condition_type() {
+    let (c, handle) = mock_cluster(true, WriteFence::new());
+    let pod = pod_with_conditions(vec![]);
+    let msg = "0/2 nodes are available: 2 Insufficient cpu.";
+    let server = serve_one(
+        handle,
+        200,
+        serde_json::to_value(&pod).expect("pod"),
+        move |req, body| {
+            assert_eq!(req.method, http::Method::PATCH);
+            assert_eq!(req.uri.path(), "/api/v1/namespaces/ns/pods/p/status");
+            assert_eq!(
+                req.headers.get("content-type").expect("content type"),
+                "application/strategic-merge-patch+json"
+            );
+            let conds = body["status"]["conditions"].as_array().expect("a list");
+            assert_eq!(conds.len(), 1, "only PodScheduled is sent: {body}");
+            assert_eq!(conds[0]["type"], "PodScheduled");
+            assert_eq!(conds[0]["status"], "False");
+            assert_eq!(conds[0]["reason"], "Unschedulable");
+            assert_eq!(conds[0]["message"], msg);
+            assert!(conds[0]["lastTransitionTime"].is_string());
+            assert_eq!(body.as_object().expect("object").len(), 1, "status only");
+        },
+    );
+    c.mark_unschedulable(&pod, msg).await.expect("patched");
+    server.await.expect("server checks pass");
+
+    // Already so: no request at all.
+    let (c, handle) = mock_cluster(true, WriteFence::new());
+    let same = pod_with_conditions(vec![cond(
+        "False",
+        "Unschedulable",
+        msg,
+        "2026-01-01T00:00:00Z",
+    )]);
+    c.mark_unschedulable(&same, msg)
+        .await
+        .expect("nothing to do");
+    let mut handle = pin!(handle);
+    let next = pin!(handle.next_request());
+    assert!(futures::poll!(next).is_pending(), "a request went out");
+
+    // Gone: 404 → PodNotFound.
+    let (c, handle) = mock_cluster(true, WriteFence::new());
+    let server = serve_one(
+        handle,
+        404,
+        status(404, "NotFound", "pods \"p\" not found"),
+        |_, _| {},
+    );
+    assert_eq!(
+        c.mark_unschedulable(&pod, msg).await,
+        Err(ClusterError::PodNotFound("ns/p".into()))
+    );
+    server.await.expect("served");
+}
+
+async fn written_event(events_v1: bool, ev: SchedulingEvent) -> (http::request::Parts, Value) {
+    let (c, handle) = mock_cluster(events_v1, WriteFence::new());
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let server = serve_one(handle, 201, json!({}), move |req, body| {
+        let _ = tx.send((req.clone(), body));
+    });
+    c.record_event(ev);
+    let got = tokio::time::timeout(Duration::from_secs(5), rx)
+        .await
+        .expect("the event is written within 5 s")
+        .expect("request seen");
+    server.await.expect("served");
+    // The writer counts it once the response is in.
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while c.event_counts().written == 0 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("counted");
+    got
+}
+
+#[tokio::test]
+async fn events_go_to_events_k8s_io_v1_when_served() {
+    let ev = SchedulingEvent::failed_scheduling(
+        &pod_ref(),
+        "0/1 nodes are available: 1 Insufficient cpu.",
+    );
+    let (req, body) = written_event(true, ev).await;
+    assert_eq!(req.method, http::Method::POST);
+    assert_eq!(
+        req.uri.path(),
+        "/apis/events.k8s.io/v1/namespaces/ns/events"
+    );
+    assert_eq!(body["apiVersion"], "events.k8s.io/v1");
+    assert_eq!(body["type"], "Warning");
+    assert_eq!(body["reason"], "FailedScheduling");
+    assert_eq!(body["action"], "Scheduling");
+    assert_eq!(body["note"], "0/1 nodes are available: 1 Insufficient cpu.");
+    assert_eq!(body["reportingController"], "flotilla.io/scheduler");
+    assert_eq!(body["reportingInstance"], "flotilla.io/scheduler-test");
+    assert_eq!(
+        body["regarding"],
+        json!({"apiVersion": "v1", "kind": "Pod", "namespace": "ns", "name": "p", "uid": "u-1"})
+    );
+    assert_eq!(body["metadata"]["namespace"], "ns");
+    let name = body["metadata"]["name"].as_str().expect("a name");
+    assert!(name.starts_with("p."), "{name}");
+    assert!(body["eventTime"].is_string());
+}
+
+#[tokio::test]
+async fn events_fall_back_to_core_v1() {
+    let ev = SchedulingEvent::scheduled(&pod_ref(), "n1");
+    let (req, body) = written_event(false, ev).await;
+    assert_eq!(req.uri.path(), "/api/v1/namespaces/ns/events");
+    assert_eq!(body["kind"], "Event");
+    assert_eq!(body["type"], "Normal");
+    assert_eq!(body["reason"], "Scheduled");
+    assert_eq!(body["message"], "Successfully assigned ns/p to n1");
+    assert_eq!(body["involvedObject"]["name"], "p");
+    assert_eq!(body["source"]["component"], "flotilla.io/scheduler");
+    assert_eq!(body["count"], 1);
+}
+
+#[test]
+fn reporting_instance_is_cut_to_128_characters() {
+    assert_eq!(reporting_instance("h"), "flotilla.io/scheduler-h");
+    assert_eq!(reporting_instance(&"x".repeat(300)).len(), 128);
+}
+
+#[tokio::test]
+async fn the_watch_maps_kube_watcher_events_to_list_markers() {
+    let (svc, handle) = mock::pair::<Request<Body>, Response<Body>>();
+    let client = Client::new(svc, "default");
+    let server = tokio::spawn(async move {
+        let mut handle = Box::pin(handle);
+        let (req, send) = handle.next_request().await.expect("a list");
+        assert_eq!(req.uri().path(), "/api/v1/nodes");
+        let list = json!({
+            "apiVersion": "v1", "kind": "NodeList",
+            "metadata": {"resourceVersion": "10"},
+            "items": [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "resourceVersion": "9"}}],
+        });
+        send.send_response(respond(200, &list));
+        // The watch that follows: one deletion, then the stream stays open.
+        let (req, send) = handle.next_request().await.expect("a watch");
+        let q = req.uri().query().unwrap_or_default().to_owned();
+        assert!(
+            q.contains("watch=true") && q.contains("resourceVersion=10"),
+            "{q}"
+        );
+        let ev = json!({"type": "DELETED", "object": {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "resourceVersion": "11"}}});
+        let mut line = serde_json::to_vec(&ev).expect("json");
+        line.push(b'\n');
+        send.send_response(
+            Response::builder()
+                .status(200)
+                .body(Body::from(line))
+                .expect("response"),
+        );
+        handle
+    });
+    let mut s = watch_stream(
+        Api::<Node>::all(client),
+        watcher::Config::default(),
+        Kind::Node,
+        WatchEvent::NodeApplied,
+        WatchEvent::NodeDeleted,
+    );
+    let mut got = Vec::new();
+    for _ in 0..4 {
+        let e = tokio::time::timeout(Duration::from_secs(5), s.next())
+            .await
+            .expect("an event within 5 s")
+            .expect("stream open")
+            .expect("no error");
+        got.push(match e {
+            WatchEvent::Relisting(k) => format!("relisting {k}"),
+            WatchEvent::NodeApplied(n) => {
+                format!("applied {}", n.metadata.name.as_deref().unwrap_or(""))
+            }
+            WatchEvent::Listed(k) => format!("listed {k}"),
+            WatchEvent::NodeDeleted(n) => {
+                format!("deleted {}", n.metadata.name.as_deref().unwrap_or(""))
+            }
+            other => format!("{other:?}"),
+        });
+    }
+    assert_eq!(
+        got,
+        [
+            "relisting nodes",
+            "applied n1",
+            "listed nodes",
+            "deleted n1"
+        ]
+    );
+    drop(s);
+    let _ = server.await;
+}

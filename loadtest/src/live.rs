@@ -1,0 +1,341 @@
+//! Scheduling a live cluster: the coordinator over the `kube` backend, its
+//! gRPC service, and optionally in-process workers, until a signal, an idle
+//! spell (`--exit-when-idle`) or the loss of leadership; then a
+//! [`LiveReport`].
+//!
+//! `flotilla run --kubeconfig` runs it with workers in process;
+//! `flotilla coordinator --kubeconfig` with none (workers are separate
+//! `flotilla worker` processes).
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use flotilla_coordinator::cluster::kube::KubeCluster;
+use flotilla_coordinator::leader::Leadership;
+use flotilla_coordinator::{Coordinator, server};
+use flotilla_scheduler::Registry;
+use flotilla_scheduler::config::SchedulerConfig;
+use flotilla_scheduler::worker::{self, WorkerConfig, WorkerStats};
+use flotilla_shared::WorkloadClass;
+
+use crate::report::Latency;
+use crate::run::pools;
+
+/// How a live run is set up.
+#[derive(Debug, Clone)]
+pub struct LiveConfig {
+    /// Workers started in this process (online gets the odd one).
+    pub in_process_workers: usize,
+    /// Coordinator listen address.
+    pub listen: String,
+    /// Stop once no pod has waited for a scheduling attempt (nothing
+    /// queued, in flight or being bound) for this long. `None`: run until a
+    /// signal.
+    pub exit_when_idle: Option<Duration>,
+    /// The scheduler configuration: the coordinator serves its profiles'
+    /// `schedulerName`s, in-process workers run its profiles and backoffs.
+    pub scheduler: SchedulerConfig,
+}
+
+/// Why a live run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum StopReason {
+    /// SIGINT/SIGTERM (or the caller's token).
+    Signal,
+    /// `--exit-when-idle` elapsed.
+    Idle,
+    /// The Lease was lost: writes stopped at once.
+    LeadershipLost,
+}
+
+/// Event pipeline counts.
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct EventReport {
+    /// Handed to the recorder.
+    pub recorded: u64,
+    /// Accepted by the API server.
+    pub written: u64,
+    /// Repeats of a (pod, reason) within the dedupe window.
+    pub deduplicated: u64,
+    /// Dropped because the queue was full.
+    pub dropped: u64,
+    /// Refused by the API server or failed.
+    pub failed: u64,
+    /// Still queued when the run stopped (not written).
+    pub unwritten: u64,
+}
+
+/// The report of a live run.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct LiveReport {
+    /// API server version (`gitVersion`).
+    pub server_version: String,
+    /// Workers in this process.
+    pub in_process_workers: usize,
+    /// Nodes known at the end.
+    pub nodes: usize,
+    /// Pods bound by this coordinator's Bindings.
+    pub bound_by_flotilla: usize,
+    /// Pods bound by anyone else (or before we started).
+    pub already_bound: usize,
+    /// Our pods left `PodScheduled=False` (fit nowhere, last attempt).
+    pub unschedulable: usize,
+    /// Our pods still waiting for an attempt (or being bound).
+    pub pending: usize,
+    /// Pending pods that name another `schedulerName` (left alone).
+    pub other_scheduler: usize,
+    /// Pods and nodes that could not be read, with the reason.
+    pub invalid: Vec<String>,
+    /// Bind proposals, and how many the arbiter rejected.
+    pub proposals: u64,
+    /// Rejected proposals.
+    pub conflicts: u64,
+    /// Bindings that failed at the API server (re-queued).
+    pub bind_errors: u64,
+    /// Events.
+    pub events: EventReport,
+    /// First seen pending → Binding written, milliseconds.
+    pub latency_ms: Latency,
+    /// Seconds from start to stop.
+    pub wall_seconds: f64,
+    /// Why it stopped.
+    pub stop_reason: StopReason,
+}
+
+impl LiveReport {
+    /// The human-readable form.
+    #[must_use]
+    pub fn to_text(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(s, "Flotilla on a live cluster ({})", self.server_version);
+        let _ = writeln!(
+            s,
+            "  cluster        {} nodes, {} in-process workers",
+            self.nodes, self.in_process_workers
+        );
+        let _ = writeln!(
+            s,
+            "  pods           {} bound by Flotilla, {} unschedulable, {} pending, {} invalid",
+            self.bound_by_flotilla,
+            self.unschedulable,
+            self.pending,
+            self.invalid.len()
+        );
+        let _ = writeln!(
+            s,
+            "                 {} bound by others, {} left to other schedulers",
+            self.already_bound, self.other_scheduler
+        );
+        if self.bound_by_flotilla > 0 {
+            let l = &self.latency_ms;
+            let _ = writeln!(
+                s,
+                "  latency        p50 {:.1} ms, p90 {:.1} ms, p99 {:.1} ms, max {:.1} ms (first seen to Binding)",
+                l.p50, l.p90, l.p99, l.max
+            );
+        }
+        let _ = writeln!(
+            s,
+            "  binds          {} proposals, {} conflicts, {} failed at the API server",
+            self.proposals, self.conflicts, self.bind_errors
+        );
+        let e = &self.events;
+        let _ = writeln!(
+            s,
+            "  events         {} recorded, {} written, {} deduplicated, {} dropped, {} failed, {} unwritten at exit",
+            e.recorded, e.written, e.deduplicated, e.dropped, e.failed, e.unwritten
+        );
+        let why = match self.stop_reason {
+            StopReason::Signal => "signal",
+            StopReason::Idle => "idle",
+            StopReason::LeadershipLost => "LEADERSHIP LOST",
+        };
+        let _ = writeln!(s, "  stopped        {why} after {:.1} s", self.wall_seconds);
+        for i in self.invalid.iter().take(10) {
+            let _ = writeln!(s, "  invalid        {i}");
+        }
+        s
+    }
+}
+
+/// Errors that stop a live run.
+#[derive(Debug, thiserror::Error)]
+pub enum LiveError {
+    /// The coordinator could not start.
+    #[error("coordinator: {0}")]
+    Coordinator(#[from] server::ServeError),
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_precision_loss
+    )]
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// Serves `cluster` until `stop` fires, the run is idle for
+/// `cfg.exit_when_idle`, or `leadership` is lost. The caller holds the
+/// lease (if electing) and releases it afterwards.
+///
+/// # Errors
+/// [`LiveError::Coordinator`] when the gRPC address cannot be bound.
+pub async fn serve(
+    cluster: Arc<KubeCluster>,
+    cfg: LiveConfig,
+    stop: CancellationToken,
+    leadership: Option<&Leadership>,
+) -> Result<LiveReport, LiveError> {
+    let started = Instant::now();
+    let token = stop.child_token();
+    let coordinator = Arc::new(Coordinator::with_profiles(
+        cluster.clone(),
+        &cfg.scheduler.dispatch_classes(),
+    ));
+    crate::run::configure_arbiter(&coordinator, &cfg.scheduler);
+    let running = server::start(coordinator.clone(), &cfg.listen, token.clone()).await?;
+    eprintln!("coordinator listening on {}", running.addr);
+    let lost = async {
+        match leadership {
+            Some(l) => l.lost().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(lost);
+    let mut stop_reason = None;
+    let mut synced = running.synced;
+    let mut slow_sync_warned = false;
+    loop {
+        tokio::select! {
+            () = token.cancelled() => { stop_reason = Some(StopReason::Signal); break; }
+            () = &mut lost => { stop_reason = Some(StopReason::LeadershipLost); break; }
+            r = &mut synced => { if r.is_ok() { break; } }
+            () = tokio::time::sleep(Duration::from_secs(10)), if !slow_sync_warned => {
+                slow_sync_warned = true;
+                warn!("the node and pod lists are not in after 10 s; still waiting (see earlier errors)");
+            }
+        }
+    }
+    if stop_reason.is_none() {
+        info!("caches synced; scheduling");
+    }
+
+    let registry = Registry::in_tree();
+    let (online, batch) = pools(cfg.in_process_workers);
+    let mut workers = Vec::new();
+    let mut stats = Vec::new();
+    if stop_reason.is_none() {
+        for (class, count) in [
+            (WorkloadClass::Online, online),
+            (WorkloadClass::Batch, batch),
+        ] {
+            for i in 0..count {
+                let name = worker::worker_name(class, i);
+                let mut wcfg = WorkerConfig::new(&format!("http://{}", running.addr), &name, class);
+                wcfg.profiles = cfg.scheduler.profiles.clone();
+                wcfg.queue = cfg.scheduler.queue_config();
+                let st = Arc::new(WorkerStats::default());
+                stats.push(st.clone());
+                let registry = registry.clone();
+                let t = token.clone();
+                workers.push(tokio::spawn(async move {
+                    if let Err(e) = worker::run(wcfg, &registry, st, t).await {
+                        warn!(worker = %name, error = %e, "worker stopped with an error");
+                    }
+                }));
+            }
+        }
+    }
+
+    let mut idle_since: Option<Instant> = None;
+    let mut last_activity = None;
+    while stop_reason.is_none() {
+        tokio::select! {
+            () = token.cancelled() => { stop_reason = Some(StopReason::Signal); break; }
+            () = &mut lost => { stop_reason = Some(StopReason::LeadershipLost); break; }
+            () = tokio::time::sleep(Duration::from_millis(200)) => {}
+        }
+        let Some(limit) = cfg.exit_when_idle else {
+            continue;
+        };
+        let s = coordinator.summary();
+        let idle = s.pending == 0
+            && s.granting == 0
+            && stats.iter().all(|st| st.is_idle())
+            && s.last_activity == last_activity;
+        last_activity = s.last_activity;
+        if !idle {
+            idle_since = None;
+            continue;
+        }
+        let since = *idle_since.get_or_insert_with(Instant::now);
+        if since.elapsed() >= limit {
+            stop_reason = Some(StopReason::Idle);
+        }
+    }
+    let stop_reason = stop_reason.unwrap_or(StopReason::Signal);
+    token.cancel();
+    for w in workers {
+        let _ = tokio::time::timeout(Duration::from_secs(15), w).await;
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(15), running.handle).await;
+
+    let s = coordinator.summary();
+    let mut lat: Vec<f64> = coordinator
+        .records()
+        .iter()
+        .filter_map(|r| {
+            r.bound_at
+                .map(|b| b.duration_since(r.first_seen).as_secs_f64() * 1000.0)
+        })
+        .collect();
+    lat.sort_by(f64::total_cmp);
+    let ev = cluster.event_counts();
+    let mut invalid = s.invalid.clone();
+    invalid.extend(s.invalid_nodes.iter().cloned());
+    Ok(LiveReport {
+        server_version: cluster.server_info().version.clone(),
+        in_process_workers: cfg.in_process_workers,
+        nodes: s.nodes,
+        bound_by_flotilla: s.bound_by_us,
+        already_bound: s.bound.saturating_sub(s.bound_by_us),
+        unschedulable: s.unschedulable,
+        pending: s.pending + s.granting,
+        other_scheduler: s.other_scheduler,
+        invalid,
+        proposals: s.counters.proposals,
+        conflicts: s.counters.conflicts,
+        bind_errors: s.counters.bind_errors,
+        events: EventReport {
+            recorded: ev.recorded,
+            written: ev.written,
+            deduplicated: ev.deduplicated,
+            dropped: ev.dropped,
+            failed: ev.failed,
+            unwritten: ev
+                .recorded
+                .saturating_sub(ev.written + ev.deduplicated + ev.dropped + ev.failed),
+        },
+        latency_ms: Latency {
+            p50: percentile(&lat, 50.0),
+            p90: percentile(&lat, 90.0),
+            p99: percentile(&lat, 99.0),
+            max: lat.last().copied().unwrap_or(0.0),
+        },
+        wall_seconds: started.elapsed().as_secs_f64(),
+        stop_reason,
+    })
+}

@@ -1,0 +1,640 @@
+//! End to end against a real API server: two `flotilla coordinator`
+//! processes (leader-elected) and two `flotilla worker` processes, Nodes and
+//! Pods created through the API.
+//!
+//! Checks: pods bound (no node over-committed) or `PodScheduled=False` with
+//! the FitError message and a `FailedScheduling` Event; a pod of another
+//! `schedulerName` untouched; one Lease holder, the standby not listening;
+//! SIGKILL of the leader → the standby takes over; the Lease taken by
+//! someone else → the leader exits 5; a new replica leads and the workers
+//! find it; SIGTERM → the Lease is released.
+//!
+//! Runs only when `KUBECONFIG` is set (otherwise it says why and passes):
+//! `.ci/e2e-kube` starts a throwaway kube-apiserver + etcd and runs it; see
+//! the README for running it against another test cluster. Everything it
+//! creates is named after a run id: a namespace `flotilla-e2e-<id>`, Nodes
+//! `e2e-<id>-n<i>` (label `flotilla.io/e2e-run=<id>`, which the test pods
+//! select, so no other node is used), a Lease in that namespace, and the
+//! `schedulerName` `flotilla-e2e-<id>`, so it neither touches nor is touched
+//! by anything else on the cluster.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+use serde_json::json;
+
+/// Allocatable cpu of each test node, millicores.
+const NODE_MILLI_CPU: u64 = 2000;
+/// Test nodes.
+const NODES: usize = 3;
+/// Each test pod requests this much cpu, millicores.
+const POD_MILLI_CPU: u64 = 500;
+/// Lease duration of the coordinators, seconds.
+const LEASE_SECONDS: u64 = 6;
+/// Longest wait for any outcome.
+const OUTCOME: Duration = Duration::from_secs(90);
+
+/// Child processes, killed when the test ends (pass or fail).
+struct Procs {
+    dir: PathBuf,
+    children: Vec<(String, Child)>,
+}
+
+impl Procs {
+    fn spawn(&mut self, name: &str, args: &[String]) {
+        let out = std::fs::File::create(self.dir.join(format!("{name}.out"))).expect("log file");
+        let err = std::fs::File::create(self.dir.join(format!("{name}.err"))).expect("log file");
+        let child = Command::new(env!("CARGO_BIN_EXE_flotilla"))
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {name}: {e}"));
+        self.children.push((name.to_owned(), child));
+    }
+
+    fn child(&mut self, name: &str) -> &mut Child {
+        &mut self
+            .children
+            .iter_mut()
+            .find(|(n, _)| n == name)
+            .unwrap_or_else(|| panic!("no process {name}"))
+            .1
+    }
+
+    /// The last lines of every log, for failure messages.
+    fn logs(&self) -> String {
+        let mut s = String::new();
+        for (name, _) in &self.children {
+            for ext in ["out", "err"] {
+                let text = std::fs::read_to_string(self.dir.join(format!("{name}.{ext}")))
+                    .unwrap_or_default();
+                let lines: Vec<&str> = text.lines().collect();
+                let tail = &lines[lines.len().saturating_sub(15)..];
+                s.push_str(&format!("--- {name}.{ext} ---\n{}\n", tail.join("\n")));
+            }
+        }
+        s
+    }
+}
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        for (_, c) in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Waits up to `limit` for process `name` to exit.
+fn wait_exit(procs: &mut Procs, name: &str, limit: Duration) -> std::process::ExitStatus {
+    let start = Instant::now();
+    loop {
+        if let Some(s) = procs.child(name).try_wait().expect("wait") {
+            return s;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "{name} did not exit within {limit:?}\n{}",
+            procs.logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+fn listening(port: u16) -> bool {
+    std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+}
+
+async fn client(kubeconfig: &Path) -> Client {
+    let kc = Kubeconfig::read_from(kubeconfig).expect("KUBECONFIG readable");
+    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .expect("kubeconfig usable");
+    Client::try_from(config).expect("client")
+}
+
+fn node(name: &str, run: &str) -> Node {
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let cpu = format!("{}m", NODE_MILLI_CPU);
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "flotilla.io/e2e-run": run}},
+        "status": {
+            "capacity": {"cpu": cpu, "memory": "4Gi", "pods": "110"},
+            "allocatable": {"cpu": cpu, "memory": "4Gi", "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                            "message": "fake node (flotilla e2e)", "lastHeartbeatTime": now, "lastTransitionTime": now}],
+        },
+    }))
+    .expect("node")
+}
+
+fn pod(name: &str, run: &str, scheduler: &str, milli_cpu: u64) -> Pod {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": "flotilla-e2e"}},
+        "spec": {
+            "schedulerName": scheduler,
+            "nodeSelector": {"flotilla.io/e2e-run": run},
+            // No kubelet heartbeats: on a cluster with a node controller the
+            // fake nodes turn not-ready; the pods do not mind.
+            "tolerations": [
+                {"key": "node.kubernetes.io/not-ready", "operator": "Exists"},
+                {"key": "node.kubernetes.io/unreachable", "operator": "Exists"},
+            ],
+            "containers": [{"name": "c", "image": "pause",
+                            "resources": {"requests": {"cpu": format!("{milli_cpu}m"), "memory": "64Mi"}}}],
+        },
+    }))
+    .expect("pod")
+}
+
+fn node_of(p: &Pod) -> Option<String> {
+    p.spec.as_ref().and_then(|s| s.node_name.clone())
+}
+
+fn pod_scheduled(p: &Pod) -> Option<(String, Option<String>, Option<String>)> {
+    p.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "PodScheduled")
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+async fn lease_holder(leases: &Api<Lease>, name: &str) -> Option<String> {
+    leases
+        .get_opt(name)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|l| l.spec)
+        .and_then(|s| s.holder_identity)
+}
+
+/// Polls `f` every 250 ms until it returns `Some`, failing with `what` and
+/// the process logs after `limit`.
+async fn eventually<T, F, Fut>(procs: &Procs, limit: Duration, what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "{what}: not within {limit:?}\n{}",
+            procs.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+#[test]
+fn coordinators_and_workers_schedule_a_real_cluster_and_fail_over() {
+    let Some(kubeconfig) = std::env::var_os("KUBECONFIG").filter(|v| !v.is_empty()) else {
+        eprintln!(
+            "e2e_kube skipped: KUBECONFIG is not set (run .ci/e2e-kube for a throwaway API server, \
+             or point KUBECONFIG at a test cluster; see the README)"
+        );
+        return;
+    };
+    // The first file of a KUBECONFIG list.
+    let kubeconfig = std::env::split_paths(&kubeconfig)
+        .next()
+        .expect("KUBECONFIG names a file");
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(scenario(&kubeconfig));
+}
+
+#[allow(clippy::too_many_lines)]
+async fn scenario(kubeconfig: &Path) {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let run = format!("{}-{}", std::process::id(), secs % 100_000);
+    let ns = format!("flotilla-e2e-{run}");
+    let lease = format!("flotilla-e2e-{run}");
+    let scheduler = format!("flotilla-e2e-{run}");
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("e2e-kube-{run}"));
+    std::fs::create_dir_all(&dir).expect("log dir");
+    // One profile named like the pods' schedulerName, for every process.
+    let config_path = dir.join("scheduler-config.yaml");
+    std::fs::write(
+        &config_path,
+        format!(
+            "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nprofiles:\n- schedulerName: {scheduler}\n"
+        ),
+    )
+    .expect("writing the scheduler configuration");
+    let config_file = config_path.display().to_string();
+    eprintln!("e2e_kube: run {run}; logs in {}", dir.display());
+
+    let c = client(kubeconfig).await;
+    let namespaces: Api<Namespace> = Api::all(c.clone());
+    namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": ns}})).expect("namespace"),
+        )
+        .await
+        .expect("creating the test namespace");
+    let nodes: Api<Node> = Api::all(c.clone());
+    let node_names: Vec<String> = (0..NODES).map(|i| format!("e2e-{run}-n{i}")).collect();
+    for n in &node_names {
+        nodes
+            .create(&PostParams::default(), &node(n, &run))
+            .await
+            .expect("creating a node");
+    }
+    let pods: Api<Pod> = Api::namespaced(c.clone(), &ns);
+    let leases: Api<Lease> = Api::namespaced(c.clone(), &ns);
+    let events: Api<Event> = Api::namespaced(c.clone(), &ns);
+
+    let mut procs = Procs {
+        dir: dir.clone(),
+        children: Vec::new(),
+    };
+    let (port_a, port_b) = (free_port(), free_port());
+    let coordinator = |port: u16, id: &str| -> Vec<String> {
+        [
+            "coordinator",
+            "--kubeconfig",
+            &kubeconfig.display().to_string(),
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--config",
+            &config_file,
+            "--leader-elect",
+            "--lease-name",
+            &lease,
+            "--lease-namespace",
+            &ns,
+            "--lease-duration",
+            &LEASE_SECONDS.to_string(),
+            "--lease-identity",
+            id,
+        ]
+        .iter()
+        .map(ToString::to_string)
+        .collect()
+    };
+    let (id_a, id_b, id_a2) = (format!("a-{run}"), format!("b-{run}"), format!("a2-{run}"));
+
+    // Coordinator A first, so it is the leader; then B, the standby.
+    procs.spawn("coordinator-a", &coordinator(port_a, &id_a));
+    eventually(
+        &procs,
+        OUTCOME,
+        "coordinator A leading and listening",
+        || {
+            let leases = leases.clone();
+            let (lease, id) = (lease.clone(), id_a.clone());
+            async move {
+                (lease_holder(&leases, &lease).await == Some(id) && listening(port_a)).then_some(())
+            }
+        },
+    )
+    .await;
+    procs.spawn("coordinator-b", &coordinator(port_b, &id_b));
+    let coordinators = format!("127.0.0.1:{port_a},127.0.0.1:{port_b}");
+    // Workers run the same configuration (the profile named like the pods'
+    // schedulerName).
+    for (name, class) in [("worker-online", "online"), ("worker-batch", "batch")] {
+        procs.spawn(
+            name,
+            &[
+                "worker".into(),
+                "--coordinator".into(),
+                coordinators.clone(),
+                "--class".into(),
+                class.into(),
+                "--config".into(),
+                config_file.clone(),
+                "--name".into(),
+                name.into(),
+                "--connect-timeout".into(),
+                "120".into(),
+            ],
+        );
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        !listening(port_b),
+        "the standby must not serve workers\n{}",
+        procs.logs()
+    );
+
+    // 8 pods that fit (4 cpu of the 6), one that fits nowhere, one of
+    // another scheduler.
+    let pp = PostParams::default();
+    let fitting: Vec<String> = (0..8).map(|i| format!("fit-{i}")).collect();
+    for name in &fitting {
+        pods.create(&pp, &pod(name, &run, &scheduler, POD_MILLI_CPU))
+            .await
+            .expect("creating a pod");
+    }
+    pods.create(
+        &pp,
+        &pod("too-big", &run, &scheduler, NODE_MILLI_CPU + 1000),
+    )
+    .await
+    .expect("creating a pod");
+    pods.create(&pp, &pod("not-ours", &run, "someone-else", POD_MILLI_CPU))
+        .await
+        .expect("creating a pod");
+
+    let listed = eventually(
+        &procs,
+        OUTCOME,
+        "every fitting pod bound and too-big unschedulable",
+        || {
+            let pods = pods.clone();
+            async move {
+                let list = pods.list(&ListParams::default()).await.ok()?;
+                let bound = list
+                    .items
+                    .iter()
+                    .filter(|p| {
+                        p.metadata
+                            .name
+                            .as_deref()
+                            .is_some_and(|n| n.starts_with("fit-"))
+                    })
+                    .filter(|p| node_of(p).is_some())
+                    .count();
+                let big = list
+                    .items
+                    .iter()
+                    .find(|p| p.metadata.name.as_deref() == Some("too-big"))?;
+                (bound == 8 && pod_scheduled(big).is_some()).then_some(list.items)
+            }
+        },
+    )
+    .await;
+    let by_name: BTreeMap<String, Pod> = listed
+        .into_iter()
+        .map(|p| (p.metadata.name.clone().unwrap_or_default(), p))
+        .collect();
+    for name in &fitting {
+        let n = node_of(&by_name[name]).expect("bound");
+        assert!(
+            node_names.contains(&n),
+            "{name} went to {n}, not a test node"
+        );
+        let (status, _, _) =
+            pod_scheduled(&by_name[name]).expect("PodScheduled set by the API server");
+        assert_eq!(status, "True", "{name}");
+    }
+    let (status, reason, message) = pod_scheduled(&by_name["too-big"]).expect("condition");
+    assert_eq!(
+        (status.as_str(), reason.as_deref()),
+        ("False", Some("Unschedulable"))
+    );
+    let message = message.expect("a FitError message");
+    assert!(
+        message.starts_with("0/")
+            && message.contains("nodes are available")
+            && message.contains("Insufficient cpu"),
+        "FitError message: {message:?}"
+    );
+    let not_ours = &by_name["not-ours"];
+    assert_eq!(
+        node_of(not_ours),
+        None,
+        "a pod of another scheduler was bound"
+    );
+    assert_eq!(
+        pod_scheduled(not_ours),
+        None,
+        "a pod of another scheduler was touched"
+    );
+
+    // Events: FailedScheduling with the same message, Scheduled per bind.
+    let evs = eventually(&procs, OUTCOME, "the Events", || {
+        let events = events.clone();
+        async move {
+            let list = events.list(&ListParams::default()).await.ok()?;
+            let scheduled = list
+                .items
+                .iter()
+                .filter(|e| e.reason.as_deref() == Some("Scheduled"))
+                .count();
+            let failed = list
+                .items
+                .iter()
+                .any(|e| e.reason.as_deref() == Some("FailedScheduling"));
+            (scheduled >= 8 && failed).then_some(list.items)
+        }
+    })
+    .await;
+    let failed = evs
+        .iter()
+        .find(|e| e.reason.as_deref() == Some("FailedScheduling"))
+        .expect("FailedScheduling");
+    assert_eq!(failed.type_.as_deref(), Some("Warning"));
+    assert_eq!(failed.action.as_deref(), Some("Scheduling"));
+    assert_eq!(failed.note.as_deref(), Some(message.as_str()));
+    assert_eq!(
+        failed.regarding.as_ref().and_then(|r| r.name.as_deref()),
+        Some("too-big")
+    );
+    assert_eq!(
+        failed.reporting_controller.as_deref(),
+        Some("flotilla.io/scheduler")
+    );
+    for e in evs
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("Scheduled"))
+    {
+        let pod = e
+            .regarding
+            .as_ref()
+            .and_then(|r| r.name.clone())
+            .expect("regarding");
+        let node = node_of(&by_name[&pod]).expect("bound");
+        assert_eq!(
+            e.note.as_deref(),
+            Some(format!("Successfully assigned {ns}/{pod} to {node}").as_str())
+        );
+    }
+    assert_eq!(
+        lease_holder(&leases, &lease).await.as_deref(),
+        Some(id_a.as_str())
+    );
+
+    // Kill the leader outright; B takes the lease and binds what comes next.
+    procs
+        .child("coordinator-a")
+        .kill()
+        .expect("killing coordinator A");
+    let _ = procs.child("coordinator-a").wait();
+    let later: Vec<String> = (0..4).map(|i| format!("later-{i}")).collect();
+    for name in &later {
+        pods.create(&pp, &pod(name, &run, &scheduler, POD_MILLI_CPU))
+            .await
+            .expect("creating a pod");
+    }
+    eventually(
+        &procs,
+        OUTCOME,
+        "coordinator B leading after A died",
+        || {
+            let leases = leases.clone();
+            let (lease, id) = (lease.clone(), id_b.clone());
+            async move { (lease_holder(&leases, &lease).await == Some(id)).then_some(()) }
+        },
+    )
+    .await;
+    let all = eventually(&procs, OUTCOME, "the later pods bound by B", || {
+        let pods = pods.clone();
+        async move {
+            let list = pods.list(&ListParams::default()).await.ok()?;
+            let bound = list
+                .items
+                .iter()
+                .filter(|p| {
+                    p.metadata
+                        .name
+                        .as_deref()
+                        .is_some_and(|n| n.starts_with("later-"))
+                })
+                .filter(|p| node_of(p).is_some())
+                .count();
+            (bound == 4).then_some(list.items)
+        }
+    })
+    .await;
+    assert_eq!(
+        lease_holder(&leases, &lease).await.as_deref(),
+        Some(id_b.as_str())
+    );
+    assert!(listening(port_b), "the new leader serves workers");
+
+    // 12 pods of 500m on 3 nodes of 2 cpu: full, never over.
+    let mut used: BTreeMap<String, u64> = BTreeMap::new();
+    for p in &all {
+        if let Some(n) = node_of(p) {
+            *used.entry(n).or_default() += POD_MILLI_CPU;
+        }
+    }
+    for (n, milli) in &used {
+        assert!(
+            *milli <= NODE_MILLI_CPU,
+            "node {n} over-committed: {milli}m\n{}",
+            procs.logs()
+        );
+    }
+    assert_eq!(used.values().sum::<u64>(), 12 * POD_MILLI_CPU);
+    let not_ours = all
+        .iter()
+        .find(|p| p.metadata.name.as_deref() == Some("not-ours"))
+        .expect("still there");
+    assert_eq!(node_of(not_ours), None);
+
+    // Another holder takes the Lease: B stops at once and exits 5.
+    let stolen = json!({"spec": {
+        "holderIdentity": "e2e-intruder",
+        "renewTime": k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(k8s_openapi::jiff::Timestamp::now()),
+        "leaseDurationSeconds": 2,
+    }});
+    leases
+        .patch(&lease, &PatchParams::default(), &Patch::Merge(&stolen))
+        .await
+        .expect("taking the lease");
+    let status = wait_exit(&mut procs, "coordinator-b", Duration::from_secs(20));
+    assert_eq!(
+        status.code(),
+        Some(5),
+        "coordinator B after losing the lease\n{}",
+        procs.logs()
+    );
+
+    // A new replica on A's address leads once the intruder's lease expires;
+    // the workers find it.
+    procs.spawn("coordinator-a2", &coordinator(port_a, &id_a2));
+    eventually(&procs, OUTCOME, "coordinator A2 leading", || {
+        let leases = leases.clone();
+        let (lease, id) = (lease.clone(), id_a2.clone());
+        async move { (lease_holder(&leases, &lease).await == Some(id)).then_some(()) }
+    })
+    .await;
+    pods.delete(
+        "fit-0",
+        &DeleteParams {
+            grace_period_seconds: Some(0),
+            ..DeleteParams::default()
+        },
+    )
+    .await
+    .expect("deleting fit-0");
+    pods.create(&pp, &pod("last", &run, &scheduler, POD_MILLI_CPU))
+        .await
+        .expect("creating a pod");
+    eventually(
+        &procs,
+        OUTCOME,
+        "pod last bound by A2 in the room fit-0 left",
+        || {
+            let pods = pods.clone();
+            async move { pods.get("last").await.ok().and_then(|p| node_of(&p)) }
+        },
+    )
+    .await;
+
+    // A SIGTERM'd leader releases the lease and exits 0.
+    let a2 = procs.child("coordinator-a2").id();
+    let _ = Command::new("kill")
+        .args(["-TERM", &a2.to_string()])
+        .status();
+    let status = wait_exit(&mut procs, "coordinator-a2", Duration::from_secs(30));
+    assert!(
+        status.success(),
+        "coordinator A2 exited with {status}\n{}",
+        procs.logs()
+    );
+    assert_eq!(
+        lease_holder(&leases, &lease).await,
+        None,
+        "the lease was released"
+    );
+    drop(procs);
+
+    // Clean up what can be (the lab has no namespace controller).
+    let force = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..DeleteParams::default()
+    };
+    let _ = pods.delete_collection(&force, &ListParams::default()).await;
+    for n in &node_names {
+        let _ = nodes.delete(n, &DeleteParams::default()).await;
+    }
+    let _ = namespaces.delete(&ns, &DeleteParams::default()).await;
+}
