@@ -220,6 +220,7 @@ impl Registry {
                 Ok(PluginHandle::new(p.clone())
                     .pre_filter(p.clone())
                     .filter(p.clone())
+                    .pre_score(p.clone())
                     .score(p))
             }),
         );

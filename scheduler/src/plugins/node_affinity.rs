@@ -15,10 +15,11 @@
 //!   required affinity (any term) must match; otherwise
 //!   `UnschedulableAndUnresolvable`
 //!   `"node(s) didn't match Pod's node affinity/selector"`.
+//! - **PreScore**: `Skip` (no Score) when neither the pod nor `addedAffinity`
+//!   has preferred terms, as upstream; `simulate` then shows no NodeAffinity
+//!   score for the pod.
 //! - **Score**: the sum of the weights of the preferred terms the node
 //!   matches; `normalize_score` is `DefaultNormalizeScore(100, false)`.
-//!   Upstream's PreScore returns `Skip` for pods without preferred terms; here
-//!   such pods score 0 on every node, which adds the same nothing.
 //!
 //! # Scheduler-enforced affinity (`NodeAffinityArgs.addedAffinity`)
 //! A profile may add a `NodeAffinity` applied to every pod it schedules:
@@ -36,7 +37,7 @@ use serde::Deserialize;
 
 use flotilla_shared::framework::{
     ClusterEvent, Code, CycleState, FilterPlugin, MAX_NODE_SCORE, Plugin, PreFilterPlugin,
-    PreFilterResult, ScorePlugin, SharedLister, Status, default_normalize_score,
+    PreFilterResult, PreScorePlugin, ScorePlugin, SharedLister, Status, default_normalize_score,
 };
 use flotilla_shared::pod_info::WeightedTerm;
 use flotilla_shared::selector::{self, FIELD_METADATA_NAME, Operator, Selector, Term};
@@ -249,6 +250,22 @@ impl FilterPlugin for NodeAffinity {
     }
 }
 
+impl PreScorePlugin for NodeAffinity {
+    fn pre_score(
+        &self,
+        _state: &mut CycleState,
+        pod: &PodInfo,
+        _feasible: &[Arc<NodeInfo>],
+        _cluster: &dyn SharedLister,
+    ) -> Status {
+        if pod.preferred_affinity.is_empty() && self.added_preferred.is_empty() {
+            Status::skip()
+        } else {
+            Status::success()
+        }
+    }
+}
+
 impl ScorePlugin for NodeAffinity {
     fn score(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
         let name = node.name();
@@ -270,6 +287,29 @@ impl ScorePlugin for NodeAffinity {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pre_score_skips_pods_without_preferred_terms() {
+        let lister = flotilla_shared::testing::FakeLister::default();
+        let plain = PodBuilder::new("p").build_info();
+        let st = NodeAffinity::new().pre_score(&mut CycleState::default(), &plain, &[], &lister);
+        assert_eq!(st.code, Code::Skip);
+        let pref = PodBuilder::new("q")
+            .preferred_affinity(5, "zone", "In", &["a"])
+            .build_info();
+        let st = NodeAffinity::new().pre_score(&mut CycleState::default(), &pref, &[], &lister);
+        assert_eq!(st.code, Code::Success);
+        let added = with_added(serde_json::json!({"addedAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 3, "preference": {"matchExpressions": [
+                    {"key": "zone", "operator": "In", "values": ["a"]}]}}]}}));
+        let st = added.pre_score(&mut CycleState::default(), &plain, &[], &lister);
+        assert_eq!(
+            st.code,
+            Code::Success,
+            "addedAffinity's preferred terms score"
+        );
+    }
     use flotilla_shared::testing::{NodeBuilder, PodBuilder};
     use k8s_openapi::api::core::v1::{
         Affinity, NodeAffinity as K8sNodeAffinity, NodeSelector, NodeSelectorRequirement,
