@@ -11,6 +11,8 @@
 //!   pipeline reads; Kubernetes `Pod`/`Node` stay at the edges.
 //! - [`fit`]: **the** fit check (resources, host ports, cordon), used by both
 //!   the Filter plugins and the coordinator's bind arbiter.
+//! - [`images`]: container image names (pods) and reported images (nodes),
+//!   for ImageLocality.
 //! - [`workload`]: online vs batch classification.
 //! - [`framework`]: the plugin traits (PreFilter, Filter, Score), `Status`,
 //!   `CycleState` and `FitError`.
@@ -18,6 +20,7 @@
 
 pub mod fit;
 pub mod framework;
+pub mod images;
 pub mod label_selector;
 pub mod node_info;
 pub mod pod_info;

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 
+use crate::images;
 use crate::resources::{self, Resources};
 use crate::selector::{self, Selector, Term};
 use crate::taints::Toleration;
@@ -104,6 +105,10 @@ pub struct PodInfo {
     pub tolerations: Vec<Toleration>,
     /// Host ports requested by containers (and sidecars).
     pub host_ports: Vec<HostPort>,
+    /// One normalized image name per container, init containers first
+    /// (upstream ImageLocality counts both; see
+    /// [`images::normalized_image_name`]). Its length is the container count.
+    pub images: Vec<Arc<str>>,
     /// Online or batch pool.
     pub class: WorkloadClass,
     /// Succeeded or Failed: holds no resources.
@@ -222,6 +227,18 @@ impl PodInfo {
             }
         }
 
+        let images = spec
+            .init_containers
+            .iter()
+            .flatten()
+            .chain(&spec.containers)
+            .map(|c| {
+                Arc::from(images::normalized_image_name(
+                    c.image.as_deref().unwrap_or(""),
+                ))
+            })
+            .collect();
+
         let terminal = matches!(
             pod.status.as_ref().and_then(|s| s.phase.as_deref()),
             Some("Succeeded" | "Failed")
@@ -252,6 +269,7 @@ impl PodInfo {
             preferred_affinity,
             tolerations,
             host_ports,
+            images,
             class,
             terminal,
             key,
@@ -282,6 +300,26 @@ mod tests {
         assert_eq!(&*p.host_ports[0].ip, "0.0.0.0");
         assert_eq!(p.node_selector.get("disk").map(String::as_str), Some("ssd"));
         assert_eq!(p.class, WorkloadClass::Online);
+    }
+
+    #[test]
+    fn images_are_normalized_one_per_container_init_first() {
+        let p = PodBuilder::new("img")
+            .image("gcr.io/30")
+            .container("nginx:1.27")
+            .container("gcr.io/30")
+            .init_container("busybox@sha256:abc")
+            .build_info();
+        let got: Vec<&str> = p.images.iter().map(|i| &**i).collect();
+        assert_eq!(
+            got,
+            [
+                "busybox@sha256:abc",
+                "gcr.io/30:latest",
+                "nginx:1.27",
+                "gcr.io/30:latest"
+            ]
+        );
     }
 
     #[test]

@@ -20,6 +20,8 @@ pub struct Snapshot {
     pub layout_generation: u64,
     /// Namespace name → labels.
     pub(super) namespaces: Arc<HashMap<String, BTreeMap<String, String>>>,
+    /// Image name → number of nodes reporting it (shared with the cache).
+    pub(super) images: Arc<HashMap<Arc<str>, usize>>,
 }
 
 impl Snapshot {
@@ -105,5 +107,10 @@ impl SharedLister for Snapshot {
 
     fn namespace_labels(&self, namespace: &str) -> Option<&BTreeMap<String, String>> {
         self.namespaces.get(namespace)
+    }
+
+    /// O(1): the node cache keeps the counts.
+    fn image_node_count(&self, image: &str) -> usize {
+        self.images.get(image).copied().unwrap_or(0)
     }
 }

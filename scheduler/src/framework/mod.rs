@@ -6,6 +6,7 @@ pub mod args;
 pub mod profile;
 pub mod registry;
 pub mod runtime;
+pub mod validation;
 
 pub use args::decode_args;
 pub use profile::{

@@ -95,6 +95,7 @@ pub fn default_multi_point() -> Vec<PluginRef> {
         (names::NODE_PORTS, 0),
         (names::NODE_RESOURCES_FIT, 1),
         (names::NODE_RESOURCES_BALANCED_ALLOCATION, 1),
+        (names::IMAGE_LOCALITY, 1),
         (names::DEFAULT_BINDER, 0),
     ]
     .into_iter()

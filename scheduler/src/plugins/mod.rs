@@ -11,13 +11,17 @@
 //! | [`TaintToleration`] | | `NoSchedule` / `NoExecute` taints | untolerated `PreferNoSchedule` taints (3) | reverse | `NodeAdded`, `NodeTaintChanged` |
 //! | [`NodeAffinity`] | `metadata.name` pins → node set; `Skip` without constraints | `nodeSelector` + required affinity | preferred term weights (2) | default | `NodeAdded`, `NodeLabelChanged` |
 //! | [`NodePorts`] | | host ports (`shared::fit`) | | | `NodeAdded`, `AssignedPodDeleted` |
-//! | [`NodeResourcesFit`] | | requests (`shared::fit`) | `LeastAllocated` cpu/memory (1) | none | `NodeAdded`, `NodeAllocatableGrew`, `AssignedPodDeleted` |
-//! | [`NodeResourcesBalancedAllocation`] | | | cpu/memory balance (1) | none | none (rejects nothing) |
+//! | [`NodeResourcesFit`] | | requests (`shared::fit`), minus ignored extended resources | `LeastAllocated` / `MostAllocated` / `RequestedToCapacityRatio` over weighted resources (1) | none | `NodeAdded`, `NodeAllocatableGrew`, `AssignedPodDeleted` |
+//! | [`NodeResourcesBalancedAllocation`] | | | change in resource balance (1); PreScore `Skip` for pods requesting none of the resources | none | none (rejects nothing) |
+//! | [`ImageLocality`] | | | size × spread of the pod's images on the node (1); PreScore `Skip` when no node has them | none | none (rejects nothing) |
+//!
+//! [`resource_allocation`] holds what the two resource score plugins share.
 //!
 //! The framework multiplies each plugin's normalized score (0..=100) by its
 //! weight ([`DEFAULT_SCORE_WEIGHTS`], upstream `default_plugins.go`) and sums.
 
 pub mod default_binder;
+pub mod image_locality;
 pub mod names;
 pub mod node_affinity;
 pub mod node_name;
@@ -26,9 +30,11 @@ pub mod node_resources_balanced_allocation;
 pub mod node_resources_fit;
 pub mod node_unschedulable;
 pub mod priority_sort;
+pub mod resource_allocation;
 pub mod taint_toleration;
 
 pub use default_binder::DefaultBinder;
+pub use image_locality::ImageLocality;
 pub use node_affinity::NodeAffinity;
 pub use node_name::NodeName;
 pub use node_ports::NodePorts;
@@ -45,6 +51,7 @@ pub const DEFAULT_SCORE_WEIGHTS: &[(&str, i64)] = &[
     (names::NODE_AFFINITY, 2),
     (names::NODE_RESOURCES_FIT, 1),
     (names::NODE_RESOURCES_BALANCED_ALLOCATION, 1),
+    (names::IMAGE_LOCALITY, 1),
 ];
 
 #[cfg(test)]
@@ -54,11 +61,12 @@ mod tests {
 
     #[test]
     fn default_weights_cover_exactly_the_score_plugins() {
-        let score_plugins: [&dyn ScorePlugin; 4] = [
+        let score_plugins: [&dyn ScorePlugin; 5] = [
             &TaintToleration,
             &NodeAffinity,
             &NodeResourcesFit::new(),
-            &NodeResourcesBalancedAllocation,
+            &NodeResourcesBalancedAllocation::new(),
+            &ImageLocality,
         ];
         assert_eq!(DEFAULT_SCORE_WEIGHTS.len(), score_plugins.len());
         for p in score_plugins {
@@ -78,18 +86,20 @@ mod tests {
         assert_eq!(weight("NodeAffinity"), Some(2));
         assert_eq!(weight("NodeResourcesFit"), Some(1));
         assert_eq!(weight("NodeResourcesBalancedAllocation"), Some(1));
+        assert_eq!(weight("ImageLocality"), Some(1));
     }
 
     #[test]
     fn plugin_names_are_the_registry_names() {
-        let all: [&dyn Plugin; 7] = [
+        let all: [&dyn Plugin; 8] = [
             &NodeUnschedulable,
             &NodeName,
             &TaintToleration,
             &NodeAffinity,
             &NodePorts,
             &NodeResourcesFit::new(),
-            &NodeResourcesBalancedAllocation,
+            &NodeResourcesBalancedAllocation::new(),
+            &ImageLocality,
         ];
         let got: Vec<&str> = all.iter().map(|p| p.name()).collect();
         assert_eq!(
@@ -102,6 +112,7 @@ mod tests {
                 names::NODE_PORTS,
                 names::NODE_RESOURCES_FIT,
                 names::NODE_RESOURCES_BALANCED_ALLOCATION,
+                names::IMAGE_LOCALITY,
             ]
         );
     }

@@ -4,6 +4,8 @@
 
 mod adaptive_search;
 mod fit_error;
+mod fit_strategies;
+mod image_locality;
 mod node_cache;
 mod partition;
 mod scoring;

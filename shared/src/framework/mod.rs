@@ -140,6 +140,18 @@ pub trait SharedLister: Sync {
     /// `metadata.labels` of a Namespace, when the snapshot knows it (for
     /// `namespaceSelector`). `None`: namespace unknown.
     fn namespace_labels(&self, namespace: &str) -> Option<&BTreeMap<String, String>>;
+
+    /// How many nodes of the snapshot report the image name `image` (exactly
+    /// as in `status.images`), for ImageLocality's spread (upstream
+    /// `ImageStateSummary.NumNodes`). This default scans every node,
+    /// O(nodes); the scheduler's snapshot answers from a map its node cache
+    /// maintains.
+    fn image_node_count(&self, image: &str) -> usize {
+        self.nodes()
+            .iter()
+            .filter(|n| n.spec.images.contains_key(image))
+            .count()
+    }
 }
 
 /// Common to every plugin.
