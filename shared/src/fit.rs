@@ -1,6 +1,17 @@
 //! The one pure fit check, shared by the worker's Filter plugins
 //! (NodeResourcesFit, NodePorts, NodeUnschedulable) and the coordinator's bind
 //! arbiter, so the two can never disagree on what "fits" means.
+//!
+//! # Ignored resources
+//! NodeResourcesFit's `ignoredResources` / `ignoredResourceGroups` reach the
+//! check as an [`IgnoredResources`] parameter of [`insufficient_reasons`].
+//! The arbiter ([`check_placement`]) ignores nothing: it does not know the
+//! proposing worker's profile. So a pod requesting an extended resource its
+//! profile ignores passes the worker's Filter, and the arbiter grants the
+//! bind only if the node's allocatable covers that request too; when the
+//! node does not advertise the resource at all (the usual reason to ignore
+//! it: something outside the scheduler accounts for it), the bind is refused
+//! with `Insufficient <name>`.
 
 use std::borrow::Cow;
 
@@ -33,6 +44,53 @@ pub struct Insufficient {
     /// pods (preemption) cannot help. Upstream v1.34+ reports these nodes as
     /// UnschedulableAndUnresolvable.
     pub unresolvable: bool,
+}
+
+/// Extended resources a Filter leaves unchecked (NodeResourcesFit args
+/// `ignoredResources` and `ignoredResourceGroups`). As upstream, only
+/// extended resources (a `/` in the name, outside `kubernetes.io/`) can be
+/// ignored; cpu, memory, ephemeral-storage, pods and hugepages are always
+/// checked. Lists, not sets: configs name a handful at most, and a linear
+/// scan of a few strings beats hashing on the Filter hot path.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IgnoredResources {
+    /// Full resource names, e.g. `example.com/foo`.
+    pub names: Vec<Box<str>>,
+    /// Resource groups: the part before the `/`, e.g. `example.com` ignores
+    /// every `example.com/*` resource.
+    pub groups: Vec<Box<str>>,
+}
+
+impl IgnoredResources {
+    /// Ignores nothing.
+    pub const NONE: IgnoredResources = IgnoredResources {
+        names: Vec::new(),
+        groups: Vec::new(),
+    };
+
+    /// Whether nothing is ignored.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty() && self.groups.is_empty()
+    }
+
+    /// Whether the check skips resource `name`.
+    #[must_use]
+    pub fn ignores(&self, name: &str) -> bool {
+        if self.is_empty() || !is_extended_resource(name) {
+            return false;
+        }
+        self.names.iter().any(|n| **n == *name)
+            || name
+                .split_once('/')
+                .is_some_and(|(group, _)| self.groups.iter().any(|g| **g == *group))
+    }
+}
+
+/// Upstream `IsExtendedResourceName`: a name with a `/` that is not a native
+/// (`kubernetes.io/`-prefixed) resource nor a quota `requests.` name.
+fn is_extended_resource(name: &str) -> bool {
+    name.contains('/') && !name.contains("kubernetes.io/") && !name.starts_with("requests.")
 }
 
 /// Most distinct extended-resource names whose reason text is interned
@@ -78,35 +136,46 @@ fn insufficient_reason(name: &str) -> Cow<'static, str> {
 #[must_use]
 pub fn insufficient_resources(pod: &PodInfo, node: &NodeInfo) -> Vec<Insufficient> {
     let mut out = Vec::new();
-    for_each_shortfall(pod, node, |resource, requested, used, capacity| {
-        let (reason, resource) = if resource == PODS {
-            (Cow::Borrowed(REASON_TOO_MANY_PODS), Cow::Borrowed(PODS))
-        } else {
-            (
-                insufficient_reason(resource),
-                Cow::Owned(resource.to_owned()),
-            )
-        };
-        out.push(Insufficient {
-            resource,
-            reason,
-            requested,
-            used,
-            capacity,
-            unresolvable: requested > capacity,
-        });
-    });
+    for_each_shortfall(
+        pod,
+        node,
+        &IgnoredResources::NONE,
+        |resource, requested, used, capacity| {
+            let (reason, resource) = if resource == PODS {
+                (Cow::Borrowed(REASON_TOO_MANY_PODS), Cow::Borrowed(PODS))
+            } else {
+                (
+                    insufficient_reason(resource),
+                    Cow::Owned(resource.to_owned()),
+                )
+            };
+            out.push(Insufficient {
+                resource,
+                reason,
+                requested,
+                used,
+                capacity,
+                unresolvable: requested > capacity,
+            });
+        },
+    );
     out
 }
 
 /// The reasons of [`insufficient_resources`] and whether any is
 /// unresolvable, without the detailed records: what Filter needs, with no
 /// allocation beyond the returned Vec (reason texts are static or interned).
+/// Extended resources in `ignored` are not checked (upstream `fitsRequest`
+/// with NodeResourcesFit's ignore lists).
 #[must_use]
-pub fn insufficient_reasons(pod: &PodInfo, node: &NodeInfo) -> (Vec<Cow<'static, str>>, bool) {
+pub fn insufficient_reasons(
+    pod: &PodInfo,
+    node: &NodeInfo,
+    ignored: &IgnoredResources,
+) -> (Vec<Cow<'static, str>>, bool) {
     let mut reasons = Vec::new();
     let mut unresolvable = false;
-    for_each_shortfall(pod, node, |resource, requested, _, capacity| {
+    for_each_shortfall(pod, node, ignored, |resource, requested, _, capacity| {
         unresolvable |= requested > capacity;
         reasons.push(if resource == PODS {
             Cow::Borrowed(REASON_TOO_MANY_PODS)
@@ -118,8 +187,14 @@ pub fn insufficient_reasons(pod: &PodInfo, node: &NodeInfo) -> (Vec<Cow<'static,
 }
 
 /// Calls `f(resource, requested, used, capacity)` once per shortfall, in
-/// upstream order (`pods` first).
-fn for_each_shortfall(pod: &PodInfo, node: &NodeInfo, mut f: impl FnMut(&str, i64, i64, i64)) {
+/// upstream order (`pods` first), skipping the extended resources in
+/// `ignored`.
+fn for_each_shortfall(
+    pod: &PodInfo,
+    node: &NodeInfo,
+    ignored: &IgnoredResources,
+    mut f: impl FnMut(&str, i64, i64, i64),
+) {
     let alloc = &node.spec.allocatable;
     let used = &node.requested;
     let pods = i64::try_from(node.pod_count()).unwrap_or(i64::MAX);
@@ -149,6 +224,9 @@ fn for_each_shortfall(pod: &PodInfo, node: &NodeInfo, mut f: impl FnMut(&str, i6
         );
     }
     for (name, v) in &req.scalar {
+        if ignored.ignores(name) {
+            continue;
+        }
         let (cap, u) = (alloc.scalar(name), used.scalar(name));
         if *v > 0 && *v > cap - u {
             f(name, *v, u, cap);
@@ -184,7 +262,8 @@ pub fn blocked_by_cordon(pod: &PodInfo, node: &NodeInfo) -> bool {
 
 /// The bind-time check: may `pod` be placed on `node` as the node stands now
 /// (counting every placement already granted)? `Err` carries the upstream
-/// reason texts joined by `", "`.
+/// reason texts joined by `", "`. Every resource is checked, including those
+/// a worker's NodeResourcesFit ignores (see the module docs).
 ///
 /// # Errors
 /// The node is cordoned, lacks a resource, or has a clashing host port.
@@ -268,6 +347,69 @@ mod tests {
         // A pod requesting nothing is only checked for a slot.
         let empty = PodBuilder::new("e").build_info();
         assert_eq!(insufficient_resources(&empty, &n).len(), 1);
+    }
+
+    #[test]
+    fn ignored_extended_resources_are_not_checked_but_native_ones_are() {
+        // Upstream fit_test "skip checking ignored extended resource" and
+        // "skip checking ignored extended resource via resource groups".
+        let n = node("4", "4Gi", 10);
+        let p = PodBuilder::new("p")
+            .cpu("5")
+            .request("example.com/aaa", "1")
+            .request("nvidia.com/gpu", "3")
+            .request("hugepages-2Mi", "2Mi")
+            .build_info();
+        let reasons = |ignored: &IgnoredResources| {
+            let (r, _) = insufficient_reasons(&p, &n, ignored);
+            r.into_iter().map(|c| c.into_owned()).collect::<Vec<_>>()
+        };
+        assert_eq!(
+            reasons(&IgnoredResources::NONE),
+            [
+                "Insufficient cpu",
+                "Insufficient example.com/aaa",
+                "Insufficient hugepages-2Mi",
+                "Insufficient nvidia.com/gpu"
+            ]
+        );
+        let by_name = IgnoredResources {
+            names: vec![
+                "example.com/aaa".into(),
+                "hugepages-2Mi".into(),
+                "cpu".into(),
+            ],
+            groups: Vec::new(),
+        };
+        assert_eq!(
+            reasons(&by_name),
+            [
+                "Insufficient cpu",
+                "Insufficient hugepages-2Mi",
+                "Insufficient nvidia.com/gpu"
+            ],
+            "only extended resources can be ignored"
+        );
+        let by_group = IgnoredResources {
+            names: Vec::new(),
+            groups: vec!["nvidia.com".into(), "example".into()],
+        };
+        assert_eq!(
+            reasons(&by_group),
+            [
+                "Insufficient cpu",
+                "Insufficient example.com/aaa",
+                "Insufficient hugepages-2Mi"
+            ],
+            "a group is the whole part before the '/'"
+        );
+        assert_eq!(
+            insufficient_resources(&p, &n).len(),
+            4,
+            "the arbiter's check ignores nothing"
+        );
+        assert!(!IgnoredResources::NONE.ignores("example.com/aaa"));
+        assert!(!by_name.ignores("kubernetes.io/aaa"));
     }
 
     #[test]

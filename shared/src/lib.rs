@@ -17,6 +17,8 @@
 //! - [`topology_spread`]: `spec.topologySpreadConstraints` compiled once per
 //!   pod, and the pure spread counting / skew check / scoring shared by the
 //!   PodTopologySpread plugin and the coordinator's bind arbiter.
+//! - [`images`]: container image names (pods) and reported images (nodes),
+//!   for ImageLocality.
 //! - [`workload`]: online vs batch classification.
 //! - [`framework`]: the plugin traits (PreFilter, Filter, Score), `Status`,
 //!   `CycleState` and `FitError`.
@@ -24,6 +26,7 @@
 
 pub mod fit;
 pub mod framework;
+pub mod images;
 pub mod label_selector;
 pub mod node_info;
 pub mod pod_affinity;

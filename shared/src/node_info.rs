@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
 
+use crate::images::{NodeImages, node_images};
 use crate::pod_info::{HostPort, PodInfo};
 use crate::resources::Resources;
 use crate::taints::Taint;
@@ -28,6 +29,12 @@ pub struct NodeSpec {
     /// `status.allocatable` (falling back to `status.capacity`): cpu
     /// millicores, memory bytes, pod slots, extended resources.
     pub allocatable: Resources,
+    /// `status.images`: every reported image name with its size in bytes
+    /// (empty when the kubelet reports none, e.g. `--node-status-max-images=0`).
+    /// Behind an `Arc` so the fields every Filter reads stay in the first
+    /// cache lines of the spec (an inline map would push
+    /// `unschedulable` a line further).
+    pub images: Arc<NodeImages>,
     /// The original object.
     pub node: Arc<Node>,
 }
@@ -46,7 +53,8 @@ impl NodeSpec {
     /// Compiles a `Node`.
     ///
     /// # Errors
-    /// [`NodeError`] for a missing name or a malformed allocatable quantity.
+    /// [`NodeError`] for a missing name, a malformed allocatable quantity or
+    /// a negative image size.
     pub fn from_node(node: Arc<Node>) -> Result<Self, NodeError> {
         let Some(name) = node.metadata.name.as_deref() else {
             return Err(NodeError {
@@ -71,6 +79,10 @@ impl NodeSpec {
             }
             (None, None) => Resources::default(),
         };
+        let images = match status.and_then(|s| s.images.as_deref()) {
+            Some(list) => Arc::new(node_images(list).map_err(err)?),
+            None => Arc::default(),
+        };
         let spec = node.spec.as_ref();
         Ok(NodeSpec {
             name: Arc::from(name),
@@ -81,6 +93,7 @@ impl NodeSpec {
                 .unwrap_or_default(),
             unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
             allocatable,
+            images,
             node,
         })
     }
@@ -335,6 +348,21 @@ mod tests {
         );
         assert!(!n.add_pod(p));
         assert_eq!(n.requested.milli_cpu, 0);
+    }
+
+    #[test]
+    fn reported_images_are_read_and_a_negative_size_names_node_and_field() {
+        let s = NodeBuilder::new("n1")
+            .image(&["gcr.io/40:latest", "gcr.io/40:v1"], 40 << 20)
+            .build_spec();
+        assert_eq!(s.images.len(), 2);
+        assert_eq!(s.images["gcr.io/40:v1"], 40 << 20);
+        let bad = NodeBuilder::new("n2").image(&["x:latest"], -3).build();
+        let e = NodeSpec::from_node(Arc::new(bad)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "node n2: status.images[0].sizeBytes: -3 must not be negative"
+        );
     }
 
     #[test]

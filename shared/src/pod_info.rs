@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 
+use crate::images;
 use crate::pod_affinity::PodAffinity;
 use crate::resources::{self, Resources};
 use crate::selector::{self, Selector, Term};
@@ -112,6 +113,10 @@ pub struct PodInfo {
     /// `spec.topologySpreadConstraints`, compiled (`matchLabelKeys` merged
     /// into the selectors), in spec order.
     pub topology_spread_constraints: Vec<TopologySpreadConstraint>,
+    /// One normalized image name per container, init containers first
+    /// (upstream ImageLocality counts both; see
+    /// [`images::normalized_image_name`]). Its length is the container count.
+    pub images: Vec<Arc<str>>,
     /// Online or batch pool.
     pub class: WorkloadClass,
     /// Succeeded or Failed: holds no resources.
@@ -248,6 +253,17 @@ impl PodInfo {
             "spec.topologySpreadConstraints",
         )
         .map_err(err)?;
+        let images = spec
+            .init_containers
+            .iter()
+            .flatten()
+            .chain(&spec.containers)
+            .map(|c| {
+                Arc::from(images::normalized_image_name(
+                    c.image.as_deref().unwrap_or(""),
+                ))
+            })
+            .collect();
 
         let terminal = matches!(
             pod.status.as_ref().and_then(|s| s.phase.as_deref()),
@@ -281,6 +297,7 @@ impl PodInfo {
             tolerations,
             host_ports,
             topology_spread_constraints,
+            images,
             class,
             terminal,
             key,
@@ -311,6 +328,26 @@ mod tests {
         assert_eq!(&*p.host_ports[0].ip, "0.0.0.0");
         assert_eq!(p.node_selector.get("disk").map(String::as_str), Some("ssd"));
         assert_eq!(p.class, WorkloadClass::Online);
+    }
+
+    #[test]
+    fn images_are_normalized_one_per_container_init_first() {
+        let p = PodBuilder::new("img")
+            .image("gcr.io/30")
+            .container("nginx:1.27")
+            .container("gcr.io/30")
+            .init_container("busybox@sha256:abc")
+            .build_info();
+        let got: Vec<&str> = p.images.iter().map(|i| &**i).collect();
+        assert_eq!(
+            got,
+            [
+                "busybox@sha256:abc",
+                "gcr.io/30:latest",
+                "nginx:1.27",
+                "gcr.io/30:latest"
+            ]
+        );
     }
 
     #[test]

@@ -5,10 +5,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{
-    Affinity, Container, ContainerPort, Node, NodeAffinity, NodeCondition, NodeSelector,
-    NodeSelectorRequirement, NodeSelectorTerm, NodeSpec as K8sNodeSpec, NodeStatus, Pod,
-    PodAffinity, PodAffinityTerm, PodAntiAffinity, PodSpec, PodStatus, PreferredSchedulingTerm,
-    ResourceRequirements, Taint, Toleration, TopologySpreadConstraint, WeightedPodAffinityTerm,
+    Affinity, Container, ContainerImage, ContainerPort, Node, NodeAffinity, NodeCondition,
+    NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, NodeSpec as K8sNodeSpec, NodeStatus,
+    Pod, PodAffinity, PodAffinityTerm, PodAntiAffinity, PodSpec, PodStatus,
+    PreferredSchedulingTerm, ResourceRequirements, Taint, Toleration, TopologySpreadConstraint,
+    WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
@@ -110,6 +111,21 @@ impl NodeBuilder {
         self
     }
 
+    /// Reports an image in `status.images`: its names and size in bytes.
+    #[must_use]
+    pub fn image(mut self, names: &[&str], size_bytes: i64) -> Self {
+        self.node
+            .status
+            .get_or_insert_with(Default::default)
+            .images
+            .get_or_insert_with(Vec::new)
+            .push(ContainerImage {
+                names: Some(names.iter().map(|n| (*n).to_owned()).collect()),
+                size_bytes: Some(size_bytes),
+            });
+        self
+    }
+
     /// Cordons the node (`spec.unschedulable: true`).
     #[must_use]
     pub fn unschedulable(mut self) -> Self {
@@ -202,6 +218,38 @@ impl PodBuilder {
     #[must_use]
     pub fn memory(self, q: &str) -> Self {
         self.request("memory", q)
+    }
+
+    /// Sets the first container's image.
+    #[must_use]
+    pub fn image(mut self, image: &str) -> Self {
+        self.spec().containers[0].image = Some(image.into());
+        self
+    }
+
+    /// Adds an app container (no requests) running `image`.
+    #[must_use]
+    pub fn container(mut self, image: &str) -> Self {
+        let n = self.spec().containers.len();
+        self.spec().containers.push(Container {
+            name: format!("c{n}"),
+            image: Some(image.into()),
+            ..Default::default()
+        });
+        self
+    }
+
+    /// Adds an init container (no requests) running `image`.
+    #[must_use]
+    pub fn init_container(mut self, image: &str) -> Self {
+        let list = self.spec().init_containers.get_or_insert_with(Vec::new);
+        let n = list.len();
+        list.push(Container {
+            name: format!("init{n}"),
+            image: Some(image.into()),
+            ..Default::default()
+        });
+        self
     }
 
     /// `spec.priority`.
@@ -430,7 +478,7 @@ fn requirement(key: &str, op: &str, values: &[&str]) -> NodeSelectorRequirement 
 }
 
 /// A [`SharedLister`] over a plain list of nodes and namespace labels, for
-/// plugin tests.
+/// plugin tests. `image_node_count` is the trait's default scan of the nodes.
 #[derive(Debug, Default, Clone)]
 pub struct FakeLister {
     /// The nodes, in the order `nodes()` returns them.

@@ -50,7 +50,11 @@ async fn a_worker_moves_to_the_next_replica_when_its_coordinator_steps_down() {
         c.pod("default", "a").is_some_and(|p| node_of(&p).is_some())
     })
     .await;
-    assert_eq!(first.coordinator.summary().bound_by_us, 1);
+    let c = first.coordinator.clone();
+    wait_until(STEP, "the first replica recording its bind", || {
+        c.summary().bound_by_us == 1
+    })
+    .await;
 
     // The first replica shuts down cleanly (ends the stream).
     first.shutdown().await;
@@ -67,9 +71,18 @@ async fn a_worker_moves_to_the_next_replica_when_its_coordinator_steps_down() {
         c.pod("default", "b").is_some_and(|p| node_of(&p).is_some())
     })
     .await;
-    assert_eq!(second.coordinator.summary().bound_by_us, 1);
+    let c = second.coordinator.clone();
+    wait_until(STEP, "the second replica recording its bind", || {
+        c.summary().bound_by_us == 1
+    })
+    .await;
     assert_eq!(stats.reconnects.load(Ordering::Relaxed), 1);
-    assert_eq!(stats.bound.load(Ordering::Relaxed), 2);
+    // The Binding is in the cluster before the worker reads the decision.
+    let st = stats.clone();
+    wait_until(STEP, "the worker counting both binds", || {
+        st.bound.load(Ordering::Relaxed) == 2
+    })
+    .await;
 
     token.cancel();
     within(STEP, "worker stopping", handle)

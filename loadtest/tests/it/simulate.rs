@@ -231,11 +231,17 @@ fn kubectl_snapshot_round_trips_through_simulate() {
     // analytics-db-1 (2 cpu, 4Gi): kind-worker2 2600 + 2000 > 4000 and
     //  4658 + 4096 Mi > 8148604Ki -> both reasons, Unschedulable. Only
     //  kind-worker fits: LeastAllocated cpu 3200/4000 -> 20, memory 5370Mi
-    //  -> 32: 26; Balanced cpu 3100/4000 = .775, memory 5170Mi = .6497,
-    //  std .0627 -> 93. Total 3*100 + 26 + 93 = 419.
+    //  -> 32: 26; Balanced (upstream 1.36: the change in balance,
+    //  50 + (50 + with - without) / 2): with the pod cpu 3100/4000 = .775,
+    //  memory 5170Mi = .6497, std .0627 -> 93; without it 1100/4000 = .275,
+    //  1074Mi = .135, std .07 -> 93: 50 + 50/2 = 75. Total 3*100 + 26 + 75 =
+    //  401.
     // web-...-pq8rs (500m, 512Mi): kind-worker now 3700/5882Mi for scoring
-    //  -> 7 and 26: 16; Balanced .9 vs .7140 -> 90; total 406.
-    //  kind-worker2: 3200/5370Mi -> 26; Balanced .775/.6497 -> 93; total 419.
+    //  -> 7 and 26: 16; Balanced with .9/.7140 -> 90, without .775/.6497 ->
+    //  93: 50 + 47/2 = 73; total 389.
+    //  kind-worker2: 3200/5370Mi -> 26; Balanced with .775/.6497 -> 93,
+    //  without 2600/4000 = .65, 4658Mi = .5854 -> 96: 50 + 47/2 = 73; total
+    //  399, the higher.
     // trainer-0: nodeSelector matches no node.
     let path = fixture("kubectl-get-nodes-pods.yaml");
     let objects = load(&path);
@@ -290,13 +296,13 @@ fn kubectl_snapshot_round_trips_through_simulate() {
         json!({"code": "UnschedulableAndUnresolvable", "plugin": "NodeUnschedulable",
                "reasons": ["node(s) were unschedulable"]})
     );
-    assert_scores(&db["nodes"]["kind-worker"], 100, 26, 93, 419);
+    assert_scores(&db["nodes"]["kind-worker"], 100, 26, 75, 401);
 
     let web = &results[1];
     assert_eq!(web["status"], "Scheduled");
     assert_eq!(web["node"], "kind-worker2");
-    assert_scores(&web["nodes"]["kind-worker"], 100, 16, 90, 406);
-    assert_scores(&web["nodes"]["kind-worker2"], 100, 26, 93, 419);
+    assert_scores(&web["nodes"]["kind-worker"], 100, 16, 73, 389);
+    assert_scores(&web["nodes"]["kind-worker2"], 100, 26, 73, 399);
 
     let trainer = &results[2];
     assert_eq!(trainer["status"], "Unschedulable");

@@ -33,6 +33,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use flotilla_shared::framework::ClusterEvent;
+use flotilla_shared::images::NodeImages;
 use flotilla_shared::node_info::Orphans;
 use flotilla_shared::{NodeInfo, NodeSpec, PodInfo, PodKey};
 
@@ -83,6 +84,11 @@ struct Inner {
     /// Namespace name → labels (for `namespaceSelector`), copied into
     /// snapshots as one Arc when it changes.
     namespaces: Arc<HashMap<String, BTreeMap<String, String>>>,
+    /// Image name → how many nodes report it in `status.images`
+    /// (ImageLocality's spread). Shared with snapshots as one Arc and
+    /// copied on write, so at most one copy is made per snapshot refresh;
+    /// a node update whose image names did not change leaves it alone.
+    images: Arc<HashMap<Arc<str>, usize>>,
 }
 
 impl Inner {
@@ -106,6 +112,24 @@ impl Inner {
         } else {
             self.orphans.park(node, pod);
             true
+        }
+    }
+
+    /// Counts (`add`) or uncounts a node's reported image names.
+    fn count_images(&mut self, images: &NodeImages, add: bool) {
+        if images.is_empty() {
+            return;
+        }
+        let counts = Arc::make_mut(&mut self.images);
+        for name in images.keys() {
+            if add {
+                *counts.entry(name.clone()).or_insert(0) += 1;
+            } else if let Some(c) = counts.get_mut(name) {
+                *c -= 1;
+                if *c == 0 {
+                    counts.remove(name);
+                }
+            }
         }
     }
 
@@ -150,6 +174,7 @@ impl NodeCache {
         let name = spec.name.clone();
         let spec = Arc::new(spec);
         let Some(old) = inner.nodes.get(&name).map(|n| n.spec.clone()) else {
+            inner.count_images(&spec.images, true);
             let mut info = NodeInfo::new(spec);
             for pod in inner.orphans.take(&name) {
                 info.add_pod(pod);
@@ -160,6 +185,12 @@ impl NodeCache {
             return vec![ClusterEvent::NodeAdded];
         };
         let events = node_change_events(&old, &spec);
+        let same_images = old.images.len() == spec.images.len()
+            && old.images.keys().all(|k| spec.images.contains_key(k));
+        if !same_images {
+            inner.count_images(&old.images, false);
+            inner.count_images(&spec.images, true);
+        }
         inner.touch(&name, |info| info.set_spec(spec));
         events
     }
@@ -170,6 +201,7 @@ impl NodeCache {
     pub fn remove_node(&self, name: &str) {
         let mut inner = self.inner.lock();
         if let Some(info) = inner.nodes.remove(name) {
+            inner.count_images(&info.spec.images, false);
             inner.recency.remove(&info.generation);
             inner.orphans.park_all(&info);
             inner.generation += 1;
@@ -320,6 +352,13 @@ impl NodeCache {
         self.inner.lock().pods.get(uid).map(|s| s.node.clone())
     }
 
+    /// How many nodes report image name `image` (what snapshots answer to
+    /// [`SharedLister::image_node_count`](flotilla_shared::framework::SharedLister::image_node_count)).
+    #[must_use]
+    pub fn image_node_count(&self, image: &str) -> usize {
+        self.inner.lock().images.get(image).copied().unwrap_or(0)
+    }
+
     /// A copy of one node's info (for tests and inspection).
     #[must_use]
     pub fn node(&self, name: &str) -> Option<Arc<NodeInfo>> {
@@ -335,6 +374,9 @@ impl NodeCache {
         let inner = self.inner.lock();
         if !Arc::ptr_eq(&snap.namespaces, &inner.namespaces) {
             snap.namespaces = inner.namespaces.clone();
+        }
+        if !Arc::ptr_eq(&snap.images, &inner.images) {
+            snap.images = inner.images.clone();
         }
         if snap.layout_generation != inner.layout_generation {
             snap.rebuild(&inner.nodes, &inner.partition, inner.generation);
@@ -507,6 +549,56 @@ mod tests {
         );
         let ev = c.upsert_node(NodeBuilder::new("n2").build_spec());
         assert_eq!(ev, vec![ClusterEvent::NodeAdded]);
+    }
+
+    #[test]
+    fn image_counts_follow_node_adds_updates_and_removals_into_snapshots() {
+        use flotilla_shared::framework::SharedLister;
+        let c = NodeCache::default();
+        let with = |name: &str, images: &[&[&str]]| {
+            images
+                .iter()
+                .fold(NodeBuilder::new(name), |b, names| b.image(names, 1 << 20))
+                .build_spec()
+        };
+        c.upsert_node(with("a", &[&["nginx:1", "nginx:latest"], &["redis:7"]]));
+        c.upsert_node(with("b", &[&["nginx:1"]]));
+        c.upsert_node(with("c", &[]));
+        let mut s = Snapshot::default();
+        c.update_snapshot(&mut s);
+        assert_eq!(s.image_node_count("nginx:1"), 2);
+        assert_eq!(s.image_node_count("nginx:latest"), 1);
+        assert_eq!(s.image_node_count("redis:7"), 1);
+        assert_eq!(s.image_node_count("absent:latest"), 0);
+
+        // b pulls redis and drops nginx; the old snapshot keeps its view.
+        c.upsert_node(with("b", &[&["redis:7"]]));
+        assert_eq!(s.image_node_count("nginx:1"), 2, "snapshot is stable");
+        c.update_snapshot(&mut s);
+        assert_eq!(s.image_node_count("nginx:1"), 1);
+        assert_eq!(s.image_node_count("redis:7"), 2);
+
+        // A status update with the same image names changes nothing.
+        let before = Arc::clone(&s.images);
+        c.upsert_node(with("b", &[&["redis:7"]]));
+        c.update_snapshot(&mut s);
+        assert!(Arc::ptr_eq(&before, &s.images), "no copy without a change");
+
+        c.remove_node("a");
+        c.update_snapshot(&mut s);
+        assert_eq!(s.image_node_count("nginx:1"), 0);
+        assert_eq!(s.image_node_count("nginx:latest"), 0);
+        assert_eq!(s.image_node_count("redis:7"), 1);
+        assert_eq!(c.image_node_count("redis:7"), 1);
+        // The snapshot's map agrees with a scan of its nodes (the trait default).
+        for image in ["nginx:1", "redis:7"] {
+            let scanned = s
+                .nodes()
+                .iter()
+                .filter(|n| n.spec.images.contains_key(image))
+                .count();
+            assert_eq!(s.image_node_count(image), scanned, "{image}");
+        }
     }
 
     #[test]

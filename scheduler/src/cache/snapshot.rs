@@ -20,6 +20,8 @@ pub struct Snapshot {
     pub layout_generation: u64,
     /// Namespace name → labels.
     pub(super) namespaces: Arc<HashMap<String, BTreeMap<String, String>>>,
+    /// Image name → number of nodes reporting it (shared with the cache).
+    pub(super) images: Arc<HashMap<Arc<str>, usize>>,
     /// Positions in `nodes` of the nodes with pods that have pod
     /// (anti-)affinity terms, ascending (upstream
     /// `havePodsWithAffinityNodeInfoList`).
@@ -139,6 +141,11 @@ impl SharedLister for Snapshot {
 
     fn namespace_labels(&self, namespace: &str) -> Option<&BTreeMap<String, String>> {
         self.namespaces.get(namespace)
+    }
+
+    /// O(1): the node cache keeps the counts.
+    fn image_node_count(&self, image: &str) -> usize {
+        self.images.get(image).copied().unwrap_or(0)
     }
 
     fn have_pods_with_affinity(&self) -> Vec<&Arc<NodeInfo>> {

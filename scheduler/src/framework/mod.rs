@@ -7,6 +7,7 @@ pub mod profile;
 pub mod profile_map;
 pub mod registry;
 pub mod runtime;
+pub mod validation;
 
 pub use args::decode_args;
 pub use profile::{

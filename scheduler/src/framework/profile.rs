@@ -97,6 +97,7 @@ pub fn default_multi_point() -> Vec<PluginRef> {
         (names::POD_TOPOLOGY_SPREAD, 2),
         (names::INTER_POD_AFFINITY, 2),
         (names::NODE_RESOURCES_BALANCED_ALLOCATION, 1),
+        (names::IMAGE_LOCALITY, 1),
         (names::DEFAULT_BINDER, 0),
     ]
     .into_iter()

@@ -10,13 +10,14 @@ use flotilla_shared::framework::{
 
 use crate::plugins::{
     default_binder::{self, DefaultBinder},
+    image_locality::ImageLocality,
     inter_pod_affinity::{InterPodAffinity, InterPodAffinityArgs},
     names,
     node_affinity::NodeAffinity,
     node_name::NodeName,
     node_ports::NodePorts,
-    node_resources_balanced_allocation::NodeResourcesBalancedAllocation,
-    node_resources_fit::NodeResourcesFit,
+    node_resources_balanced_allocation::{self, NodeResourcesBalancedAllocation},
+    node_resources_fit::{self, NodeResourcesFit},
     node_unschedulable::NodeUnschedulable,
     pod_topology_spread::PodTopologySpread,
     priority_sort::{self, PrioritySort},
@@ -235,8 +236,9 @@ impl Registry {
         add(
             &mut r,
             names::NODE_RESOURCES_FIT,
-            Arc::new(|_| {
-                let p = Arc::new(NodeResourcesFit::default());
+            Arc::new(|args| {
+                let args = super::decode_args(args, node_resources_fit::ARGS_KIND)?;
+                let p = Arc::new(NodeResourcesFit::from_args(&args)?);
                 Ok(PluginHandle::new(p.clone()).filter(p.clone()).score(p))
             }),
         );
@@ -255,9 +257,18 @@ impl Registry {
         add(
             &mut r,
             names::NODE_RESOURCES_BALANCED_ALLOCATION,
+            Arc::new(|args| {
+                let args = super::decode_args(args, node_resources_balanced_allocation::ARGS_KIND)?;
+                let p = Arc::new(NodeResourcesBalancedAllocation::from_args(&args)?);
+                Ok(PluginHandle::new(p.clone()).pre_score(p.clone()).score(p))
+            }),
+        );
+        add(
+            &mut r,
+            names::IMAGE_LOCALITY,
             Arc::new(|_| {
-                let p = Arc::new(NodeResourcesBalancedAllocation);
-                Ok(PluginHandle::new(p.clone()).score(p))
+                let p = Arc::new(ImageLocality);
+                Ok(PluginHandle::new(p.clone()).pre_score(p.clone()).score(p))
             }),
         );
         add(

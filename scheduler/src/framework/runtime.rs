@@ -592,10 +592,21 @@ impl Framework {
         let nodes = snap.nodes();
         let mut skipped_scores: Vec<&'static str> = Vec::new();
         if !self.pre_scores.is_empty() {
-            let feasible_nodes: Vec<Arc<NodeInfo>> =
-                feasible.iter().map(|&i| nodes[i].clone()).collect();
+            // The feasible nodes are usually a run of consecutive snapshot
+            // entries (the search walks the snapshot in order): hand that
+            // run over as is rather than cloning one Arc per node per cycle.
+            let owned: Vec<Arc<NodeInfo>>;
+            let feasible_nodes: &[Arc<NodeInfo>] = match feasible.first() {
+                Some(&first) if feasible.windows(2).all(|w| w[1] == w[0] + 1) => {
+                    &nodes[first..first + feasible.len()]
+                }
+                _ => {
+                    owned = feasible.iter().map(|&i| nodes[i].clone()).collect();
+                    &owned
+                }
+            };
             for p in &self.pre_scores {
-                let st = p.pre_score(state, pod, &feasible_nodes, snap);
+                let st = p.pre_score(state, pod, feasible_nodes, snap);
                 match st.code {
                     Code::Success => {}
                     Code::Skip => skipped_scores.push(p.name()),

@@ -11,10 +11,13 @@
 //! | [`TaintToleration`] | | `NoSchedule` / `NoExecute` taints | untolerated `PreferNoSchedule` taints (3) | reverse | `NodeAdded`, `NodeTaintChanged` |
 //! | [`NodeAffinity`] | `metadata.name` pins → node set; `Skip` without constraints | `addedAffinity`, `nodeSelector` + required affinity | preferred term weights, `addedAffinity`'s too (2) | default | `NodeAdded`, `NodeLabelChanged` |
 //! | [`NodePorts`] | | host ports (`shared::fit`) | | | `NodeAdded`, `AssignedPodDeleted` |
-//! | [`NodeResourcesFit`] | | requests (`shared::fit`) | `LeastAllocated` cpu/memory (1) | none | `NodeAdded`, `NodeAllocatableGrew`, `AssignedPodDeleted` |
+//! | [`NodeResourcesFit`] | | requests (`shared::fit`), minus ignored extended resources | `LeastAllocated` / `MostAllocated` / `RequestedToCapacityRatio` over weighted resources (1) | none | `NodeAdded`, `NodeAllocatableGrew`, `AssignedPodDeleted` |
 //! | [`PodTopologySpread`] | hard constraints counted per domain; `Skip` without them | `maxSkew` / `minDomains` per hard constraint, missing topology key | soft constraints: matching pods per domain × ln(domains + 2) (2); `Skip` without them | reverse min-max, nodes lacking a key 0 | `NodeAdded`, `NodeLabelChanged`, `NodeTaintChanged`, `AssignedPodAdded`, `AssignedPodDeleted` |
 //! | [`InterPodAffinity`] | topology-pair counts of matching pods; `Skip` when nothing applies | required pod affinity / anti-affinity, existing pods' anti-affinity | preferred terms both ways + existing required affinity (2) | min-max | `NodeAdded`, `NodeLabelChanged`, `AssignedPodAdded`, `AssignedPodDeleted` |
-//! | [`NodeResourcesBalancedAllocation`] | | | cpu/memory balance (1) | none | none (rejects nothing) |
+//! | [`NodeResourcesBalancedAllocation`] | | | change in resource balance (1); PreScore `Skip` for pods requesting none of the resources | none | none (rejects nothing) |
+//! | [`ImageLocality`] | | | size × spread of the pod's images on the node (1); PreScore `Skip` when no node has them | none | none (rejects nothing) |
+//!
+//! [`resource_allocation`] holds what the two resource score plugins share.
 //!
 //! `PodTopologySpread` default constraints (`defaultingType: System` or a
 //! `List`) apply upstream only with a selector built from the Services /
@@ -27,6 +30,7 @@
 //! weight ([`DEFAULT_SCORE_WEIGHTS`], upstream `default_plugins.go`) and sums.
 
 pub mod default_binder;
+pub mod image_locality;
 pub mod inter_pod_affinity;
 pub mod names;
 pub mod node_affinity;
@@ -37,9 +41,11 @@ pub mod node_resources_fit;
 pub mod node_unschedulable;
 pub mod pod_topology_spread;
 pub mod priority_sort;
+pub mod resource_allocation;
 pub mod taint_toleration;
 
 pub use default_binder::DefaultBinder;
+pub use image_locality::ImageLocality;
 pub use inter_pod_affinity::InterPodAffinity;
 pub use node_affinity::NodeAffinity;
 pub use node_name::NodeName;
@@ -60,6 +66,7 @@ pub const DEFAULT_SCORE_WEIGHTS: &[(&str, i64)] = &[
     (names::POD_TOPOLOGY_SPREAD, 2),
     (names::INTER_POD_AFFINITY, 2),
     (names::NODE_RESOURCES_BALANCED_ALLOCATION, 1),
+    (names::IMAGE_LOCALITY, 1),
 ];
 
 #[cfg(test)]
@@ -70,13 +77,14 @@ mod tests {
     #[test]
     fn default_weights_cover_exactly_the_score_plugins() {
         let pts = PodTopologySpread::new();
-        let score_plugins: [&dyn ScorePlugin; 6] = [
+        let score_plugins: [&dyn ScorePlugin; 7] = [
             &TaintToleration,
             &NodeAffinity::new(),
             &NodeResourcesFit::new(),
             &pts,
             &InterPodAffinity::default(),
-            &NodeResourcesBalancedAllocation,
+            &NodeResourcesBalancedAllocation::new(),
+            &ImageLocality,
         ];
         assert_eq!(DEFAULT_SCORE_WEIGHTS.len(), score_plugins.len());
         for p in score_plugins {
@@ -98,12 +106,13 @@ mod tests {
         assert_eq!(weight("InterPodAffinity"), Some(2));
         assert_eq!(weight("NodeResourcesBalancedAllocation"), Some(1));
         assert_eq!(weight("PodTopologySpread"), Some(2));
+        assert_eq!(weight("ImageLocality"), Some(1));
     }
 
     #[test]
     fn plugin_names_are_the_registry_names() {
         let pts = PodTopologySpread::new();
-        let all: [&dyn Plugin; 9] = [
+        let all: [&dyn Plugin; 10] = [
             &NodeUnschedulable,
             &NodeName,
             &TaintToleration,
@@ -112,7 +121,8 @@ mod tests {
             &NodeResourcesFit::new(),
             &pts,
             &InterPodAffinity::default(),
-            &NodeResourcesBalancedAllocation,
+            &NodeResourcesBalancedAllocation::new(),
+            &ImageLocality,
         ];
         let got: Vec<&str> = all.iter().map(|p| p.name()).collect();
         assert_eq!(
@@ -127,6 +137,7 @@ mod tests {
                 names::POD_TOPOLOGY_SPREAD,
                 names::INTER_POD_AFFINITY,
                 names::NODE_RESOURCES_BALANCED_ALLOCATION,
+                names::IMAGE_LOCALITY,
             ]
         );
     }

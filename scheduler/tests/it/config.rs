@@ -198,7 +198,8 @@ profiles:
             ("TaintToleration", 3),
             ("NodeAffinity", 2),
             ("PodTopologySpread", 2),
-            ("InterPodAffinity", 2)
+            ("InterPodAffinity", 2),
+            ("ImageLocality", 1)
         ],
         "the score entry comes first with its weight; BalancedAllocation disabled"
     );
@@ -310,7 +311,8 @@ fn disabling_a_default_score_plugin_removes_it_from_score_only() {
             ("NodeAffinity", 2),
             ("NodeResourcesFit", 1),
             ("PodTopologySpread", 2),
-            ("InterPodAffinity", 2)
+            ("InterPodAffinity", 2),
+            ("ImageLocality", 1)
         ]
     );
     assert!(
@@ -349,7 +351,8 @@ fn re_enabling_a_default_keeps_its_position_and_takes_the_new_weight() {
             ("NodeResourcesFit", 10),
             ("PodTopologySpread", 2),
             ("InterPodAffinity", 2),
-            ("NodeResourcesBalancedAllocation", 1)
+            ("NodeResourcesBalancedAllocation", 1),
+            ("ImageLocality", 1)
         ]
     );
     // Upstream replaces the default entry by the user's: without a weight
@@ -401,7 +404,8 @@ fn a_weight_at_score_beats_multi_point_and_runs_first() {
             ("NodeResourcesFit", 1),
             ("PodTopologySpread", 2),
             ("InterPodAffinity", 2),
-            ("NodeResourcesBalancedAllocation", 1)
+            ("NodeResourcesBalancedAllocation", 1),
+            ("ImageLocality", 1)
         ]
     );
     // multiPoint still places NodeAffinity at its other points.
@@ -456,25 +460,19 @@ fn a_plugin_at_a_point_it_does_not_implement_is_refused() {
 }
 
 #[test]
-fn upstream_plugins_flotilla_lacks_may_be_disabled_but_not_enabled() {
+fn disabling_upstream_plugins_is_always_accepted() {
+    // ImageLocality is Flotilla's; EBSLimits is an upstream name removed
+    // from v1 (nothing to run either way).
     let cfg = parse(
         "profiles:\n- plugins:\n    score:\n      disabled:\n      - name: ImageLocality\n      - name: EBSLimits\n",
     )
     .expect("disabling upstream plugins is always fine");
-    assert_eq!(
-        framework(&cfg, 0).score_weights(),
-        framework(&SchedulerConfig::default(), 0).score_weights()
-    );
-    if !Registry::in_tree().names().contains(&"ImageLocality") {
-        let e = refused(
-            "profiles:\n- plugins:\n    score:\n      enabled:\n      - name: ImageLocality\n",
-        );
-        assert_eq!(e.path(), "profiles[0].plugins.score.enabled[0].name");
-        assert_eq!(
-            e.message(),
-            "unknown plugin \"ImageLocality\" (an upstream plugin Flotilla does not have yet)"
-        );
-    }
+    let want: Vec<(&str, i64)> = framework(&SchedulerConfig::default(), 0)
+        .score_weights()
+        .into_iter()
+        .filter(|(n, _)| *n != "ImageLocality")
+        .collect();
+    assert_eq!(framework(&cfg, 0).score_weights(), want);
 }
 
 #[test]

@@ -5,6 +5,8 @@
 mod adaptive_search;
 mod config;
 mod fit_error;
+mod fit_strategies;
+mod image_locality;
 mod inter_pod_affinity;
 mod node_cache;
 mod partition;

@@ -160,6 +160,18 @@ pub trait SharedLister: Sync {
             .filter(|n| !n.pods_with_required_anti_affinity.is_empty())
             .collect()
     }
+
+    /// How many nodes of the snapshot report the image name `image` (exactly
+    /// as in `status.images`), for ImageLocality's spread (upstream
+    /// `ImageStateSummary.NumNodes`). This default scans every node,
+    /// O(nodes); the scheduler's snapshot answers from a map its node cache
+    /// maintains.
+    fn image_node_count(&self, image: &str) -> usize {
+        self.nodes()
+            .iter()
+            .filter(|n| n.spec.images.contains_key(image))
+            .count()
+    }
 }
 
 /// Common to every plugin.
