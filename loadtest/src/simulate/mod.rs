@@ -3,8 +3,8 @@
 //! without gRPC or a cluster.
 //!
 //! The input is a [`ClusterObjects`] from any source (a file through
-//! [`crate::workload::load_cluster_objects`] today; a live cluster's lists
-//! later), and the profiles to run (`&[Profile]`, one
+//! [`crate::workload::load_cluster_objects`], or a live cluster's lists
+//! through [`live::read_cluster`], read-only), and the profiles to run (`&[Profile]`, one
 //! [`Framework`] each, selected by the pods' `spec.schedulerName`).
 //!
 //! # The simulated cluster
@@ -37,6 +37,7 @@
 //! [`explain`] runs one cycle for one pod against the cluster as the input
 //! shows it: bound pods only, no other pending pod placed first.
 
+pub mod live;
 pub mod output;
 pub mod priority;
 
