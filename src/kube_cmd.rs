@@ -86,7 +86,11 @@ impl ReadSourceArgs {
 }
 
 /// `--kubeconfig FILE`, else `--in-cluster`, else `--kube`, else none.
-fn config_source(kubeconfig: Option<&PathBuf>, in_cluster: bool, kube: bool) -> Option<ConfigSource> {
+fn config_source(
+    kubeconfig: Option<&PathBuf>,
+    in_cluster: bool,
+    kube: bool,
+) -> Option<ConfigSource> {
     if let Some(p) = kubeconfig {
         Some(ConfigSource::Kubeconfig(p.clone()))
     } else if in_cluster {

@@ -134,12 +134,13 @@ pub struct LiveCluster {
 /// Reads Nodes, Pods, Namespaces, PriorityClasses and, when served,
 /// PodDisruptionBudgets and PodGroups from the API server behind `client`
 /// (see the module docs), with `GET` requests only. `server` is the
-/// server's URL, for names and messages.
+/// server's URL, for names and messages (a trailing `/` is dropped).
 ///
 /// # Errors
 /// [`LiveError::List`] when a required list (or any page of it) fails;
 /// [`LiveError::Invalid`] for the first object that is not valid input.
 pub async fn read_cluster(client: &Client, server: &str) -> Result<LiveCluster, LiveError> {
+    let server = server.trim_end_matches('/');
     let name = format!("cluster {server}");
     let mut documents = Vec::new();
     let mut notes = Vec::new();

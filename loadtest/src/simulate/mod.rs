@@ -4,8 +4,9 @@
 //!
 //! The input is a [`ClusterObjects`] from any source (a file through
 //! [`crate::workload::load_cluster_objects`], or a live cluster's lists
-//! through [`live::read_cluster`], read-only), and the profiles to run (`&[Profile]`, one
-//! [`Framework`] each, selected by the pods' `spec.schedulerName`).
+//! through [`live::read_cluster`], read-only), and the profiles to run
+//! (`&[Profile]`, one [`Framework`] each, selected by the pods'
+//! `spec.schedulerName`).
 //!
 //! # The simulated cluster
 //! - Every Node goes into a [`NodeCache`]; every pod with `spec.nodeName` is

@@ -33,6 +33,8 @@ impl Log {
 }
 
 const SERVER: &str = "https://10.0.0.1:6443";
+/// What kube gives as the cluster URL (with a trailing `/`).
+const SERVER_URL: &str = "https://10.0.0.1:6443/";
 
 fn respond(code: u16, body: &Value) -> Response<Body> {
     Response::builder()
@@ -143,7 +145,9 @@ fn cluster_route(path: &str, query: &str) -> (u16, Value) {
             list(
                 "NamespaceList",
                 "v1",
-                &[json!({"metadata": {"name": "team", "labels": {"kubernetes.io/metadata.name": "team"}}})],
+                &[
+                    json!({"metadata": {"name": "team", "labels": {"kubernetes.io/metadata.name": "team"}}}),
+                ],
                 None,
             ),
         ),
@@ -168,14 +172,21 @@ fn cluster_route(path: &str, query: &str) -> (u16, Value) {
             ),
         ),
         // What kube-apiserver answers for a group it does not serve.
-        _ => (404, status(404, "NotFound", "the server could not find the requested resource")),
+        _ => (
+            404,
+            status(
+                404,
+                "NotFound",
+                "the server could not find the requested resource",
+            ),
+        ),
     }
 }
 
 #[tokio::test]
 async fn reads_every_kind_with_get_lists_only() {
     let (client, log, server) = api_server(cluster_route);
-    let live = read_cluster(&client, SERVER).await.expect("read");
+    let live = read_cluster(&client, SERVER_URL).await.expect("read");
     drop(client);
     server.await.expect("mock server");
     let requests = log.take();
@@ -199,7 +210,11 @@ async fn reads_every_kind_with_get_lists_only() {
     );
     // Pages of PAGE_SIZE; the second page asked with the continue token.
     assert!(requests[0].1.contains("limit=500"), "{}", requests[0].1);
-    assert!(requests[1].1.contains("continue=page-2"), "{}", requests[1].1);
+    assert!(
+        requests[1].1.contains("continue=page-2"),
+        "{}",
+        requests[1].1
+    );
 
     let o = &live.objects;
     assert_eq!(o.name, "cluster https://10.0.0.1:6443");
@@ -228,7 +243,7 @@ async fn reads_every_kind_with_get_lists_only() {
 #[tokio::test]
 async fn explain_and_simulate_run_on_what_was_read() {
     let (client, _log, server) = api_server(cluster_route);
-    let live = read_cluster(&client, SERVER).await.expect("read");
+    let live = read_cluster(&client, SERVER_URL).await.expect("read");
     drop(client);
     server.await.expect("mock server");
     let profiles = [Profile::default()];
@@ -264,13 +279,12 @@ async fn explain_and_simulate_run_on_what_was_read() {
 #[tokio::test]
 async fn a_bad_object_names_the_object_and_field() {
     let (client, log, server) = api_server(|path, query| match path {
-        "/api/v1/nodes" => (
-            200,
-            list("NodeList", "v1", &[node("n1", "2 cores")], None),
-        ),
+        "/api/v1/nodes" => (200, list("NodeList", "v1", &[node("n1", "2 cores")], None)),
         _ => cluster_route(path, query),
     });
-    let err = read_cluster(&client, SERVER).await.expect_err("bad node");
+    let err = read_cluster(&client, SERVER_URL)
+        .await
+        .expect_err("bad node");
     drop(client);
     server.await.expect("mock server");
     assert_read_only(&log.take());
@@ -294,7 +308,9 @@ async fn a_required_list_failing_is_an_error_naming_the_resource() {
         ),
         _ => cluster_route(path, query),
     });
-    let err = read_cluster(&client, SERVER).await.expect_err("forbidden");
+    let err = read_cluster(&client, SERVER_URL)
+        .await
+        .expect_err("forbidden");
     drop(client);
     server.await.expect("mock server");
     let requests = log.take();
@@ -312,17 +328,20 @@ async fn optional_kinds_not_served_or_forbidden_are_skipped_with_a_note() {
     let (client, log, server) = api_server(|path, query| match path {
         // A 1.20 server: no policy/v1 (404, plain text as kube-apiserver).
         "/apis/policy/v1" => (404, json!("404 page not found")),
-        "/apis/scheduling.x-k8s.io/v1alpha1" => (
-            200,
-            resources("scheduling.x-k8s.io/v1alpha1", "podgroups"),
-        ),
+        "/apis/scheduling.x-k8s.io/v1alpha1" => {
+            (200, resources("scheduling.x-k8s.io/v1alpha1", "podgroups"))
+        }
         "/apis/scheduling.x-k8s.io/v1alpha1/podgroups" => (
             403,
-            status(403, "Forbidden", "podgroups.scheduling.x-k8s.io is forbidden"),
+            status(
+                403,
+                "Forbidden",
+                "podgroups.scheduling.x-k8s.io is forbidden",
+            ),
         ),
         _ => cluster_route(path, query),
     });
-    let live = read_cluster(&client, SERVER).await.expect("read");
+    let live = read_cluster(&client, SERVER_URL).await.expect("read");
     drop(client);
     server.await.expect("mock server");
     let requests = log.take();
@@ -339,7 +358,9 @@ async fn optional_kinds_not_served_or_forbidden_are_skipped_with_a_note() {
     assert_eq!(
         live.notes,
         [
-            format!("PodDisruptionBudgets skipped: policy/v1 poddisruptionbudgets is not served by {SERVER}"),
+            format!(
+                "PodDisruptionBudgets skipped: policy/v1 poddisruptionbudgets is not served by {SERVER}"
+            ),
             format!(
                 "PodGroups skipped: cannot list scheduling.x-k8s.io/v1alpha1 podgroups from {SERVER}: \
                  HTTP 403 Forbidden: podgroups.scheduling.x-k8s.io is forbidden"
