@@ -48,15 +48,57 @@ impl ClusterArgs {
     /// The config source, when a real cluster was asked for.
     #[must_use]
     pub fn source(&self) -> Option<ConfigSource> {
-        if let Some(p) = &self.kubeconfig {
-            Some(ConfigSource::Kubeconfig(p.clone()))
-        } else if self.in_cluster {
-            Some(ConfigSource::InCluster)
-        } else if self.kube {
-            Some(ConfigSource::Infer)
-        } else {
-            None
-        }
+        config_source(self.kubeconfig.as_ref(), self.in_cluster, self.kube)
+    }
+}
+
+/// Where `simulate` / `explain` read the cluster: exactly one of a file
+/// (`--cluster`) or a live API server (`--kubeconfig`, `--in-cluster`,
+/// `--kube`), which is only read (lists, never a watch or a write).
+/// clap refuses none or two of them with a usage error.
+#[derive(Args, Debug, Clone, Default)]
+#[group(id = "cluster_source", required = true, multiple = false)]
+pub struct ReadSourceArgs {
+    /// Cluster objects (YAML or JSON List, or multi-document YAML).
+    #[arg(long, value_name = "FILE")]
+    pub cluster: Option<PathBuf>,
+    /// Read the live cluster of this kubeconfig (its current context),
+    /// read-only: GET lists of Nodes, Pods, Namespaces, PriorityClasses,
+    /// PodDisruptionBudgets and PodGroups, nothing written.
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Read the live cluster this pod runs in (service-account config),
+    /// read-only.
+    #[arg(long)]
+    pub in_cluster: bool,
+    /// Read the live cluster kube finds (`KUBECONFIG`, else
+    /// `~/.kube/config`, else in-cluster), read-only.
+    #[arg(long)]
+    pub kube: bool,
+}
+
+impl ReadSourceArgs {
+    /// The live cluster's config source; `None` for `--cluster FILE`.
+    #[must_use]
+    pub fn live(&self) -> Option<ConfigSource> {
+        config_source(self.kubeconfig.as_ref(), self.in_cluster, self.kube)
+    }
+}
+
+/// `--kubeconfig FILE`, else `--in-cluster`, else `--kube`, else none.
+fn config_source(
+    kubeconfig: Option<&PathBuf>,
+    in_cluster: bool,
+    kube: bool,
+) -> Option<ConfigSource> {
+    if let Some(p) = kubeconfig {
+        Some(ConfigSource::Kubeconfig(p.clone()))
+    } else if in_cluster {
+        Some(ConfigSource::InCluster)
+    } else if kube {
+        Some(ConfigSource::Infer)
+    } else {
+        None
     }
 }
 

@@ -12,7 +12,8 @@
 //! (`flotilla_scheduler::config`); a bad one stops the process with exit 1.
 //!
 //! `run` and `coordinator` schedule a real cluster instead with
-//! `--kubeconfig FILE`, `--in-cluster` or `--kube` (see `kube_cmd`).
+//! `--kubeconfig FILE`, `--in-cluster` or `--kube` (see `kube_cmd`);
+//! `simulate` and `explain` read one with the same flags, read-only.
 
 mod kube_cmd;
 
@@ -70,9 +71,17 @@ const SIMULATE_ABOUT: &str = "\
 Schedule a cluster's pending pods in-process, with the plugin code the workers
 run, and show for each pod every node's filter result and every plugin's score.
 
-Input (--cluster FILE): YAML or JSON; a v1 List (what `kubectl get
-nodes,pods,namespaces,priorityclasses,pdb -A -o yaml` writes), typed lists, or
-multi-document YAML. Nodes and Pods (bound ones have spec.nodeName) make the
+Input, exactly one of:
+  --cluster FILE  YAML or JSON; a v1 List (what `kubectl get
+                  nodes,pods,namespaces,priorityclasses,pdb -A -o yaml`
+                  writes), typed lists, or multi-document YAML.
+  --kubeconfig FILE, --in-cluster or --kube
+                  a live cluster, read-only: GET lists (in pages of 500) of
+                  the same kinds, never a watch or a write; nothing in the
+                  cluster changes. PodDisruptionBudgets (policy/v1) and
+                  PodGroups are skipped with a note when the server does not
+                  serve them or they may not be listed.
+Nodes and Pods (bound ones have spec.nodeName) make the
 cluster; Namespaces feed namespaceSelectors; PriorityClasses resolve
 spec.priorityClassName when spec.priority is unset (globalDefault honoured; a
 missing class is an Error result for that pod). PodDisruptionBudgets and
@@ -89,18 +98,22 @@ terminal or deleting pods are listed as skipped on stderr. Profiles: those of
 as upstream does.
 
 Exit status: 0 done (whatever the pods' outcomes); 1 unreadable or invalid
-input; 2 bad command line.";
+input, or an unreachable or refusing API server; 2 bad command line.";
 
 const EXPLAIN_ABOUT: &str = "\
-Explain one pod against the cluster as the file shows it: bound pods only (other
-pending pods are not placed first). Prints each node with the plugin that
-rejected it and why, the scores of the feasible nodes (per plugin and total),
-the node it would pick, or the FitError line if it fits nowhere. Input as for
-`flotilla simulate`. Reading a live cluster (--kubeconfig, read-only) is
-pending: it comes with the Kubernetes backend.
+Explain one pod against the cluster as the input shows it: bound pods only
+(other pending pods are not placed first). Prints each node with the plugin
+that rejected it and why, the scores of the feasible nodes (per plugin and
+total), the node it would pick, or the FitError line if it fits nowhere.
 
-Exit status: 0 explained; 1 unreadable or invalid input, unknown pod, or a pod
-whose schedulerName has no profile; 2 bad command line.";
+Input as for `flotilla simulate`: exactly one of --cluster FILE or a live
+cluster (--kubeconfig FILE, --in-cluster or --kube). A live cluster is only
+read (GET lists; never a watch, a binding, a status patch or an Event), so
+the pod and everything else stay as they are.
+
+Exit status: 0 explained; 1 unreadable or invalid input (or an unreachable or
+refusing API server), unknown pod, or a pod whose schedulerName has no
+profile; 2 bad command line.";
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
 enum SimulateOutput {
@@ -114,9 +127,8 @@ enum SimulateOutput {
 struct SimulateArgs {
     #[command(flatten)]
     sched: ConfigArgs,
-    /// Cluster objects (YAML or JSON List, or multi-document YAML).
-    #[arg(long, value_name = "FILE")]
-    cluster: PathBuf,
+    #[command(flatten)]
+    source: kube_cmd::ReadSourceArgs,
     /// Format on stdout.
     #[arg(long, value_enum, default_value_t = SimulateOutput::Table)]
     output: SimulateOutput,
@@ -129,9 +141,8 @@ struct ExplainArgs {
     pod: String,
     #[command(flatten)]
     sched: ConfigArgs,
-    /// Cluster objects (YAML or JSON List, or multi-document YAML).
-    #[arg(long, value_name = "FILE")]
-    cluster: PathBuf,
+    #[command(flatten)]
+    source: kube_cmd::ReadSourceArgs,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
@@ -434,10 +445,26 @@ async fn worker(args: WorkerArgs, sched: SchedulerConfig) -> anyhow::Result<Exit
     Ok(ExitCode::SUCCESS)
 }
 
-/// Loads `--cluster` for simulate/explain, printing warnings and a summary
+/// Loads the cluster for simulate/explain, from `--cluster FILE` or,
+/// read-only, from a live API server; prints warnings, notes and a summary
 /// on stderr. Bad objects are errors (exit 1).
-fn load_cluster(path: &std::path::Path) -> anyhow::Result<workload::ClusterObjects> {
-    let objects = workload::load_cluster_objects(path, OnBadInput::Fail)?;
+async fn load_cluster(
+    source: &kube_cmd::ReadSourceArgs,
+) -> anyhow::Result<workload::ClusterObjects> {
+    let objects = match (&source.cluster, source.live()) {
+        (Some(path), _) => workload::load_cluster_objects(path, OnBadInput::Fail)?,
+        (None, Some(live)) => {
+            let (client, url) = flotilla_coordinator::cluster::kube::client(&live)
+                .await
+                .context("connecting to the Kubernetes API server")?;
+            let read = simulate::live::read_cluster(&client, &url).await?;
+            for note in &read.notes {
+                eprintln!("note: {note}");
+            }
+            read.objects
+        }
+        (None, None) => bail!("give --cluster FILE, --kubeconfig FILE, --in-cluster or --kube"),
+    };
     for warning in &objects.warnings {
         eprintln!("warning: {warning}");
     }
@@ -445,8 +472,8 @@ fn load_cluster(path: &std::path::Path) -> anyhow::Result<workload::ClusterObjec
     Ok(objects)
 }
 
-fn simulate_cmd(args: &SimulateArgs, sched: &SchedulerConfig) -> anyhow::Result<ExitCode> {
-    let objects = load_cluster(&args.cluster)?;
+async fn simulate_cmd(args: &SimulateArgs, sched: &SchedulerConfig) -> anyhow::Result<ExitCode> {
+    let objects = load_cluster(&args.source).await?;
     let sim = simulate::simulate(&objects, &sched.profiles, &Registry::in_tree())?;
     for note in &sim.notes {
         eprintln!("note: {note}");
@@ -461,13 +488,14 @@ fn simulate_cmd(args: &SimulateArgs, sched: &SchedulerConfig) -> anyhow::Result<
     Ok(ExitCode::SUCCESS)
 }
 
-fn explain_cmd(args: &ExplainArgs, sched: &SchedulerConfig) -> anyhow::Result<ExitCode> {
-    let objects = load_cluster(&args.cluster)?;
+async fn explain_cmd(args: &ExplainArgs, sched: &SchedulerConfig) -> anyhow::Result<ExitCode> {
+    let objects = load_cluster(&args.source).await?;
     let e = simulate::explain(&objects, &sched.profiles, &Registry::in_tree(), &args.pod)?;
-    print!(
-        "{}",
-        simulate::output::explain_text(&e, &args.cluster.display().to_string())
-    );
+    let source = match &args.source.cluster {
+        Some(path) => path.display().to_string(),
+        None => objects.name.clone(),
+    };
+    print!("{}", simulate::output::explain_text(&e, &source));
     Ok(ExitCode::SUCCESS)
 }
 
@@ -589,8 +617,8 @@ fn main() -> ExitCode {
                 run_job(&a.workload, &a.report, cfg).await
             }
             Command::Worker(a) => worker(a, sched).await,
-            Command::Simulate(a) => simulate_cmd(&a, &sched),
-            Command::Explain(a) => explain_cmd(&a, &sched),
+            Command::Simulate(a) => simulate_cmd(&a, &sched).await,
+            Command::Explain(a) => explain_cmd(&a, &sched).await,
         }
     });
     match result {

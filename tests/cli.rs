@@ -251,7 +251,74 @@ fn bad_command_lines_exit_2() {
 }
 
 #[test]
-fn help_says_what_is_read_and_what_is_pending() {
+fn exactly_one_cluster_source_is_a_usage_rule() {
+    let small = fixture("simulate-small.yaml");
+    let small = small.to_str().expect("path");
+    // (args, what stderr names)
+    let cases: [(&[&str], &str); 5] = [
+        (
+            &["explain", "default/web-1"],
+            "--cluster <FILE>|--kubeconfig <FILE>|--in-cluster|--kube",
+        ),
+        (
+            &["simulate"],
+            "--cluster <FILE>|--kubeconfig <FILE>|--in-cluster|--kube",
+        ),
+        (
+            &[
+                "explain",
+                "default/web-1",
+                "--cluster",
+                small,
+                "--kubeconfig",
+                small,
+            ],
+            "cannot be used with",
+        ),
+        (
+            &["simulate", "--kube", "--in-cluster"],
+            "cannot be used with",
+        ),
+        // Flags of `run` that make no sense for a read.
+        (
+            &[
+                "explain",
+                "default/web-1",
+                "--kube",
+                "--exit-when-idle",
+                "5",
+            ],
+            "--exit-when-idle",
+        ),
+    ];
+    for (args, want) in cases {
+        let o = flotilla(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(want), "{args:?}: {}", stderr(&o));
+    }
+}
+
+#[test]
+fn an_unreadable_kubeconfig_exits_1_naming_it() {
+    let o = flotilla(&[
+        "explain",
+        "default/web-1",
+        "--kubeconfig",
+        "/nonexistent/kubeconfig",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(
+            "error: connecting to the Kubernetes API server: kubeconfig /nonexistent/kubeconfig"
+        ),
+        "{}",
+        stderr(&o)
+    );
+    assert!(stdout(&o).is_empty(), "{}", stdout(&o));
+}
+
+#[test]
+fn help_says_what_is_read_and_that_a_live_cluster_is_only_read() {
     let o = flotilla(&["simulate", "--help"]);
     assert_eq!(o.status.code(), Some(0));
     let help = stdout(&o).replace('\n', " ");
@@ -263,5 +330,10 @@ fn help_says_what_is_read_and_what_is_pending() {
     assert_eq!(o.status.code(), Some(0));
     let help = stdout(&o).replace('\n', " ");
     assert!(help.contains("--kubeconfig"), "{help}");
-    assert!(help.contains("is pending"), "{help}");
+    assert!(help.contains("--in-cluster"), "{help}");
+    assert!(
+        help.contains("A live cluster is only read (GET lists; never a watch, a binding, a status patch or an Event)"),
+        "{help}"
+    );
+    assert!(!help.contains("pending: it comes"), "{help}");
 }

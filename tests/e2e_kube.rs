@@ -7,7 +7,9 @@
 //! `schedulerName` untouched; one Lease holder, the standby not listening;
 //! SIGKILL of the leader → the standby takes over; the Lease taken by
 //! someone else → the leader exits 5; a new replica leads and the workers
-//! find it; SIGTERM → the Lease is released.
+//! find it; SIGTERM → the Lease is released. A second test runs `flotilla
+//! explain` / `simulate --kubeconfig` on a pod that fits nowhere and checks
+//! they name the rejecting plugin and the FitError line and write nothing.
 //!
 //! Runs only when `KUBECONFIG` is set (otherwise it says why and passes):
 //! `.ci/e2e-kube` starts a throwaway kube-apiserver + etcd and runs it; see
@@ -628,6 +630,207 @@ async fn scenario(kubeconfig: &Path) {
     drop(procs);
 
     // Clean up what can be (the lab has no namespace controller).
+    let force = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..DeleteParams::default()
+    };
+    let _ = pods.delete_collection(&force, &ListParams::default()).await;
+    for n in &node_names {
+        let _ = nodes.delete(n, &DeleteParams::default()).await;
+    }
+    let _ = namespaces.delete(&ns, &DeleteParams::default()).await;
+}
+
+/// `flotilla explain` / `simulate` with `--kubeconfig` on a pod that fits
+/// nowhere: the output names the rejecting plugin and the FitError line, and
+/// nothing is written (resourceVersions of the pod, the nodes and the
+/// namespace unchanged, no Event). No scheduler serves the pod's
+/// `schedulerName`, so nothing else touches it meanwhile.
+#[test]
+fn explain_reads_a_real_cluster_without_writing() {
+    let Some(kubeconfig) = std::env::var_os("KUBECONFIG").filter(|v| !v.is_empty()) else {
+        eprintln!("e2e_kube explain skipped: KUBECONFIG is not set (see the other test)");
+        return;
+    };
+    let kubeconfig = std::env::split_paths(&kubeconfig)
+        .next()
+        .expect("KUBECONFIG names a file");
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(explain_scenario(&kubeconfig));
+}
+
+/// The resourceVersion of an object.
+fn rv<K: kube::Resource>(o: &K) -> String {
+    o.meta().resource_version.clone().unwrap_or_default()
+}
+
+#[allow(clippy::too_many_lines)]
+async fn explain_scenario(kubeconfig: &Path) {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let run = format!("x{}-{}", std::process::id(), secs % 100_000);
+    let ns = format!("flotilla-e2e-{run}");
+    let scheduler = format!("flotilla-e2e-{run}");
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("e2e-kube-{run}"));
+    std::fs::create_dir_all(&dir).expect("log dir");
+    let config_path = dir.join("scheduler-config.yaml");
+    std::fs::write(
+        &config_path,
+        format!(
+            "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nprofiles:\n- schedulerName: {scheduler}\n"
+        ),
+    )
+    .expect("writing the scheduler configuration");
+
+    let c = client(kubeconfig).await;
+    let namespaces: Api<Namespace> = Api::all(c.clone());
+    namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": ns}})).expect("namespace"),
+        )
+        .await
+        .expect("creating the test namespace");
+    let nodes: Api<Node> = Api::all(c.clone());
+    let node_names: Vec<String> = (0..2).map(|i| format!("e2e-{run}-n{i}")).collect();
+    for n in &node_names {
+        nodes
+            .create(&PostParams::default(), &node(n, &run))
+            .await
+            .expect("creating a node");
+    }
+    let pods: Api<Pod> = Api::namespaced(c.clone(), &ns);
+    let pp = PostParams::default();
+    // One bound pod (created with spec.nodeName) and one that fits nowhere.
+    let mut held = pod("held", &run, &scheduler, POD_MILLI_CPU);
+    held.spec.as_mut().expect("spec").node_name = Some(node_names[0].clone());
+    pods.create(&pp, &held).await.expect("creating a pod");
+    pods.create(
+        &pp,
+        &pod("too-big", &run, &scheduler, NODE_MILLI_CPU + 1000),
+    )
+    .await
+    .expect("creating a pod");
+
+    let before_pod = rv(&pods.get("too-big").await.expect("the pod"));
+    let before_held = rv(&pods.get("held").await.expect("the pod"));
+    let mut before_nodes = Vec::new();
+    for n in &node_names {
+        before_nodes.push(rv(&nodes.get(n).await.expect("a node")));
+    }
+    let before_ns = rv(&namespaces.get(&ns).await.expect("the namespace"));
+
+    let flotilla = |args: &[&str]| {
+        let started = Instant::now();
+        let o = Command::new(env!("CARGO_BIN_EXE_flotilla"))
+            .args(args)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .output()
+            .expect("running flotilla");
+        let (out, err) = (
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        );
+        std::fs::write(dir.join(format!("{}.out", args[0])), &out).expect("log");
+        std::fs::write(dir.join(format!("{}.err", args[0])), &err).expect("log");
+        eprintln!(
+            "e2e_kube: flotilla {} took {:?}",
+            args[0],
+            started.elapsed()
+        );
+        assert!(
+            o.status.success(),
+            "flotilla {args:?}: {}\n{err}\n{out}",
+            o.status
+        );
+        (out, err)
+    };
+    let kc = kubeconfig.display().to_string();
+    let cfg = config_path.display().to_string();
+    let target = format!("{ns}/too-big");
+    let (out, err) = flotilla(&["explain", &target, "--kubeconfig", &kc, "--config", &cfg]);
+
+    // Both test nodes reject it for cpu (any other node of the cluster for
+    // the node selector); the FitError line counts them.
+    assert!(
+        out.starts_with(&format!("explain {target} against cluster https://")),
+        "{out}"
+    );
+    for n in &node_names {
+        assert!(
+            out.lines().any(|l| l.contains(n.as_str())
+                && l.contains("NodeResourcesFit")
+                && l.contains("Insufficient cpu")),
+            "node {n} rejected by NodeResourcesFit for cpu:\n{out}"
+        );
+    }
+    let fit_error = out
+        .lines()
+        .find_map(|l| l.strip_prefix("fits nowhere: "))
+        .unwrap_or_else(|| panic!("a FitError line:\n{out}"));
+    assert!(
+        fit_error.starts_with("0/")
+            && fit_error.contains(" nodes are available: ")
+            && fit_error.contains("2 Insufficient cpu"),
+        "FitError: {fit_error:?}"
+    );
+    assert!(err.contains("node(s)"), "summary on stderr: {err}");
+
+    // simulate reads the same and reaches the same verdict for the pod.
+    let (out, _) = flotilla(&[
+        "simulate",
+        "--kubeconfig",
+        &kc,
+        "--config",
+        &cfg,
+        "--output",
+        "json",
+    ]);
+    let doc: serde_json::Value = serde_json::from_str(&out).expect("simulate JSON");
+    let result = doc["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .find(|r| r["pod"] == target.as_str())
+        .unwrap_or_else(|| panic!("{target} in the results:\n{out}"));
+    assert_eq!(result["status"], "Unschedulable");
+    assert_eq!(result["message"], fit_error);
+    assert_eq!(
+        result["nodes"][&node_names[1]]["filter"]["plugin"],
+        "NodeResourcesFit"
+    );
+
+    // Nothing written.
+    let after = pods.get("too-big").await.expect("the pod");
+    assert_eq!(rv(&after), before_pod, "the pod was written to");
+    assert_eq!(node_of(&after), None);
+    assert_eq!(
+        pod_scheduled(&after),
+        None,
+        "the pod's status was written to"
+    );
+    assert_eq!(rv(&pods.get("held").await.expect("the pod")), before_held);
+    for (n, before) in node_names.iter().zip(&before_nodes) {
+        assert_eq!(
+            &rv(&nodes.get(n).await.expect("a node")),
+            before,
+            "node {n}"
+        );
+    }
+    assert_eq!(
+        rv(&namespaces.get(&ns).await.expect("the namespace")),
+        before_ns
+    );
+    let events: Api<Event> = Api::namespaced(c.clone(), &ns);
+    let evs = events.list(&ListParams::default()).await.expect("events");
+    assert!(evs.items.is_empty(), "Events written: {:?}", evs.items);
+
     let force = DeleteParams {
         grace_period_seconds: Some(0),
         ..DeleteParams::default()

@@ -3,9 +3,10 @@
 //! without gRPC or a cluster.
 //!
 //! The input is a [`ClusterObjects`] from any source (a file through
-//! [`crate::workload::load_cluster_objects`] today; a live cluster's lists
-//! later), and the profiles to run (`&[Profile]`, one
-//! [`Framework`] each, selected by the pods' `spec.schedulerName`).
+//! [`crate::workload::load_cluster_objects`], or a live cluster's lists
+//! through [`live::read_cluster`], read-only), and the profiles to run
+//! (`&[Profile]`, one [`Framework`] each, selected by the pods'
+//! `spec.schedulerName`).
 //!
 //! # The simulated cluster
 //! - Every Node goes into a [`NodeCache`]; every pod with `spec.nodeName` is
@@ -37,6 +38,7 @@
 //! [`explain`] runs one cycle for one pod against the cluster as the input
 //! shows it: bound pods only, no other pending pod placed first.
 
+pub mod live;
 pub mod output;
 pub mod priority;
 

@@ -42,8 +42,8 @@ use super::{LoadError, LoadWarning, OnBadInput, Result, Workload, deterministic_
 pub const DEFAULT_NAMESPACE: &str = "default";
 
 /// Every object of a cluster dump that Flotilla reads, each kind in file
-/// order. The input of `simulate` / `explain`, whatever the source (a file
-/// today; a live cluster's lists later).
+/// order. The input of `simulate` / `explain`, whatever the source (a file,
+/// or a live cluster's lists through [`cluster_objects_from_documents`]).
 #[derive(Debug, Clone, Default)]
 pub struct ClusterObjects {
     /// Human-readable name of the source (the file stem).
@@ -127,6 +127,41 @@ pub fn load_k8s_list(path: &Path, on_bad: OnBadInput) -> Result<Workload> {
 /// As [`load_k8s_list`].
 pub fn load_cluster_objects(path: &Path, on_bad: OnBadInput) -> Result<ClusterObjects> {
     load(path, on_bad, Kinds::Cluster)
+}
+
+/// Builds [`ClusterObjects`] from documents already parsed, such as the
+/// list responses of a live API server (`PodList`, `NodeList`, ... whose
+/// items omit `kind`), with exactly the per-object decoding and checks of
+/// [`load_cluster_objects`]: items numbered from 1 across the documents,
+/// errors naming the object and the field path, duplicates refused, the
+/// bad-input policy `on_bad`.
+///
+/// `name` names the result ([`ClusterObjects::name`]); `label` stands where
+/// a file name stands in errors and warnings (e.g. `cluster
+/// https://10.0.0.1:6443`).
+///
+/// # Errors
+/// As [`load_cluster_objects`], without the I/O and syntax errors.
+pub fn cluster_objects_from_documents(
+    name: &str,
+    label: &str,
+    documents: impl IntoIterator<Item = Value>,
+    on_bad: OnBadInput,
+) -> Result<ClusterObjects> {
+    let mut loader = Loader {
+        file: label.to_owned(),
+        on_bad,
+        kinds: Kinds::Cluster,
+        objects: ClusterObjects::default(),
+        seen: HashMap::new(),
+        next_item: 1,
+    };
+    for (index, document) in documents.into_iter().enumerate() {
+        loader.document(index + 1, document)?;
+    }
+    let mut objects = loader.objects;
+    name.clone_into(&mut objects.name);
+    Ok(objects)
 }
 
 fn load(path: &Path, on_bad: OnBadInput, kinds: Kinds) -> Result<ClusterObjects> {
