@@ -108,3 +108,90 @@ fn a_profile_workload_class_sends_its_pods_to_that_pool() {
     assert_eq!((bound("batch"), bound("online")), (20, 0), "{report}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+fn fixture(name: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("loadtest/tests/fixtures")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+#[test]
+fn bad_plugin_args_name_the_path_inside_plugin_config() {
+    let dir = scratch("args");
+    let bad = dir.join("args.yaml");
+    std::fs::write(
+        &bad,
+        format!(
+            "{HEAD}profiles:\n- pluginConfig:\n  - name: InterPodAffinity\n    args:\n      hardPodAffinityWeight: 5\n  - name: NodeResourcesFit\n    args:\n      scoringStrategy:\n        type: Fastest\n"
+        ),
+    )
+    .expect("write");
+    let bad = bad.to_str().expect("utf-8");
+    let cluster = fixture("simulate-small.yaml");
+    let out = flotilla(&["simulate", "--cluster", &cluster, "--config", bad]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "error: {bad}: profiles[0].pluginConfig[1].args.scoringStrategy.type: Unsupported value: \"Fastest\""
+        )),
+        "{stderr}"
+    );
+}
+
+/// Running one plugin alone through standard configuration: `multiPoint`
+/// disabled `"*"`, NodeResourcesFit at `filter` only, PrioritySort and
+/// DefaultBinder kept. simulate then reports exactly that plugin's Filter
+/// result and no score at all.
+#[test]
+fn one_plugin_alone_through_config_is_all_simulate_reports() {
+    let dir = scratch("alone");
+    let cfg = dir.join("alone.yaml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "{HEAD}profiles:\n- plugins:\n    multiPoint:\n      enabled:\n      - name: PrioritySort\n      - name: DefaultBinder\n      disabled:\n      - name: \"*\"\n    filter:\n      enabled:\n      - name: NodeResourcesFit\n"
+        ),
+    )
+    .expect("write");
+    let cluster = fixture("simulate-small.yaml");
+    let out = flotilla(&[
+        "simulate",
+        "--cluster",
+        &cluster,
+        "--config",
+        cfg.to_str().expect("utf-8"),
+        "--output",
+        "json",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let results = doc["results"].as_array().expect("results");
+    assert!(!results.is_empty());
+    for r in results {
+        for (node, v) in r["nodes"].as_object().expect("nodes") {
+            let filter = &v["filter"];
+            match filter["code"].as_str() {
+                Some("Success") => {
+                    assert_eq!(
+                        v["scores"],
+                        serde_json::json!({}),
+                        "{node}: no Score plugin"
+                    );
+                    assert_eq!(v["totalScore"], 0, "{node}");
+                }
+                _ => assert_eq!(filter["plugin"], "NodeResourcesFit", "{node}: {v}"),
+            }
+        }
+    }
+    // The tainted node-3 is no obstacle without TaintToleration.
+    let web1 = &results[0];
+    assert_eq!(web1["nodes"]["node-3"]["filter"]["code"], "Success");
+}
