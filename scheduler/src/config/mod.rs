@@ -285,17 +285,29 @@ impl SchedulerConfig {
         }
     }
 
-    /// Sizes rayon's global pool (parallel Filter/Score) to `parallelism`
-    /// threads. Call once at startup, before any scheduling.
+    /// Sizes rayon's global pool (parallel Filter/Score): `parallelism`
+    /// threads, but never more than the machine's CPUs ([`pool_threads`]).
+    /// Call once at startup, before any scheduling.
     ///
     /// # Errors
     /// The global pool was already built.
     pub fn build_global_thread_pool(&self) -> Result<(), rayon::ThreadPoolBuildError> {
+        let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
         rayon::ThreadPoolBuilder::new()
-            .num_threads(self.parallelism)
+            .num_threads(pool_threads(self.parallelism, cpus))
             .thread_name(|i| format!("filter-score-{i}"))
             .build_global()
     }
+}
+
+/// Threads of the parallel Filter/Score pool for `parallelism` on a machine
+/// with `cpus` CPUs: `min(parallelism, cpus)`, at least 1. Upstream's
+/// `parallelism` bounds goroutines, which are cheap; here the work is CPU-bound
+/// on OS threads, so threads beyond the CPUs only add switching (and a huge
+/// value would start that many threads).
+#[must_use]
+pub fn pool_threads(parallelism: usize, cpus: usize) -> usize {
+    parallelism.min(cpus).max(1)
 }
 
 /// Parses a configuration (YAML or JSON) with the in-tree plugins.
@@ -391,4 +403,25 @@ fn yaml(text: &str) -> Result<serde_json::Value, serde_saphyr::Error> {
     options.strict_booleans = true;
     let v: Option<serde_json::Value> = serde_saphyr::from_str_with_options(text, options)?;
     Ok(v.unwrap_or(serde_json::Value::Null))
+}
+
+#[cfg(test)]
+mod pool_tests {
+    use super::pool_threads;
+
+    #[test]
+    fn the_pool_never_exceeds_the_cpus_nor_drops_below_one() {
+        assert_eq!(
+            pool_threads(16, 2),
+            2,
+            "upstream default on a 2-core machine"
+        );
+        assert_eq!(pool_threads(1, 8), 1);
+        assert_eq!(
+            pool_threads(100_000, 64),
+            64,
+            "a huge value starts no huge pool"
+        );
+        assert_eq!(pool_threads(4, 0), 1);
+    }
 }
