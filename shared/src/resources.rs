@@ -119,27 +119,59 @@ impl Resources {
         }
     }
 
-    /// `self += other` (every resource, including pod slots).
+    /// `self += other` (every resource, including pod slots), saturating at
+    /// `i64::MAX` so node aggregates can never wrap (a single pod's total is
+    /// checked exactly by [`Resources::checked_add`] in [`pod_requests`]).
     pub fn add(&mut self, other: &Resources) {
-        self.milli_cpu += other.milli_cpu;
-        self.memory += other.memory;
-        self.ephemeral_storage += other.ephemeral_storage;
-        self.allowed_pod_number += other.allowed_pod_number;
+        self.milli_cpu = self.milli_cpu.saturating_add(other.milli_cpu);
+        self.memory = self.memory.saturating_add(other.memory);
+        self.ephemeral_storage = self
+            .ephemeral_storage
+            .saturating_add(other.ephemeral_storage);
+        self.allowed_pod_number = self
+            .allowed_pod_number
+            .saturating_add(other.allowed_pod_number);
         for (n, v) in &other.scalar {
             let cur = self.scalar(n);
-            self.set_scalar(n, cur + v);
+            self.set_scalar(n, cur.saturating_add(*v));
         }
     }
 
-    /// `self -= other`.
-    pub fn sub(&mut self, other: &Resources) {
-        self.milli_cpu -= other.milli_cpu;
-        self.memory -= other.memory;
-        self.ephemeral_storage -= other.ephemeral_storage;
-        self.allowed_pod_number -= other.allowed_pod_number;
+    /// `self += other`, exactly.
+    ///
+    /// # Errors
+    /// The name of the first resource whose sum does not fit in an `i64`
+    /// (`self` is then partly updated: discard it).
+    pub fn checked_add(&mut self, other: &Resources) -> Result<(), String> {
+        let sum = |a: i64, b: i64, name: &str| a.checked_add(b).ok_or_else(|| name.to_owned());
+        self.milli_cpu = sum(self.milli_cpu, other.milli_cpu, CPU)?;
+        self.memory = sum(self.memory, other.memory, MEMORY)?;
+        self.ephemeral_storage = sum(
+            self.ephemeral_storage,
+            other.ephemeral_storage,
+            EPHEMERAL_STORAGE,
+        )?;
+        self.allowed_pod_number = sum(self.allowed_pod_number, other.allowed_pod_number, "pods")?;
         for (n, v) in &other.scalar {
             let cur = self.scalar(n);
-            self.set_scalar(n, cur - v);
+            self.set_scalar(n, sum(cur, *v, n)?);
+        }
+        Ok(())
+    }
+
+    /// `self -= other`, saturating like [`Resources::add`].
+    pub fn sub(&mut self, other: &Resources) {
+        self.milli_cpu = self.milli_cpu.saturating_sub(other.milli_cpu);
+        self.memory = self.memory.saturating_sub(other.memory);
+        self.ephemeral_storage = self
+            .ephemeral_storage
+            .saturating_sub(other.ephemeral_storage);
+        self.allowed_pod_number = self
+            .allowed_pod_number
+            .saturating_sub(other.allowed_pod_number);
+        for (n, v) in &other.scalar {
+            let cur = self.scalar(n);
+            self.set_scalar(n, cur.saturating_sub(*v));
         }
     }
 
@@ -229,13 +261,20 @@ fn container_requests(c: &Container, field: &str) -> Result<(Resources, i64, i64
 /// # Errors
 /// [`ResourceError`] naming the container field with the malformed quantity.
 pub fn pod_requests(spec: &PodSpec) -> Result<PodRequests, ResourceError> {
+    // Every sum is exact: a total that does not fit in an i64 is an error,
+    // never a wrapped (negative) request that would fit anywhere.
+    let overflow = |what: &str| ResourceError {
+        field: "spec".to_owned(),
+        source: QuantityError::Overflow(format!("the pod's total {what} request")),
+    };
+    let add = |a: i64, b: i64, what: &str| a.checked_add(b).ok_or_else(|| overflow(what));
     let mut reqs = Resources::default();
     let (mut nz_cpu, mut nz_mem) = (0i64, 0i64);
     for (i, c) in spec.containers.iter().enumerate() {
         let (r, c_cpu, c_mem) = container_requests(c, &format!("spec.containers[{i}]"))?;
-        reqs.add(&r);
-        nz_cpu += c_cpu;
-        nz_mem += c_mem;
+        reqs.checked_add(&r).map_err(|n| overflow(&n))?;
+        nz_cpu = add(nz_cpu, c_cpu, CPU)?;
+        nz_mem = add(nz_mem, c_mem, MEMORY)?;
     }
     let mut sidecars = Resources::default();
     let (mut sidecar_cpu, mut sidecar_mem) = (0i64, 0i64);
@@ -245,17 +284,21 @@ pub fn pod_requests(spec: &PodSpec) -> Result<PodRequests, ResourceError> {
         let (r, c_cpu, c_mem) = container_requests(c, &format!("spec.initContainers[{i}]"))?;
         let restartable = c.restart_policy.as_deref() == Some("Always");
         let (need, need_cpu, need_mem) = if restartable {
-            reqs.add(&r);
-            nz_cpu += c_cpu;
-            nz_mem += c_mem;
-            sidecars.add(&r);
-            sidecar_cpu += c_cpu;
-            sidecar_mem += c_mem;
+            reqs.checked_add(&r).map_err(|n| overflow(&n))?;
+            nz_cpu = add(nz_cpu, c_cpu, CPU)?;
+            nz_mem = add(nz_mem, c_mem, MEMORY)?;
+            sidecars.checked_add(&r).map_err(|n| overflow(&n))?;
+            sidecar_cpu = add(sidecar_cpu, c_cpu, CPU)?;
+            sidecar_mem = add(sidecar_mem, c_mem, MEMORY)?;
             (sidecars.clone(), sidecar_cpu, sidecar_mem)
         } else {
             let mut need = r;
-            need.add(&sidecars);
-            (need, c_cpu + sidecar_cpu, c_mem + sidecar_mem)
+            need.checked_add(&sidecars).map_err(|n| overflow(&n))?;
+            (
+                need,
+                add(c_cpu, sidecar_cpu, CPU)?,
+                add(c_mem, sidecar_mem, MEMORY)?,
+            )
         };
         init_max.max_with(&need);
         init_cpu = init_cpu.max(need_cpu);
@@ -266,9 +309,9 @@ pub fn pod_requests(spec: &PodSpec) -> Result<PodRequests, ResourceError> {
     nz_mem = nz_mem.max(init_mem);
     if let Some(overhead) = &spec.overhead {
         let o = Resources::from_list(overhead, "spec.overhead")?;
-        reqs.add(&o);
-        nz_cpu += o.milli_cpu;
-        nz_mem += o.memory;
+        reqs.checked_add(&o).map_err(|n| overflow(&n))?;
+        nz_cpu = add(nz_cpu, o.milli_cpu, CPU)?;
+        nz_mem = add(nz_mem, o.memory, MEMORY)?;
     }
     Ok(PodRequests {
         requests: reqs,
@@ -280,6 +323,64 @@ pub fn pod_requests(spec: &PodSpec) -> Result<PodRequests, ResourceError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn totals_that_overflow_an_i64_are_errors_not_wrapped_requests() {
+        // Each quantity is in range; their sum is not (4 Ei + 4 Ei > 2^63 - 1).
+        let spec = PodSpec {
+            containers: vec![
+                container(Some("4611686018427387"), Some("4Ei"), None),
+                container(Some("4611686018427387"), Some("4Ei"), None),
+            ],
+            ..Default::default()
+        };
+        let e = pod_requests(&spec).expect_err("4Ei + 4Ei overflows");
+        assert_eq!(e.field, "spec");
+        assert!(e.to_string().contains("total memory request"), "{e}");
+        // Overhead on top of a near-maximal request, too.
+        let spec = PodSpec {
+            containers: vec![container(Some("1"), Some("7Ei"), None)],
+            overhead: Some(BTreeMap::from([(
+                MEMORY.to_owned(),
+                Quantity("2Ei".into()),
+            )])),
+            ..Default::default()
+        };
+        assert!(pod_requests(&spec).is_err());
+        // Large but representable totals are fine.
+        let spec = PodSpec {
+            containers: vec![
+                container(Some("1"), Some("3Ei"), None),
+                container(Some("1"), Some("3Ei"), None),
+            ],
+            ..Default::default()
+        };
+        assert_eq!(pod_requests(&spec).expect("fits").requests.memory, 6 << 60);
+    }
+
+    #[test]
+    fn node_aggregates_saturate_instead_of_wrapping() {
+        let mut r = Resources {
+            memory: i64::MAX - 1,
+            ..Default::default()
+        };
+        r.add(&Resources {
+            memory: 10,
+            ..Default::default()
+        });
+        assert_eq!(r.memory, i64::MAX);
+        let mut c = Resources {
+            memory: i64::MAX - 1,
+            ..Default::default()
+        };
+        assert_eq!(
+            c.checked_add(&Resources {
+                memory: 10,
+                ..Default::default()
+            }),
+            Err(MEMORY.to_owned())
+        );
+    }
     use k8s_openapi::api::core::v1::ResourceRequirements;
 
     fn container(cpu: Option<&str>, mem: Option<&str>, gpu: Option<&str>) -> Container {

@@ -394,6 +394,11 @@ fn document(text: &str, source: &str) -> Result<serde_json::Value, ConfigError> 
                 message.truncate(cut);
             }
         }
+        if message.starts_with("multiple YAML documents detected") {
+            message = "more than one YAML document: a configuration file holds exactly one \
+                       KubeSchedulerConfiguration"
+                .to_owned();
+        }
         syntax(line, column, message)
     })
 }

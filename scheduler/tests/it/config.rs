@@ -999,3 +999,14 @@ fn the_example_configuration_in_deploy_is_valid() {
     );
     assert_eq!(cfg.profiles[1].percentage_of_nodes_to_score, 30);
 }
+
+#[test]
+fn two_documents_in_one_file_are_refused_in_operator_terms() {
+    let e = refused(&format!("parallelism: 4\n---\n{HEAD}"));
+    assert!(
+        e.message()
+            .contains("a configuration file holds exactly one"),
+        "{e}"
+    );
+    assert!(!e.to_string().contains("from_str_multiple"), "{e}");
+}

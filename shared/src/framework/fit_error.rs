@@ -81,8 +81,15 @@ impl FitError {
     }
 }
 
+/// Upstream `ErrNoNodesAvailable`: the message when the cluster has no node.
+pub const NO_NODES_AVAILABLE: &str = "no nodes available to schedule pods";
+
 impl fmt::Display for FitError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.num_all_nodes == 0 {
+            // Upstream stops before filtering with ErrNoNodesAvailable.
+            return f.write_str(NO_NODES_AVAILABLE);
+        }
         write!(f, "0/{} nodes are available:", self.num_all_nodes)?;
         if let Some(msg) = &self.diagnosis.pre_filter_msg {
             write!(f, " {msg}.")?;
@@ -104,6 +111,16 @@ impl std::error::Error for FitError {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_empty_cluster_says_no_nodes_are_available_like_upstream() {
+        let e = FitError {
+            pod: crate::PodKey::new("default", "p"),
+            num_all_nodes: 0,
+            diagnosis: Diagnosis::default(),
+        };
+        assert_eq!(e.to_string(), "no nodes available to schedule pods");
+    }
     use crate::framework::Code;
 
     fn st(reasons: &[&'static str]) -> Status {
@@ -188,6 +205,9 @@ mod tests {
             e.to_string(),
             "0/4 nodes are available: pod has unbound immediate PersistentVolumeClaims."
         );
-        assert_eq!(fit_error(0, vec![]).to_string(), "0/0 nodes are available:");
+        assert_eq!(
+            fit_error(0, vec![]).to_string(),
+            "no nodes available to schedule pods"
+        );
     }
 }
