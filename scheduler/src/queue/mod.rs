@@ -133,6 +133,11 @@ struct Inner {
     seq: u64,
     /// Counts relevant cluster events (for pods in flight).
     move_request_cycle: u64,
+    /// Per event, the `move_request_cycle` of its last occurrence: a pod
+    /// that fails is sent to backoff instead of the pool only if an event
+    /// that can help *its* rejecting plugins happened during its cycle
+    /// (upstream's in-flight events checked with queueing hints).
+    last_event_cycle: HashMap<ClusterEvent, u64>,
     closed: bool,
 }
 
@@ -359,7 +364,6 @@ impl SchedulingQueue {
     /// arrived during its cycle.
     pub fn add_unschedulable(&self, uid: &str, plugins: BTreeSet<&'static str>, now: Instant) {
         let mut inner = self.inner.lock();
-        let cycle = inner.move_request_cycle;
         let Some((key, e)) = inner.pods.get_key_value(uid) else {
             return;
         };
@@ -367,7 +371,17 @@ impl SchedulingQueue {
             return;
         }
         let key = key.clone();
-        let moved_meanwhile = e.popped_at_cycle < cycle;
+        let popped = e.popped_at_cycle;
+        // Only events that could help one of the rejecting plugins count
+        // (any event, for a pod no plugin is recorded for).
+        let moved_meanwhile = inner.last_event_cycle.iter().any(|(ev, &c)| {
+            c > popped
+                && (plugins.is_empty()
+                    || self
+                        .interest
+                        .get(ev)
+                        .is_some_and(|set| plugins.iter().any(|p| set.contains(p))))
+        });
         let until = self.backoff_until(e.info.attempts + 1, now);
         let e = inner.pods.get_mut(&key).expect("present");
         e.info.attempts += 1;
@@ -414,6 +428,8 @@ impl SchedulingQueue {
         // stream of, say, bindings does not send every failure to backoff).
         if interested.is_some() {
             inner.move_request_cycle += 1;
+            let c = inner.move_request_cycle;
+            inner.last_event_cycle.insert(event, c);
         }
         let movable: Vec<Arc<str>> = inner
             .unschedulable
@@ -638,6 +654,29 @@ mod tests {
         q.on_event(ClusterEvent::AssignedPodDeleted, t0);
         q.add_unschedulable(&a.pod.uid, BTreeSet::from([NODE_RESOURCES_FIT]), t0);
         assert!(matches!(q.location(&a.pod.uid), Some(Location::Backoff(_))));
+    }
+
+    #[test]
+    fn an_event_during_the_cycle_that_cannot_help_leaves_the_pod_in_the_pool() {
+        let q = queue();
+        let t0 = Instant::now();
+        q.add(pod("a", 0), t0);
+        let a = q.pop(t0).unwrap();
+        // Only NodeAffinity registered for label changes; the pod was
+        // rejected by NodeResourcesFit: a stream of such events must not
+        // turn its wait for room into a backoff retry loop.
+        q.on_event(ClusterEvent::NodeLabelChanged, t0);
+        q.add_unschedulable(&a.pod.uid, BTreeSet::from([NODE_RESOURCES_FIT]), t0);
+        assert!(matches!(
+            q.location(&a.pod.uid),
+            Some(Location::Unschedulable(_))
+        ));
+        // A relevant event afterwards moves it out of the pool as usual.
+        q.on_event(ClusterEvent::AssignedPodDeleted, t0);
+        assert!(matches!(
+            q.location(&a.pod.uid),
+            Some(Location::Active) | Some(Location::Backoff(_))
+        ));
     }
 
     #[test]
