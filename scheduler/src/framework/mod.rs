@@ -3,6 +3,7 @@
 //! coordinator can share types with the plugins.
 
 pub mod args;
+pub mod parallel;
 pub mod profile;
 pub mod profile_map;
 pub mod registry;

@@ -52,7 +52,6 @@
 
 use std::sync::Arc;
 
-use rayon::prelude::*;
 use serde::Deserialize;
 
 use flotilla_shared::framework::{
@@ -70,6 +69,7 @@ use flotilla_shared::{NodeInfo, PodInfo};
 
 use super::names;
 use crate::framework::decode_args;
+use crate::framework::parallel::fold_nodes;
 
 /// Registry name.
 pub const NAME: &str = names::INTER_POD_AFFINITY;
@@ -85,11 +85,6 @@ pub const DEFAULT_HARD_POD_AFFINITY_WEIGHT: i32 = 1;
 const PRE_FILTER_KEY: &str = "PreFilterInterPodAffinity";
 /// CycleState key of the PreScore sums (upstream `preScoreStateKey`).
 const PRE_SCORE_KEY: &str = "PreScoreInterPodAffinity";
-
-/// Below this many nodes, whole-cluster passes run on the calling thread.
-const PARALLEL_MIN_NODES: usize = 2048;
-/// Nodes per parallel task.
-const CHUNK: usize = 512;
 
 /// A new node or a node label change (topology keys), a pod placed
 /// (affinity may now be met) or a pod leaving (anti-affinity may now be met).
@@ -174,61 +169,50 @@ impl InterPodAffinity {
     }
 }
 
-/// Counts the required-term matches over `nodes`, in parallel chunks for
-/// large clusters.
+/// Counts the required-term matches over `nodes` ([`fold_nodes`]).
 fn count_required(
     state: &mut RequiredAffinityState,
     pod: &PodInfo,
     nodes: &[&Arc<NodeInfo>],
     cluster: &dyn SharedLister,
 ) {
-    if nodes.len() < PARALLEL_MIN_NODES {
-        state.count_nodes(pod, nodes.iter().map(|n| &***n), cluster);
-        return;
-    }
-    let counted = nodes
-        .par_chunks(CHUNK)
-        .map(|chunk| {
+    let counted = fold_nodes(
+        nodes,
+        |chunk| {
             let mut s = RequiredAffinityState::default();
             s.count_nodes(pod, chunk.iter().map(|n| &***n), cluster);
             s
-        })
-        .reduce(RequiredAffinityState::default, |mut a, b| {
+        },
+        |mut a, b| {
             a.merge_counts(b);
             a
-        });
+        },
+    );
     state.merge_counts(counted);
 }
 
-/// [`preferred_scores`] over `nodes`, in parallel chunks for large clusters.
+/// [`preferred_scores`] over `nodes` ([`fold_nodes`]).
 fn sum_preferred(
     pod: &PodInfo,
     nodes: &[&Arc<NodeInfo>],
     hard_pod_affinity_weight: i64,
     cluster: &dyn SharedLister,
 ) -> TopologyCounts {
-    if nodes.len() < PARALLEL_MIN_NODES {
-        return preferred_scores(
-            pod,
-            nodes.iter().map(|n| &***n),
-            hard_pod_affinity_weight,
-            cluster,
-        );
-    }
-    nodes
-        .par_chunks(CHUNK)
-        .map(|chunk| {
+    fold_nodes(
+        nodes,
+        |chunk| {
             preferred_scores(
                 pod,
                 chunk.iter().map(|n| &***n),
                 hard_pod_affinity_weight,
                 cluster,
             )
-        })
-        .reduce(TopologyCounts::default, |mut a, b| {
+        },
+        |mut a, b| {
             a.merge(b);
             a
-        })
+        },
+    )
 }
 
 impl Plugin for InterPodAffinity {
@@ -1639,7 +1623,8 @@ mod tests {
     fn large_clusters_count_in_parallel_with_the_same_result() {
         // Above PARALLEL_MIN_NODES the passes run in chunks; the outcome
         // must equal a sequential pass over the same pods.
-        let n = PARALLEL_MIN_NODES + CHUNK / 2;
+        let n = crate::framework::parallel::PARALLEL_PASS_MIN_NODES
+            + crate::framework::parallel::PASS_CHUNK / 2;
         let names: Vec<String> = (0..n).map(|i| format!("n{i:05}")).collect();
         let zones = ["a", "b", "c"];
         let mut nodes: Vec<NodeInfo> = names

@@ -57,7 +57,6 @@
 
 use std::sync::Arc;
 
-use rayon::prelude::*;
 use serde::Deserialize;
 
 use flotilla_shared::framework::{
@@ -73,6 +72,7 @@ use flotilla_shared::{NodeInfo, PodInfo};
 
 use super::names;
 use crate::framework::decode_args;
+use crate::framework::parallel::fold_nodes;
 
 /// Registry name.
 pub const NAME: &str = names::POD_TOPOLOGY_SPREAD;
@@ -101,14 +101,6 @@ pub const EVENTS: &[ClusterEvent] = &[
 const PRE_FILTER_STATE_KEY: &str = "PreFilterPodTopologySpread";
 /// Cycle-state key of the PreScore counts (upstream `preScoreStateKey`).
 const PRE_SCORE_STATE_KEY: &str = "PreScorePodTopologySpread";
-
-/// Below this many nodes, counting runs on the calling thread; above, in
-/// parallel chunks of [`COUNT_CHUNK`] nodes (upstream counts with its
-/// parallelizer). On 2 cores small clusters lose more to thread wake-ups
-/// than they gain.
-const PARALLEL_COUNT_MIN_NODES: usize = 2048;
-/// Nodes per parallel counting task.
-const COUNT_CHUNK: usize = 512;
 
 /// `defaultingType` of [`PodTopologySpreadArgs`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
@@ -436,41 +428,34 @@ impl PodTopologySpread {
     }
 }
 
-/// [`topology_spread::count_domains`] over `nodes`, in parallel chunks on
-/// large clusters.
+/// [`topology_spread::count_domains`] over `nodes` ([`fold_nodes`]).
 fn count_hard(
     pod: &PodInfo,
     constraints: &[TopologySpreadConstraint],
     nodes: &[Arc<NodeInfo>],
 ) -> Vec<DomainCounts> {
-    if nodes.len() < PARALLEL_COUNT_MIN_NODES {
-        return topology_spread::count_domains(pod, constraints, nodes.iter().map(|n| &**n));
-    }
-    nodes
-        .par_chunks(COUNT_CHUNK)
-        .map(|chunk| topology_spread::count_domains(pod, constraints, chunk.iter().map(|n| &**n)))
-        .reduce(
-            || vec![DomainCounts::default(); constraints.len()],
-            |mut a, b| {
-                for (x, y) in a.iter_mut().zip(&b) {
-                    x.merge(y);
-                }
-                a
-            },
-        )
+    fold_nodes(
+        nodes,
+        |chunk| topology_spread::count_domains(pod, constraints, chunk.iter().map(|n| &**n)),
+        |mut a, b| {
+            for (x, y) in a.iter_mut().zip(&b) {
+                x.merge(y);
+            }
+            a
+        },
+    )
 }
 
-/// [`SoftSpread::count`] over `nodes`, in parallel chunks on large clusters.
+/// [`SoftSpread::count`] over `nodes` ([`fold_nodes`]).
 fn count_soft(soft: &mut SoftSpread, pod: &PodInfo, nodes: &[Arc<NodeInfo>]) {
-    if nodes.len() < PARALLEL_COUNT_MIN_NODES {
-        let partial = soft.count(pod, nodes.iter().map(|n| &**n));
-        soft.add_counts(&partial);
-        return;
-    }
-    let partials: Vec<_> = nodes
-        .par_chunks(COUNT_CHUNK)
-        .map(|chunk| soft.count(pod, chunk.iter().map(|n| &**n)))
-        .collect();
+    let partials = fold_nodes(
+        nodes,
+        |chunk| vec![soft.count(pod, chunk.iter().map(|n| &**n))],
+        |mut a, mut b| {
+            a.append(&mut b);
+            a
+        },
+    );
     for p in &partials {
         soft.add_counts(p);
     }
@@ -824,7 +809,8 @@ mod tests {
     #[test]
     fn parallel_counting_matches_sequential() {
         // Enough nodes to take the parallel path.
-        let nodes: Vec<Arc<NodeInfo>> = (0..PARALLEL_COUNT_MIN_NODES + 77)
+        let nodes: Vec<Arc<NodeInfo>> = (0..crate::framework::parallel::PARALLEL_PASS_MIN_NODES
+            + 77)
             .map(|i| {
                 let name = format!("n{i:05}");
                 let mut n = NodeInfo::new(Arc::new(
