@@ -34,6 +34,19 @@ fn nodes(zones: usize, per_zone: usize) -> Vec<Node> {
         .collect()
 }
 
+/// Node name → zone label.
+fn zone_map(nodes: &[std::sync::Arc<Node>]) -> BTreeMap<String, String> {
+    nodes
+        .iter()
+        .map(|n| {
+            (
+                n.metadata.name.clone().unwrap_or_default(),
+                n.metadata.labels.as_ref().expect("labels")[ZONE].clone(),
+            )
+        })
+        .collect()
+}
+
 fn config(workers: usize) -> RunConfig {
     RunConfig {
         in_process_workers: workers,
@@ -87,15 +100,7 @@ async fn four_workers_never_put_two_anti_affine_pods_in_one_zone() {
     assert!(!report.timed_out);
     assert_eq!(report.scheduled, zones, "one db pod per zone");
     assert_eq!(report.unschedulable, 12 - zones);
-    let zone_of: BTreeMap<String, String> = cluster
-        .nodes()
-        .iter()
-        .map(|n| {
-            let name = n.metadata.name.clone().unwrap_or_default();
-            let zone = n.metadata.labels.as_ref().expect("labels")[ZONE].clone();
-            (name, zone)
-        })
-        .collect();
+    let zone_of = zone_map(&cluster.nodes());
     let used: Vec<&String> = cluster
         .pods()
         .iter()
@@ -152,16 +157,7 @@ async fn four_workers_keep_max_skew_across_zones() {
         "maxSkew 1 over 3 zones fits 30 pods"
     );
     let mut per_zone: BTreeMap<String, usize> = BTreeMap::new();
-    let zone_of: BTreeMap<String, String> = cluster
-        .nodes()
-        .iter()
-        .map(|n| {
-            (
-                n.metadata.name.clone().unwrap_or_default(),
-                n.metadata.labels.as_ref().expect("labels")[ZONE].clone(),
-            )
-        })
-        .collect();
+    let zone_of = zone_map(&cluster.nodes());
     for p in cluster.pods() {
         if let Some(n) = node_of(&p) {
             *per_zone.entry(zone_of[n].clone()).or_default() += 1;
