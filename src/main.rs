@@ -153,6 +153,10 @@ enum Trace {
     Openb,
     /// A Kubernetes List of Nodes and Pods (YAML or JSON).
     K8s,
+    /// Generated, shaped like upstream scheduler_perf PreemptionBasic:
+    /// `--synthetic-nodes` nodes filled by 4 low-priority pods each, then
+    /// one high-priority pod per node that must preempt 3 of them.
+    PreemptionBasic,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
@@ -298,6 +302,7 @@ fn load(args: &WorkloadArgs) -> anyhow::Result<Workload> {
     }
     let w = match args.trace {
         Trace::Synthetic => synthetic::scheduling_basic(args.synthetic_nodes, args.synthetic_pods),
+        Trace::PreemptionBasic => synthetic::preemption_basic(args.synthetic_nodes),
         Trace::Openb => {
             let dir = openb::default_openb_dir();
             let pick = |given: &Option<PathBuf>, file: &str| -> anyhow::Result<PathBuf> {

@@ -179,12 +179,18 @@ pub async fn run_embedded_with_cluster(
 
     let submitted = Instant::now();
     let mut rejected = Vec::new();
-    for pod in &workload.pods {
-        if let Err(e) = cluster.create_pod(pod.clone()) {
-            rejected.push(e.to_string());
+    // Waves of pods between barriers: the next wave is submitted once every
+    // pod of the earlier ones is resolved.
+    let mut waves = wave_bounds(workload.pods.len(), &workload.barriers).into_iter();
+    let submit = |range: std::ops::Range<usize>, rejected: &mut Vec<String>| {
+        for pod in &workload.pods[range.clone()] {
+            if let Err(e) = cluster.create_pod(pod.clone()) {
+                rejected.push(e.to_string());
+            }
         }
-    }
-    let accepted = workload.pods.len() - rejected.len();
+        range.end
+    };
+    let mut submitted_pods = waves.next().map_or(0, |r| submit(r, &mut rejected));
 
     let bar = if cfg.progress {
         let b = ProgressBar::new(workload.pods.len() as u64);
@@ -212,9 +218,16 @@ pub async fn run_embedded_with_cluster(
         ));
         let idle_workers = stats.iter().all(|(_, _, st)| st.is_idle());
         let quiet = s.last_activity.is_none_or(|t| t.elapsed() >= cfg.settle);
+        let accepted = submitted_pods - rejected.len();
         let all_seen = s.pods_total + invalid + s.other_scheduler >= accepted;
         if all_seen && s.pending == 0 && s.granting == 0 && idle_workers && quiet {
-            break;
+            match waves.next() {
+                Some(r) => {
+                    submitted_pods = submit(r, &mut rejected);
+                    continue;
+                }
+                None => break,
+            }
         }
         if cfg.in_process_workers > 0
             && cfg.in_process_workers == cfg.expect_workers
@@ -271,6 +284,24 @@ pub async fn run_embedded_with_cluster(
     Ok((report, cluster))
 }
 
+/// The pod index ranges between `barriers` (ascending indices into a list
+/// of `len` pods); one range when there is no barrier.
+fn wave_bounds(len: usize, barriers: &[usize]) -> Vec<std::ops::Range<usize>> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    for &b in barriers {
+        let b = b.min(len);
+        if b > start {
+            out.push(start..b);
+            start = b;
+        }
+    }
+    if start < len || out.is_empty() {
+        out.push(start..len);
+    }
+    out
+}
+
 /// Tells the coordinator's bind arbiter which cross-node constraints each
 /// profile filters on (InterPodAffinity, PodTopologySpread at `filter`), so
 /// it re-checks exactly those for the profile's pods.
@@ -289,5 +320,18 @@ pub fn configure_arbiter(coordinator: &Coordinator, config: &SchedulerConfig) {
                 },
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::wave_bounds;
+
+    #[test]
+    fn waves_split_at_barriers_and_ignore_empty_ones() {
+        assert_eq!(wave_bounds(5, &[]), [0..5]);
+        assert_eq!(wave_bounds(5, &[2]), [0..2, 2..5]);
+        assert_eq!(wave_bounds(5, &[0, 2, 2, 9]), [0..2, 2..5]);
+        assert_eq!(wave_bounds(0, &[]), [0..0]);
     }
 }

@@ -114,6 +114,7 @@ pub fn load_k8s_list(path: &Path, on_bad: OnBadInput) -> Result<Workload> {
         nodes: objects.nodes,
         pods: objects.pods,
         warnings: objects.warnings,
+        barriers: Vec::new(),
     })
 }
 

@@ -100,7 +100,15 @@ impl Workload {
             }
         }
         let mut pods = Vec::with_capacity(self.pods.len());
-        for p in self.pods {
+        // Barriers stay between the same pods when bad ones are dropped.
+        let mut barriers = Vec::with_capacity(self.barriers.len());
+        let mut next_barrier = self.barriers.iter().copied().peekable();
+        for (i, p) in self.pods.into_iter().enumerate() {
+            while next_barrier.next_if(|&b| b <= i).is_some() {
+                if barriers.last() != Some(&pods.len()) {
+                    barriers.push(pods.len());
+                }
+            }
             match flotilla_shared::PodInfo::from_pod(Arc::new(p.clone())) {
                 Ok(_) => pods.push(p),
                 Err(e) => on_bad.handle(
@@ -115,6 +123,7 @@ impl Workload {
         self.nodes = nodes;
         self.pods = pods;
         self.warnings = warnings;
+        self.barriers = barriers;
         Ok(self)
     }
 }
@@ -134,6 +143,11 @@ pub struct Workload {
     /// Bad rows or objects that were skipped ([`OnBadInput::Skip`]) and
     /// objects of unsupported kinds, in input order.
     pub warnings: Vec<LoadWarning>,
+    /// Barriers (upstream `scheduler_perf`'s `barrier` op): indices into
+    /// `pods`, ascending; the run submits the pods before a barrier, waits
+    /// until every one of them is resolved (bound or unschedulable), then
+    /// submits the next ones. Empty: everything at once.
+    pub barriers: Vec<usize>,
 }
 
 /// What a loader does with a bad row (CSV) or bad object (Kubernetes list).

@@ -181,6 +181,7 @@ pub fn load_openb(nodes_csv: &Path, pods_csv: &Path, on_bad: OnBadInput) -> Resu
         nodes,
         pods,
         warnings,
+        barriers: Vec::new(),
     })
 }
 

@@ -98,6 +98,89 @@ pub fn scheduling_basic(nodes: usize, pods: usize) -> Workload {
         nodes: nodes_out,
         pods: pods_out,
         warnings: Vec::new(),
+        barriers: Vec::new(),
+    }
+}
+
+/// CPU request of [`preemption_basic`]'s low-priority pods (upstream
+/// `pod-low-priority.yaml`): four fill a 4-CPU node to 3.6 CPU.
+pub const LOW_PRIORITY_POD_CPU: &str = "900m";
+/// CPU request of [`preemption_basic`]'s high-priority pods (upstream
+/// `pod-high-priority.yaml`): placing one evicts three low-priority pods.
+pub const HIGH_PRIORITY_POD_CPU: &str = "3";
+/// `spec.priority` of [`preemption_basic`]'s high-priority pods (upstream: 10).
+pub const HIGH_PRIORITY: i32 = 10;
+/// Default node count of [`preemption_basic`] (upstream's older 500-node case).
+pub const PREEMPTION_NODES: usize = 500;
+
+/// Upstream `scheduler_perf` `PreemptionBasic`: `nodes` default nodes
+/// (4 CPU / 32 Gi / 110 pods), `4 × nodes` low-priority pods
+/// `low-NNNNN` (900m / 500 Mi, priority 0, grace period 0) that fill them,
+/// a barrier, then `nodes` high-priority pods `high-NNNNN` (3 CPU / 500 Mi,
+/// priority 10, grace period 0), each of which fits only by preempting three
+/// low-priority pods. Pods alternate between the online and batch pools.
+pub fn preemption_basic(nodes: usize) -> Workload {
+    let node_resources = resource_list([
+        ("cpu", NODE_CPU.to_owned()),
+        ("memory", NODE_MEMORY.to_owned()),
+        ("pods", NODE_PODS.to_owned()),
+    ]);
+    let nodes_out = (0..nodes)
+        .map(|i| {
+            ready_node(
+                &format!("node-{i:05}"),
+                BTreeMap::new(),
+                node_resources.clone(),
+            )
+        })
+        .collect();
+    let pod = |name: String, cpu: &str, priority: i32, i: usize| {
+        let container = Container {
+            name: CONTAINER_NAME.to_owned(),
+            image: Some(PAUSE_IMAGE.to_owned()),
+            resources: Some(ResourceRequirements {
+                requests: Some(resource_list([
+                    ("cpu", cpu.to_owned()),
+                    ("memory", POD_MEMORY.to_owned()),
+                ])),
+                ..ResourceRequirements::default()
+            }),
+            ..Container::default()
+        };
+        let mut pod = pending_pod(NAMESPACE, &name, container);
+        if let Some(spec) = pod.spec.as_mut() {
+            spec.priority = Some(priority);
+            spec.termination_grace_period_seconds = Some(0);
+        }
+        let class = if i % 2 == 0 {
+            WORKLOAD_CLASS_ONLINE
+        } else {
+            WORKLOAD_CLASS_BATCH
+        };
+        pod.metadata
+            .labels
+            .get_or_insert_with(BTreeMap::new)
+            .insert(LABEL_WORKLOAD_CLASS.to_owned(), class.to_owned());
+        pod
+    };
+    let low = 4 * nodes;
+    let mut pods: Vec<_> = (0..low)
+        .map(|i| pod(format!("low-{i:05}"), LOW_PRIORITY_POD_CPU, 0, i))
+        .collect();
+    pods.extend((0..nodes).map(|i| {
+        pod(
+            format!("high-{i:05}"),
+            HIGH_PRIORITY_POD_CPU,
+            HIGH_PRIORITY,
+            i,
+        )
+    }));
+    Workload {
+        name: format!("preemption-basic-{nodes}nodes"),
+        nodes: nodes_out,
+        pods,
+        warnings: Vec::new(),
+        barriers: vec![low],
     }
 }
 
@@ -170,6 +253,27 @@ mod tests {
                 .any(|c| c.type_ == "Ready" && c.status == "True")
         );
         assert!(node.spec.as_ref().and_then(|s| s.taints.as_ref()).is_none());
+    }
+
+    #[test]
+    fn preemption_basic_fills_nodes_then_needs_three_victims_per_high_pod() {
+        let w = preemption_basic(3);
+        assert_eq!(w.nodes.len(), 3);
+        assert_eq!(w.pods.len(), 15);
+        assert_eq!(w.barriers, [12]);
+        let cpu = |p: &k8s_openapi::api::core::v1::Pod| {
+            let spec = p.spec.as_ref().expect("spec");
+            let r = spec.containers[0].resources.as_ref().expect("resources");
+            let q = r.requests.as_ref().expect("requests")["cpu"].clone();
+            (q, spec.priority, spec.termination_grace_period_seconds)
+        };
+        assert_eq!(cpu(&w.pods[0]), (q("900m"), Some(0), Some(0)));
+        assert_eq!(cpu(&w.pods[12]), (q("3"), Some(10), Some(0)));
+        assert_eq!(w.pods[12].metadata.name.as_deref(), Some("high-00000"));
+        // Four low pods fill a node to 3.6 of 4 CPU (400m free); a 3-CPU
+        // pod needs exactly three of them gone.
+        let free_after = |victims: i64| 4000 - 4 * 900 + victims * 900;
+        assert!(free_after(0) >= 0 && free_after(2) < 3000 && free_after(3) >= 3000);
     }
 
     #[test]

@@ -88,6 +88,7 @@ async fn four_workers_never_put_two_anti_affine_pods_in_one_zone() {
         nodes: nodes(zones, 8),
         pods,
         warnings: Vec::new(),
+        barriers: Vec::new(),
     };
     let (report, cluster) = within(
         Duration::from_secs(120),
@@ -142,6 +143,7 @@ async fn four_workers_keep_max_skew_across_zones() {
         nodes: nodes(zones, 4),
         pods,
         warnings: Vec::new(),
+        barriers: Vec::new(),
     };
     let (report, cluster) = within(
         Duration::from_secs(120),
