@@ -10,6 +10,18 @@
 //!   that one of the plugins that rejected them registered for, or after
 //!   [`backoff::DEFAULT_MAX_IN_UNSCHEDULABLE`] at the latest.
 //!
+//! - **gated**: pods the `SchedulingGates` PreEnqueue plugin holds back
+//!   (`spec.schedulingGates` not empty). Upstream keeps them in the
+//!   unschedulable pool marked gated; here they are a location of their own.
+//!   A gated pod is tracked but never enters activeQ: neither cluster events
+//!   nor the leftover flush move it. Only an update of the pod itself
+//!   ([`SchedulingQueue::add`] of the new object) whose gates are all gone
+//!   releases it, straight to activeQ (it has never failed, so it owes no
+//!   backoff). Gates are honoured only when
+//!   [`QueueConfig::honour_scheduling_gates`] is set (the profile enables
+//!   `SchedulingGates`, as upstream's default profile does); otherwise gated
+//!   pods are scheduled like any other, as upstream does without the plugin.
+//!
 //! A pod popped for a cycle is "in flight" until the caller reports the
 //! outcome. If a relevant event arrived while it was in flight, a failure
 //! sends it to backoffQ rather than the unschedulable pool, so the event is
@@ -34,7 +46,9 @@ use parking_lot::{Condvar, Mutex};
 use rand::RngExt as _;
 
 use flotilla_shared::PodInfo;
-use flotilla_shared::framework::ClusterEvent;
+use flotilla_shared::framework::{ClusterEvent, Status};
+
+use crate::plugins::SchedulingGates;
 
 pub use backoff::BackoffConfig;
 
@@ -45,6 +59,10 @@ pub struct QueueConfig {
     pub backoff: BackoffConfig,
     /// Longest stay in the unschedulable pool. Defaults to 5 min.
     pub max_in_unschedulable: Duration,
+    /// Whether pods with `spec.schedulingGates` are held back (the profile
+    /// enables the `SchedulingGates` PreEnqueue plugin). Defaults to true,
+    /// as upstream's default profile.
+    pub honour_scheduling_gates: bool,
 }
 
 impl Default for QueueConfig {
@@ -52,6 +70,7 @@ impl Default for QueueConfig {
         QueueConfig {
             backoff: BackoffConfig::default(),
             max_in_unschedulable: backoff::DEFAULT_MAX_IN_UNSCHEDULABLE,
+            honour_scheduling_gates: true,
         }
     }
 }
@@ -82,6 +101,9 @@ pub enum Location {
     Unschedulable(Instant),
     /// Popped; a cycle or binding is running for it.
     InFlight,
+    /// Held back by scheduling gates until an update removes them all
+    /// ([`SchedulingQueue::gating_status`] says why).
+    Gated,
 }
 
 #[derive(Debug)]
@@ -152,6 +174,8 @@ pub struct QueueLengths {
     pub unschedulable: usize,
     /// Popped and not yet resolved.
     pub in_flight: usize,
+    /// Held back by scheduling gates (upstream's `gated` pending pods).
+    pub gated: usize,
 }
 
 /// The scheduling queue. Share it as `Arc<SchedulingQueue>`.
@@ -207,18 +231,55 @@ impl SchedulingQueue {
         inner.backoff.push(Reverse((until, seq, uid.clone(), v)));
     }
 
-    /// Adds a new pending pod to activeQ. For a pod already queued, replaces
-    /// its object (keeping attempts and position); an update to a pod in the
-    /// unschedulable pool moves it back, since the change may make it fit.
+    /// The PreEnqueue verdict for `pod`: `Some(status)` when scheduling
+    /// gates hold it back (and the queue honours them).
+    fn gate(&self, pod: &PodInfo) -> Option<Status> {
+        if !self.cfg.honour_scheduling_gates || pod.scheduling_gates.is_empty() {
+            return None;
+        }
+        let st = SchedulingGates.pre_enqueue(pod);
+        (!st.is_success()).then_some(st)
+    }
+
+    fn set_gated(inner: &mut Inner, uid: &Arc<str>) {
+        inner.unschedulable.remove(uid);
+        if let Some(e) = inner.pods.get_mut(uid) {
+            e.version += 1;
+            e.loc = Location::Gated;
+        }
+    }
+
+    /// Adds a new pending pod: to activeQ, or to the gated set when
+    /// scheduling gates hold it back. For a pod already queued, replaces its
+    /// object (keeping attempts and position) and re-checks its gates: an
+    /// update that removed the last gate sends a gated pod to activeQ at once
+    /// (its enqueue time and latency clock start then); an update to a pod in
+    /// the unschedulable pool moves it back, since the change may make it
+    /// fit. A pod in flight only gets the new object (its outcome decides).
     pub fn add(&self, pod: Arc<PodInfo>, now: Instant) {
+        let gated = self.gate(&pod).is_some();
         let mut inner = self.inner.lock();
         let uid = pod.uid.clone();
         if let Some(e) = inner.pods.get_mut(&uid) {
             e.info.pod = pod;
-            if let Location::Unschedulable(_) = e.loc {
-                inner.unschedulable.remove(&uid);
-                Self::requeue(&mut inner, &uid, now);
-                self.wake.notify_one();
+            match e.loc {
+                Location::Gated if !gated => {
+                    if e.info.attempts == 0 {
+                        e.info.timestamp = now;
+                        e.info.initial_attempt = now;
+                    }
+                    Self::requeue_keeping_timestamp(&mut inner, &uid, now);
+                    self.wake.notify_one();
+                }
+                Location::Active | Location::Backoff(_) | Location::Unschedulable(_) if gated => {
+                    Self::set_gated(&mut inner, &uid);
+                }
+                Location::Unschedulable(_) => {
+                    inner.unschedulable.remove(&uid);
+                    Self::requeue(&mut inner, &uid, now);
+                    self.wake.notify_one();
+                }
+                _ => {}
             }
             return;
         }
@@ -238,8 +299,28 @@ impl SchedulingQueue {
                 backoff_expiry: None,
             },
         );
-        Self::push_active(&mut inner, &uid);
-        self.wake.notify_one();
+        if gated {
+            Self::set_gated(&mut inner, &uid);
+        } else {
+            Self::push_active(&mut inner, &uid);
+            self.wake.notify_one();
+        }
+    }
+
+    /// Why a gated pod is held back: the `SchedulingGates` PreEnqueue status
+    /// (`waiting for scheduling gates: [gate-a gate-b]`,
+    /// `UnschedulableAndUnresolvable`). `None` when the pod is not gated.
+    #[must_use]
+    pub fn gating_status(&self, uid: &str) -> Option<Status> {
+        let pod = {
+            let inner = self.inner.lock();
+            let e = inner.pods.get(uid)?;
+            if e.loc != Location::Gated {
+                return None;
+            }
+            e.info.pod.clone()
+        };
+        self.gate(&pod)
     }
 
     /// Removes a pod wherever it is (deleted, bound by someone else,
@@ -347,12 +428,19 @@ impl SchedulingQueue {
     }
 
     /// Moves a pod to backoffQ if the backoff earned by its last failure has
-    /// not expired yet, else to activeQ.
+    /// not expired yet, else to activeQ; its enqueue time becomes `now`.
     fn requeue(inner: &mut Inner, uid: &Arc<str>, now: Instant) {
-        let Some(e) = inner.pods.get_mut(uid) else {
+        if let Some(e) = inner.pods.get_mut(uid) {
+            e.info.timestamp = now;
+        }
+        Self::requeue_keeping_timestamp(inner, uid, now);
+    }
+
+    /// [`Self::requeue`] without touching the enqueue time.
+    fn requeue_keeping_timestamp(inner: &mut Inner, uid: &Arc<str>, now: Instant) {
+        let Some(e) = inner.pods.get(uid) else {
             return;
         };
-        e.info.timestamp = now;
         match e.backoff_expiry {
             Some(until) if until > now => Self::push_backoff(inner, uid, until),
             _ => Self::push_active(inner, uid),
@@ -371,6 +459,15 @@ impl SchedulingQueue {
             return;
         }
         let key = key.clone();
+        if self.gate(&e.info.pod).is_some() {
+            // Gated while in flight (an update arrived meanwhile): it waits
+            // for its gates, not for a cluster event.
+            let e = inner.pods.get_mut(&key).expect("present");
+            e.info.attempts += 1;
+            e.info.unschedulable_plugins = plugins;
+            Self::set_gated(&mut inner, &key);
+            return;
+        }
         let popped = e.popped_at_cycle;
         // Only events that could help one of the rejecting plugins count
         // (any event, for a pod no plugin is recorded for).
@@ -408,18 +505,25 @@ impl SchedulingQueue {
             return;
         }
         let key = key.clone();
+        let gated = self.gate(&e.info.pod).is_some();
         let until = self.backoff_until(e.info.attempts + 1, now);
         let e = inner.pods.get_mut(&key).expect("present");
         e.info.attempts += 1;
         e.info.unschedulable_plugins.clear();
         e.backoff_expiry = Some(until);
+        if gated {
+            Self::set_gated(&mut inner, &key);
+            return;
+        }
         Self::push_backoff(&mut inner, &key, until);
         self.wake.notify_one();
     }
 
     /// A cluster event: pods in the unschedulable pool that one of the
     /// interested plugins rejected (or that have no recorded plugin) move
-    /// back. Returns how many moved.
+    /// back. Gated pods never move on a cluster event (upstream: only the
+    /// gating plugin's own event, the pod update removing the gates, can
+    /// release them). Returns how many moved.
     pub fn on_event(&self, event: ClusterEvent, now: Instant) -> usize {
         let mut inner = self.inner.lock();
         let interested = self.interest.get(&event);
@@ -455,7 +559,8 @@ impl SchedulingQueue {
     }
 
     /// Moves pods that sat in the unschedulable pool longer than
-    /// `max_in_unschedulable`. Returns how many moved.
+    /// `max_in_unschedulable`. Gated pods stay (upstream re-runs PreEnqueue
+    /// on them and they stay gated). Returns how many moved.
     pub fn flush_unschedulable_leftover(&self, now: Instant) -> usize {
         let mut inner = self.inner.lock();
         let max = self.cfg.max_in_unschedulable;
@@ -490,9 +595,67 @@ impl SchedulingQueue {
                 Location::Backoff(_) => l.backoff += 1,
                 Location::Unschedulable(_) => l.unschedulable += 1,
                 Location::InFlight => l.in_flight += 1,
+                Location::Gated => l.gated += 1,
             }
         }
         l
+    }
+
+    /// Checks the bookkeeping behind the locations (tests): every pod in
+    /// activeQ or backoffQ has exactly one live heap entry, the
+    /// unschedulable set holds exactly the pods located there, and no live
+    /// heap entry belongs to a pod located elsewhere.
+    ///
+    /// # Panics
+    /// On the first inconsistency, naming the pod.
+    #[cfg(test)]
+    pub(crate) fn assert_consistent(&self) {
+        let inner = self.inner.lock();
+        let mut live_active: HashMap<&str, usize> = HashMap::new();
+        for k in &inner.active {
+            if inner
+                .pods
+                .get(&k.uid)
+                .is_some_and(|e| e.version == k.version && e.loc == Location::Active)
+            {
+                *live_active.entry(&k.uid).or_default() += 1;
+            }
+        }
+        let mut live_backoff: HashMap<&str, usize> = HashMap::new();
+        for Reverse((until, _, uid, v)) in &inner.backoff {
+            if inner
+                .pods
+                .get(uid)
+                .is_some_and(|e| e.version == *v && e.loc == Location::Backoff(*until))
+            {
+                *live_backoff.entry(uid).or_default() += 1;
+            }
+        }
+        for (uid, e) in &inner.pods {
+            let want_active = usize::from(e.loc == Location::Active);
+            let want_backoff = usize::from(matches!(e.loc, Location::Backoff(_)));
+            assert_eq!(
+                live_active.get(&**uid).copied().unwrap_or(0),
+                want_active,
+                "{uid} at {:?}: activeQ entries",
+                e.loc
+            );
+            assert_eq!(
+                live_backoff.get(&**uid).copied().unwrap_or(0),
+                want_backoff,
+                "{uid} at {:?}: backoffQ entries",
+                e.loc
+            );
+            assert_eq!(
+                inner.unschedulable.contains(uid),
+                matches!(e.loc, Location::Unschedulable(_)),
+                "{uid} at {:?}: unschedulable set",
+                e.loc
+            );
+        }
+        for uid in &inner.unschedulable {
+            assert!(inner.pods.contains_key(uid), "{uid}: untracked in the pool");
+        }
     }
 
     /// Wakes a blocked `pop_blocking` (e.g. after time-based flushes).
