@@ -9,6 +9,7 @@ mod fit_strategies;
 mod image_locality;
 mod inter_pod_affinity;
 mod node_cache;
+mod nominated;
 mod partition;
 mod pod_topology_spread;
 mod scoring;
