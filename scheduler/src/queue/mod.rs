@@ -110,7 +110,9 @@ pub enum Location {
 struct Entry {
     info: QueuedPodInfo,
     loc: Location,
-    /// Bumped whenever the pod moves; stale heap entries are skipped.
+    /// Set whenever the pod moves, from the queue-wide sequence (so a pod
+    /// deleted and added again never matches a heap entry of its earlier
+    /// stay); stale heap entries are skipped.
     version: u64,
     /// Value of `move_request_cycle` when popped.
     popped_at_cycle: u64,
@@ -207,7 +209,7 @@ impl SchedulingQueue {
         let Some(e) = inner.pods.get_mut(uid) else {
             return;
         };
-        e.version += 1;
+        e.version = seq;
         e.loc = Location::Active;
         let key = ActiveKey {
             priority: e.info.pod.priority,
@@ -225,7 +227,7 @@ impl SchedulingQueue {
         let Some(e) = inner.pods.get_mut(uid) else {
             return;
         };
-        e.version += 1;
+        e.version = seq;
         e.loc = Location::Backoff(until);
         let v = e.version;
         inner.backoff.push(Reverse((until, seq, uid.clone(), v)));
@@ -243,8 +245,10 @@ impl SchedulingQueue {
 
     fn set_gated(inner: &mut Inner, uid: &Arc<str>) {
         inner.unschedulable.remove(uid);
+        inner.seq += 1;
+        let seq = inner.seq;
         if let Some(e) = inner.pods.get_mut(uid) {
-            e.version += 1;
+            e.version = seq;
             e.loc = Location::Gated;
         }
     }
@@ -371,12 +375,14 @@ impl SchedulingQueue {
         Self::flush_backoff(inner, now);
         while let Some(k) = inner.active.pop() {
             let cycle = inner.move_request_cycle;
+            inner.seq += 1;
+            let seq = inner.seq;
             if let Some(e) = inner.pods.get_mut(&k.uid)
                 && e.version == k.version
                 && e.loc == Location::Active
             {
                 e.loc = Location::InFlight;
-                e.version += 1;
+                e.version = seq;
                 e.popped_at_cycle = cycle;
                 return Some(e.info.clone());
             }
@@ -480,6 +486,8 @@ impl SchedulingQueue {
                         .is_some_and(|set| plugins.iter().any(|p| set.contains(p))))
         });
         let until = self.backoff_until(e.info.attempts + 1, now);
+        inner.seq += 1;
+        let seq = inner.seq;
         let e = inner.pods.get_mut(&key).expect("present");
         e.info.attempts += 1;
         e.info.unschedulable_plugins = plugins;
@@ -488,7 +496,7 @@ impl SchedulingQueue {
             Self::push_backoff(&mut inner, &key, until);
             self.wake.notify_one();
         } else {
-            e.version += 1;
+            e.version = seq;
             e.loc = Location::Unschedulable(now);
             inner.unschedulable.insert(key);
         }
@@ -675,6 +683,9 @@ impl SchedulingQueue {
         self.wake.notify_all();
     }
 }
+
+#[cfg(test)]
+mod proptests;
 
 #[cfg(test)]
 mod tests {
@@ -889,5 +900,166 @@ mod tests {
         let h = std::thread::spawn(move || q2.pop_blocking(Duration::from_secs(30)));
         q.close();
         assert!(h.join().unwrap().is_none());
+    }
+
+    fn gated(name: &str, prio: i32, gates: &[&str]) -> Arc<PodInfo> {
+        let b = gates
+            .iter()
+            .fold(PodBuilder::new(name).priority(prio), |b, g| {
+                b.scheduling_gate(g)
+            });
+        Arc::new(b.build_info())
+    }
+
+    #[test]
+    fn gated_pods_wait_for_their_gates_not_for_events_or_the_flush() {
+        let q = queue();
+        let t0 = Instant::now();
+        q.add(gated("g", 100, &["gate-a", "gate-b"]), t0);
+        q.add(pod("plain", 0), t0);
+        assert_eq!(q.location("uid-g"), Some(Location::Gated));
+        let st = q.gating_status("uid-g").expect("gated");
+        assert_eq!(
+            st.message(),
+            "waiting for scheduling gates: [gate-a gate-b]"
+        );
+        assert_eq!(st.plugin, "SchedulingGates");
+        assert_eq!(
+            q.lengths(),
+            QueueLengths {
+                active: 1,
+                gated: 1,
+                ..QueueLengths::default()
+            }
+        );
+        // Higher priority, yet only the ungated pod comes out.
+        assert_eq!(names(&q, t0), ["plain"]);
+        q.done("uid-plain");
+
+        // Events and the leftover flush leave it alone.
+        assert_eq!(q.on_event(ClusterEvent::AssignedPodDeleted, t0), 0);
+        assert_eq!(q.on_event(ClusterEvent::NodeLabelChanged, t0), 0);
+        let late = t0 + Duration::from_secs(3600);
+        assert_eq!(q.flush_unschedulable_leftover(late), 0);
+        assert!(q.pop(late).is_none());
+
+        // Removing one gate keeps it gated, with the new message.
+        q.add(gated("g", 100, &["gate-b"]), late);
+        assert_eq!(q.location("uid-g"), Some(Location::Gated));
+        assert_eq!(
+            q.gating_status("uid-g").map(|s| s.message()),
+            Some("waiting for scheduling gates: [gate-b]".to_owned())
+        );
+        // Removing the last one sends it to activeQ at once, no backoff.
+        let t1 = late + Duration::from_secs(1);
+        q.add(gated("g", 100, &[]), t1);
+        assert_eq!(q.location("uid-g"), Some(Location::Active));
+        assert!(q.gating_status("uid-g").is_none());
+        let g = q.pop(t1).expect("released");
+        assert_eq!(g.attempts, 0);
+        assert_eq!(g.initial_attempt, t1, "latency counts from the release");
+        assert_eq!(q.lengths().gated, 0);
+    }
+
+    #[test]
+    fn gates_are_ignored_when_the_profile_does_not_run_scheduling_gates() {
+        let q = SchedulingQueue::new(
+            QueueConfig {
+                honour_scheduling_gates: false,
+                ..QueueConfig::default()
+            },
+            HashMap::new(),
+        );
+        let t0 = Instant::now();
+        q.add(gated("g", 0, &["gate-a"]), t0);
+        assert_eq!(q.location("uid-g"), Some(Location::Active));
+        assert!(q.gating_status("uid-g").is_none());
+        assert_eq!(names(&q, t0), ["g"]);
+    }
+
+    #[test]
+    fn a_pod_regated_while_in_flight_parks_as_gated_when_it_fails() {
+        let q = queue();
+        let t0 = Instant::now();
+        q.add(pod("a", 0), t0);
+        let a = q.pop(t0).unwrap();
+        q.add(gated("a", 0, &["hold"]), t0);
+        assert_eq!(
+            q.location("uid-a"),
+            Some(Location::InFlight),
+            "its cycle decides"
+        );
+        q.add_unschedulable(&a.pod.uid, BTreeSet::from([NODE_RESOURCES_FIT]), t0);
+        assert_eq!(q.location("uid-a"), Some(Location::Gated));
+        assert_eq!(q.on_event(ClusterEvent::AssignedPodDeleted, t0), 0);
+    }
+
+    #[test]
+    fn parked_pods_are_not_popped_again_without_an_event_or_the_flush() {
+        let q = queue();
+        let t0 = Instant::now();
+        for i in 0..10 {
+            q.add(pod(&format!("p{i}"), i), t0);
+        }
+        let mut popped = 0;
+        while let Some(p) = q.pop(t0) {
+            q.add_unschedulable(&p.pod.uid, BTreeSet::from([NODE_RESOURCES_FIT]), t0);
+            popped += 1;
+        }
+        assert_eq!(popped, 10, "each tried once");
+        // Long after every backoff expired, nothing comes out by itself.
+        for s in [1, 10, 60, 299] {
+            assert!(q.pop(t0 + Duration::from_secs(s)).is_none(), "at {s} s");
+        }
+        // An event nobody rejecting them cares about does not either.
+        q.on_event(
+            ClusterEvent::NodeLabelChanged,
+            t0 + Duration::from_secs(100),
+        );
+        assert!(q.pop(t0 + Duration::from_secs(100)).is_none());
+        // The leftover flush (5 min) brings all ten back, highest first.
+        let t5 = t0 + Duration::from_secs(300);
+        assert_eq!(q.flush_unschedulable_leftover(t5), 10);
+        let order: Vec<i32> = std::iter::from_fn(|| q.pop(t5).map(|p| p.pod.priority)).collect();
+        assert_eq!(order, (0..10).rev().collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn jittered_backoff_ends_within_its_documented_range() {
+        // Default config: jitter up to +10 %. Third failure: 4 s base, so
+        // the pod is back between 4.0 s and 4.4 s, never outside.
+        let q = SchedulingQueue::new(QueueConfig::default(), HashMap::new());
+        for i in 0..20 {
+            let t0 = Instant::now();
+            let name = format!("j{i}");
+            q.add(pod(&name, 0), t0);
+            let mut t = t0;
+            for attempt in 1..=3u32 {
+                let p = q.pop(t).expect("ready");
+                assert_eq!(p.attempts, attempt - 1);
+                q.add_backoff(&p.pod.uid, t);
+                // Backoffs 1, 2, 4 s (+ up to 10 %).
+                let base = Duration::from_secs(1 << (attempt - 1));
+                assert!(q.pop(t + base - Duration::from_millis(1)).is_none());
+                t += base.mul_f64(1.1);
+            }
+            let p = q.pop(t).expect("back within 4.4 s");
+            assert_eq!(p.attempts, 3);
+            q.done(&p.pod.uid);
+        }
+    }
+
+    #[test]
+    fn a_pod_deleted_and_added_again_queues_by_its_new_arrival() {
+        // Found by the property test: the earlier stay's heap entry must
+        // not come back to life (it would jump the pod ahead of `b`).
+        let q = queue();
+        let t0 = Instant::now();
+        q.add(pod("a", 0), t0);
+        assert!(q.delete("uid-a"));
+        q.add(pod("b", 0), t0 + Duration::from_millis(1));
+        q.add(pod("a", 0), t0 + Duration::from_millis(2));
+        assert_eq!(names(&q, t0 + Duration::from_millis(2)), ["b", "a"]);
+        q.assert_consistent();
     }
 }
