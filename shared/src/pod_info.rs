@@ -400,4 +400,19 @@ mod tests {
         };
         assert!(!udp.conflicts_with(&hp("0.0.0.0", 80)));
     }
+
+    #[test]
+    fn scheduling_gates_and_nominated_node_are_read() {
+        let p = PodBuilder::new("g")
+            .scheduling_gate("example.com/a")
+            .scheduling_gate("example.com/b")
+            .nominated_node_name("n1")
+            .build_info();
+        assert_eq!(p.scheduling_gates, ["example.com/a", "example.com/b"]);
+        assert_eq!(p.nominated_node_name.as_deref(), Some("n1"));
+
+        let plain = PodBuilder::new("p").nominated_node_name("").build_info();
+        assert!(plain.scheduling_gates.is_empty());
+        assert_eq!(plain.nominated_node_name, None, "empty means none");
+    }
 }

@@ -257,7 +257,8 @@ impl SchedulingQueue {
     /// scheduling gates hold it back. For a pod already queued, replaces its
     /// object (keeping attempts and position) and re-checks its gates: an
     /// update that removed the last gate sends a gated pod to activeQ at once
-    /// (its enqueue time and latency clock start then); an update to a pod in
+    /// (keeping its arrival time for PrioritySort, as upstream; its latency
+    /// clock, `initial_attempt`, starts then); an update to a pod in
     /// the unschedulable pool moves it back, since the change may make it
     /// fit. A pod in flight only gets the new object (its outcome decides).
     pub fn add(&self, pod: Arc<PodInfo>, now: Instant) {
@@ -269,7 +270,6 @@ impl SchedulingQueue {
             match e.loc {
                 Location::Gated if !gated => {
                     if e.info.attempts == 0 {
-                        e.info.timestamp = now;
                         e.info.initial_attempt = now;
                     }
                     Self::requeue_keeping_timestamp(&mut inner, &uid, now);
@@ -958,6 +958,7 @@ mod tests {
         let g = q.pop(t1).expect("released");
         assert_eq!(g.attempts, 0);
         assert_eq!(g.initial_attempt, t1, "latency counts from the release");
+        assert_eq!(g.timestamp, t0, "queue order by its arrival");
         assert_eq!(q.lengths().gated, 0);
     }
 
