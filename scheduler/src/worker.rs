@@ -27,12 +27,13 @@ use tracing::{debug, info, info_span, warn};
 
 use flotilla_proto::v1 as pb;
 use flotilla_proto::v1::coordinator_client::CoordinatorClient;
-use flotilla_shared::framework::ClusterEvent;
+use flotilla_shared::framework::{ClusterEvent, ExtensionPoint};
 use flotilla_shared::node_info::NodeSpec;
 use flotilla_shared::{PodInfo, WorkloadClass};
 
 use crate::cache::{DEFAULT_ASSUMED_POD_TTL, NodeCache, Snapshot};
 use crate::framework::{Profile, ProfileMap, Registry, RegistryError, ScheduleError};
+use crate::plugins::names;
 use crate::queue::{QueueConfig, QueueLengths, QueuedPodInfo, SchedulingQueue};
 
 /// Worker settings.
@@ -388,11 +389,16 @@ async fn session(
     info!(worker = %cfg.name, id = %reg.worker_id, epoch = reg.epoch, "registered");
 
     let interest = frameworks.event_interest();
+    let mut queue_cfg = cfg.queue;
+    // Gates hold pods back only where the profile runs SchedulingGates
+    // (upstream: without the PreEnqueue plugin, gated pods are scheduled).
+    queue_cfg.honour_scheduling_gates &=
+        frameworks.any_enables(ExtensionPoint::PreEnqueue, names::SCHEDULING_GATES);
     let shared = Arc::new(Shared {
         id: reg.worker_id,
         client,
         cache: NodeCache::new(cfg.assumed_pod_ttl),
-        queue: SchedulingQueue::new(cfg.queue, interest),
+        queue: SchedulingQueue::new(queue_cfg, interest),
         frameworks,
         stats,
         tracker: TaskTracker::new(),
@@ -478,6 +484,16 @@ fn apply_event(s: &Shared, event: pb::watch_event::Event) {
         }
         Event::AssignedPod(raw) => {
             if let Some(pod) = parse_pod(&raw) {
+                // Its own nomination (status.nominatedNodeName) holds room
+                // for it against lower-priority pods of this worker.
+                match pod.nominated_node_name.as_deref() {
+                    Some(node) => s.cache.set_nominated(pod.clone(), node),
+                    None => {
+                        s.cache.clear_nominated(&pod.uid);
+                    }
+                }
+                // A new pod, or an update (e.g. its last scheduling gate
+                // removed): the queue re-checks its gates either way.
                 s.queue.add(pod, now);
             }
         }

@@ -123,6 +123,13 @@ pub struct PodInfo {
     pub terminal: bool,
     /// The original object.
     pub pod: Arc<Pod>,
+    /// `spec.schedulingGates[*].name`, in spec order; empty for most pods.
+    /// While any is present the `SchedulingGates` PreEnqueue plugin keeps
+    /// the pod out of activeQ (upstream).
+    pub scheduling_gates: Vec<String>,
+    /// `status.nominatedNodeName` (empty strings map to `None`): the node a
+    /// preemption reserved room on for this pod.
+    pub nominated_node_name: Option<Arc<str>>,
 }
 
 /// A pod that cannot be read; names the object and the field.
@@ -273,6 +280,18 @@ impl PodInfo {
             Some(u) if !u.is_empty() => Arc::from(u),
             _ => Arc::from(format!("uid-{key}").as_str()),
         };
+        let scheduling_gates = spec
+            .scheduling_gates
+            .iter()
+            .flatten()
+            .map(|g| g.name.clone())
+            .collect();
+        let nominated_node_name = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.nominated_node_name.as_deref())
+            .filter(|n| !n.is_empty())
+            .map(Arc::from);
         Ok(PodInfo {
             uid,
             priority: spec.priority.unwrap_or(0),
@@ -302,6 +321,8 @@ impl PodInfo {
             terminal,
             key,
             pod,
+            scheduling_gates,
+            nominated_node_name,
         })
     }
 }
@@ -378,5 +399,20 @@ mod tests {
             ..hp("0.0.0.0", 80)
         };
         assert!(!udp.conflicts_with(&hp("0.0.0.0", 80)));
+    }
+
+    #[test]
+    fn scheduling_gates_and_nominated_node_are_read() {
+        let p = PodBuilder::new("g")
+            .scheduling_gate("example.com/a")
+            .scheduling_gate("example.com/b")
+            .nominated_node_name("n1")
+            .build_info();
+        assert_eq!(p.scheduling_gates, ["example.com/a", "example.com/b"]);
+        assert_eq!(p.nominated_node_name.as_deref(), Some("n1"));
+
+        let plain = PodBuilder::new("p").nominated_node_name("").build_info();
+        assert!(plain.scheduling_gates.is_empty());
+        assert_eq!(plain.nominated_node_name, None, "empty means none");
     }
 }

@@ -414,6 +414,26 @@ impl PodBuilder {
         self
     }
 
+    /// Appends `spec.schedulingGates[].name`.
+    #[must_use]
+    pub fn scheduling_gate(mut self, name: &str) -> Self {
+        self.spec()
+            .scheduling_gates
+            .get_or_insert_with(Vec::new)
+            .push(k8s_openapi::api::core::v1::PodSchedulingGate { name: name.into() });
+        self
+    }
+
+    /// `status.nominatedNodeName`.
+    #[must_use]
+    pub fn nominated_node_name(mut self, node: &str) -> Self {
+        self.pod
+            .status
+            .get_or_insert_with(Default::default)
+            .nominated_node_name = Some(node.into());
+        self
+    }
+
     /// The `Pod`.
     #[must_use]
     pub fn build(self) -> Pod {

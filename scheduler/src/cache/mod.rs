@@ -37,7 +37,7 @@ use flotilla_shared::images::NodeImages;
 use flotilla_shared::node_info::Orphans;
 use flotilla_shared::{NodeInfo, NodeSpec, PodInfo, PodKey};
 
-pub use snapshot::Snapshot;
+pub use snapshot::{NominatedPods, Snapshot};
 
 /// How long an assumed pod whose binding finished may wait for confirmation
 /// before it is expired. Upstream kube-scheduler used 30 s before it moved to
@@ -89,9 +89,29 @@ struct Inner {
     /// copied on write, so at most one copy is made per snapshot refresh;
     /// a node update whose image names did not change leaves it alone.
     images: Arc<HashMap<Arc<str>, usize>>,
+    /// Pods nominated to nodes by preemption (upstream's nominator), by
+    /// node; shared with snapshots as one Arc, copied on write.
+    nominated: Arc<NominatedPods>,
+    /// Pod uid → the node it is nominated to.
+    nominated_node_of: HashMap<Arc<str>, Arc<str>>,
 }
 
 impl Inner {
+    /// Drops `uid`'s nomination, if any. Returns whether there was one.
+    fn unnominate(&mut self, uid: &str) -> bool {
+        let Some(node) = self.nominated_node_of.remove(uid) else {
+            return false;
+        };
+        let map = Arc::make_mut(&mut self.nominated);
+        if let Some(list) = map.get_mut(&node) {
+            list.retain(|p| &*p.uid != uid);
+            if list.is_empty() {
+                map.remove(&node);
+            }
+        }
+        true
+    }
+
     /// Mutates a node, stamping it with a new generation.
     fn touch<R>(&mut self, name: &Arc<str>, f: impl FnOnce(&mut NodeInfo) -> R) -> Option<R> {
         let entry = self.nodes.get_mut(name)?;
@@ -245,6 +265,10 @@ impl NodeCache {
         if inner.pods.contains_key(&pod.uid) {
             return Err(CacheError::AlreadyPlaced(pod.key.clone()));
         }
+        // The pod's own nomination is now a placement (upstream's assume
+        // deletes it from the nominator; a failed binding does not restore
+        // it, as upstream clears the nominated node then).
+        inner.unnominate(&pod.uid);
         inner.place(&name, pod.clone());
         inner.pods.insert(
             pod.uid.clone(),
@@ -256,6 +280,46 @@ impl NodeCache {
             },
         );
         Ok(())
+    }
+
+    /// Records that `pod` is nominated to `node` (`status.nominatedNodeName`
+    /// after a preemption, for a pod of any worker), replacing its earlier
+    /// nomination. Like upstream's nominator, a pod that is already assumed
+    /// or bound is not nominated (it holds its room for real). Cycles see
+    /// nominations after the next [`NodeCache::update_snapshot`]: Filter
+    /// then counts the pod on `node` for pods of lower or equal priority
+    /// (see [`crate::framework::runtime`]). `node` need not be known yet.
+    pub fn set_nominated(&self, pod: Arc<PodInfo>, node: &str) {
+        let mut inner = self.inner.lock();
+        inner.unnominate(&pod.uid);
+        if inner.pods.contains_key(&pod.uid) || node.is_empty() {
+            return;
+        }
+        let node: Arc<str> = Arc::from(node);
+        inner
+            .nominated_node_of
+            .insert(pod.uid.clone(), node.clone());
+        Arc::make_mut(&mut inner.nominated)
+            .entry(node)
+            .or_default()
+            .push(pod);
+    }
+
+    /// Drops a pod's nomination (it was scheduled, deleted, or preemption
+    /// cleared `status.nominatedNodeName`). Returns whether it had one.
+    pub fn clear_nominated(&self, uid: &str) -> bool {
+        self.inner.lock().unnominate(uid)
+    }
+
+    /// Pods nominated to `node` (for inspection; cycles read their snapshot).
+    #[must_use]
+    pub fn nominated_pods(&self, node: &str) -> Vec<Arc<PodInfo>> {
+        self.inner
+            .lock()
+            .nominated
+            .get(node)
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// The binding call for an assumed pod returned; start its expiry clock.
@@ -288,6 +352,7 @@ impl NodeCache {
     /// A pod bound to `pod.node_name` arrived from the cluster: confirms our
     /// assumption (moving it if the cluster placed it elsewhere), or accounts
     /// for someone else's placement. Terminal pods are removed instead.
+    /// Either way the pod's nomination, if any, is dropped.
     pub fn add_bound_pod(&self, pod: Arc<PodInfo>) {
         let Some(node) = pod.node_name.clone() else {
             return;
@@ -297,6 +362,7 @@ impl NodeCache {
             return;
         }
         let mut inner = self.inner.lock();
+        inner.unnominate(&pod.uid);
         if let Some(st) = inner.pods.get(&pod.uid) {
             let old = st.node.clone();
             inner.unplace(&old, &pod.uid);
@@ -313,10 +379,12 @@ impl NodeCache {
         );
     }
 
-    /// A pod left the cluster (or terminated). Returns true when it held
-    /// resources on a node, i.e. the removal is an `AssignedPodDeleted` event.
+    /// A pod left the cluster (or terminated); its nomination, if any, is
+    /// dropped too. Returns true when it held resources on a node, i.e. the
+    /// removal is an `AssignedPodDeleted` event.
     pub fn remove_pod(&self, uid: &str) -> bool {
         let mut inner = self.inner.lock();
+        inner.unnominate(uid);
         let Some(st) = inner.pods.remove(uid) else {
             return false;
         };
@@ -377,6 +445,9 @@ impl NodeCache {
         }
         if !Arc::ptr_eq(&snap.images, &inner.images) {
             snap.images = inner.images.clone();
+        }
+        if !Arc::ptr_eq(&snap.nominated, &inner.nominated) {
+            snap.nominated = inner.nominated.clone();
         }
         if snap.layout_generation != inner.layout_generation {
             snap.rebuild(&inner.nodes, &inner.partition, inner.generation);

@@ -3,8 +3,12 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
-use flotilla_shared::NodeInfo;
 use flotilla_shared::framework::SharedLister;
+use flotilla_shared::{NodeInfo, PodInfo};
+
+/// Node name → pods nominated to it (upstream nominator's
+/// `nominatedPods`), each list in nomination order.
+pub type NominatedPods = HashMap<Arc<str>, Vec<Arc<PodInfo>>>;
 
 /// All nodes as of the last [`super::NodeCache::update_snapshot`], the worker's
 /// partition first: `nodes()[..partition_len()]` are the nodes this worker
@@ -29,6 +33,8 @@ pub struct Snapshot {
     /// Positions of the nodes with pods that have required anti-affinity
     /// terms, ascending.
     with_required_anti_affinity: Vec<usize>,
+    /// Pods nominated to nodes (shared with the cache, copied on write).
+    pub(super) nominated: Arc<NominatedPods>,
 }
 
 /// Keeps position `i` in the ascending list iff `member`.
@@ -127,6 +133,20 @@ impl Snapshot {
     #[must_use]
     pub fn get(&self, name: &str) -> Option<&Arc<NodeInfo>> {
         self.index.get(name).map(|&i| &self.nodes[i])
+    }
+
+    /// Whether any pod is nominated to any node (the cycle's fast path
+    /// skips the nominated-pods check when not).
+    #[must_use]
+    pub fn has_nominated_pods(&self) -> bool {
+        !self.nominated.is_empty()
+    }
+
+    /// Pods nominated to `node` (upstream `NominatedPodsForNode`), in
+    /// nomination order; empty when none.
+    #[must_use]
+    pub fn nominated_pods_for_node(&self, node: &str) -> &[Arc<PodInfo>] {
+        self.nominated.get(node).map_or(&[], Vec::as_slice)
     }
 }
 

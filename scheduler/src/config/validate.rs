@@ -97,7 +97,6 @@ fn not_implemented_effect(name: &str) -> &'static str {
         names::DEFAULT_PREEMPTION => {
             "no preemption: a pod that fits nowhere stays pending instead of evicting lower-priority pods"
         }
-        names::SCHEDULING_GATES => "pods with spec.schedulingGates are scheduled without waiting",
         "DynamicResources" => "ResourceClaims are not allocated or checked",
         "NodeDeclaredFeatures" => "node-declared features are not checked",
         _ => "pods are placed without volume constraints",

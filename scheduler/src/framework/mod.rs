@@ -16,4 +16,6 @@ pub use profile::{
 };
 pub use profile_map::ProfileMap;
 pub use registry::{PluginFactory, PluginHandle, Registry, RegistryError};
-pub use runtime::{CycleDetail, Framework, NodeScores, ScheduleError, ScheduleResult};
+pub use runtime::{
+    CycleDetail, Framework, NodeScores, PreFilterOutcome, ScheduleError, ScheduleResult,
+};

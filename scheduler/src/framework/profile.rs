@@ -82,11 +82,12 @@ pub struct Profile {
 
 /// Upstream's default `multiPoint` plugins (`getDefaultPlugins`, 1.35), in
 /// upstream order, restricted to the plugins Flotilla implements, with
-/// upstream's score weights. Volume plugins, `DefaultPreemption` and
-/// `SchedulingGates` are not in it yet (see [`names::NOT_IMPLEMENTED`]).
+/// upstream's score weights. Volume plugins and `DefaultPreemption` are not
+/// in it yet (see [`names::NOT_IMPLEMENTED`]).
 #[must_use]
 pub fn default_multi_point() -> Vec<PluginRef> {
     [
+        (names::SCHEDULING_GATES, 0),
         (names::PRIORITY_SORT, 0),
         (names::NODE_UNSCHEDULABLE, 0),
         (names::NODE_NAME, 0),

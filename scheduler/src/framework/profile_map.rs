@@ -5,7 +5,7 @@
 use std::collections::{HashMap, HashSet};
 
 use flotilla_shared::PodInfo;
-use flotilla_shared::framework::ClusterEvent;
+use flotilla_shared::framework::{ClusterEvent, ExtensionPoint};
 
 use super::profile::Profile;
 use super::registry::{Registry, RegistryError};
@@ -67,6 +67,15 @@ impl ProfileMap {
     #[must_use]
     pub fn is_empty(&self) -> bool {
         self.frameworks.is_empty()
+    }
+
+    /// Whether any profile runs `plugin` at `point` (e.g. whether the
+    /// worker's one queue honours scheduling gates).
+    #[must_use]
+    pub fn any_enables(&self, point: ExtensionPoint, plugin: &str) -> bool {
+        self.frameworks
+            .values()
+            .any(|fw| fw.enabled_at(point).contains(&plugin))
     }
 
     /// Event → plugins interested, over every profile (the worker's one

@@ -21,6 +21,7 @@ use crate::plugins::{
     node_unschedulable::NodeUnschedulable,
     pod_topology_spread::PodTopologySpread,
     priority_sort::{self, PrioritySort},
+    scheduling_gates::{self, SchedulingGates},
     taint_toleration::TaintToleration,
 };
 
@@ -281,6 +282,14 @@ impl Registry {
                     .filter(p.clone())
                     .pre_score(p.clone())
                     .score(p))
+            }),
+        );
+        add(
+            &mut r,
+            names::SCHEDULING_GATES,
+            Arc::new(|_| {
+                Ok(PluginHandle::new(Arc::new(SchedulingGates))
+                    .other_points(scheduling_gates::POINTS))
             }),
         );
         r

@@ -1,6 +1,35 @@
 //! Runs one scheduling cycle for one pod over a [`Snapshot`]:
-//! PreFilter → Filter (parallel, stops once enough feasible nodes are found)
-//! → Score → NormalizeScore → weight → pick the best (ties at random).
+//! PreFilter → (nominated node first) → Filter (parallel, stops once enough
+//! feasible nodes are found) → Score → NormalizeScore → weight → pick the
+//! best (ties at random).
+//!
+//! # Nominated pods
+//! Pods a preemption nominated to a node (`status.nominatedNodeName`, kept
+//! by the node cache and carried by the [`Snapshot`]) hold room there that
+//! is not theirs yet. Like upstream's `RunFilterPluginsWithNominatedPods`,
+//! Filter on a node that has nominated pods of **greater or equal
+//! priority** than the pod (other than the pod itself) runs twice: pass 1
+//! with those pods added to a copy of the node, pass 2, only if pass 1
+//! passed, on the node as it is (a nominated pod may end up elsewhere, so
+//! what fits only because it is absent must not pass either). Nodes without
+//! such pods are filtered once, as before; a cycle over a snapshot without
+//! nominations pays one emptiness check per node.
+//!
+//! Upstream updates PreFilter state for pass 1 with each plugin's
+//! `PreFilterExtensions.AddPod`. Flotilla's plugins have no such hook:
+//! pass 1 instead re-runs the PreFilter plugins that did not `Skip` over a
+//! view of the snapshot in which that one node carries its nominated pods.
+//! The state is then exactly what `AddPod` would have produced (the
+//! InterPodAffinity and PodTopologySpread counts include the nominated pods
+//! of that node, and only of that node), at the cost of a PreFilter pass
+//! (O(nodes) for those two plugins) per node with nominated pods — nodes
+//! with nominations are few (preemption leaves them), so this stays cheap.
+//! Plugins that `Skip`ped in the cycle's PreFilter stay skipped in pass 1,
+//! as upstream's `AddPod` skips them.
+//!
+//! A pod that itself has a nominated node tries that node first, alone
+//! (upstream `evaluateNominatedNode`): if it passes Filter, it is chosen
+//! without searching or scoring other nodes.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
@@ -11,7 +40,8 @@ use rayon::prelude::*;
 
 use flotilla_shared::framework::{
     ClusterEvent, Code, CycleState, Diagnosis, ExtensionPoint, FilterPlugin, FitError,
-    PreFilterPlugin, PreScorePlugin, REASON_FILTERED_BY_PREFILTER, ScorePlugin, Status,
+    PreFilterPlugin, PreScorePlugin, REASON_FILTERED_BY_PREFILTER, ScorePlugin, SharedLister,
+    Status,
 };
 use flotilla_shared::{NodeInfo, PodInfo};
 
@@ -100,9 +130,44 @@ impl std::fmt::Debug for Framework {
 /// Filter results: feasible node indices, and rejected ones with their status.
 type FilterOutcome = (Vec<usize>, Vec<(usize, Status)>);
 
-enum NodeOutcome {
-    Feasible,
-    Rejected(Status),
+/// What the PreFilter plugins left for Filter
+/// ([`Framework::run_pre_filter_plugins`]).
+#[derive(Debug, Default)]
+pub struct PreFilterOutcome {
+    /// The cycle state they wrote.
+    pub state: CycleState,
+    /// Plugins whose PreFilter returned `Skip`: their Filter does not run
+    /// for this pod (upstream `SkipFilterPlugins`).
+    pub skipped: Vec<&'static str>,
+    /// The only node names worth filtering (intersection of every plugin's
+    /// [`flotilla_shared::framework::PreFilterResult`]); `None`: all nodes.
+    pub node_names: Option<HashSet<Arc<str>>>,
+}
+
+/// A snapshot seen with one node replaced (by the same node carrying its
+/// nominated pods): what pass 1 of the nominated-pods check re-runs
+/// PreFilter over.
+struct NodeOverlay<'a> {
+    base: &'a Snapshot,
+    nodes: Vec<Arc<NodeInfo>>,
+}
+
+impl SharedLister for NodeOverlay<'_> {
+    fn nodes(&self) -> &[Arc<NodeInfo>] {
+        &self.nodes
+    }
+
+    fn get(&self, name: &str) -> Option<&Arc<NodeInfo>> {
+        self.base.index_of(name).map(|i| &self.nodes[i])
+    }
+
+    fn namespace_labels(&self, namespace: &str) -> Option<&BTreeMap<String, String>> {
+        self.base.namespace_labels(namespace)
+    }
+
+    fn image_node_count(&self, image: &str) -> usize {
+        self.base.image_node_count(image)
+    }
 }
 
 /// One scored node in a [`CycleDetail`].
@@ -333,19 +398,157 @@ impl Framework {
         self.interest.clone()
     }
 
+    /// Runs `filters` in order; the first non-success status (with its
+    /// plugin) or success.
     fn run_filters(
         filters: &[&Arc<dyn FilterPlugin>],
         state: &CycleState,
         pod: &PodInfo,
         node: &NodeInfo,
-    ) -> NodeOutcome {
+    ) -> Status {
         for f in filters {
             let st = f.filter(state, pod, node);
             if !st.is_success() {
-                return NodeOutcome::Rejected(st.with_plugin(f.name()));
+                return st.with_plugin(f.name());
             }
         }
-        NodeOutcome::Feasible
+        Status::success()
+    }
+
+    /// Runs every PreFilter plugin in order over `cluster` (upstream
+    /// `RunPreFilterPlugins`), intersecting their node sets.
+    ///
+    /// # Errors
+    /// The first status that is neither success nor `Skip`, with its plugin
+    /// set: `Unschedulable` / `UnschedulableAndUnresolvable` rejects the pod
+    /// on every node, `Error` fails the attempt.
+    pub fn run_pre_filter_plugins(
+        &self,
+        pod: &PodInfo,
+        cluster: &dyn SharedLister,
+    ) -> Result<PreFilterOutcome, Status> {
+        let mut out = PreFilterOutcome::default();
+        for p in &self.pre_filters {
+            let (res, st) = p.pre_filter(&mut out.state, pod, cluster);
+            match st.code {
+                Code::Success => {}
+                Code::Skip => out.skipped.push(p.name()),
+                _ => return Err(st.with_plugin(p.name())),
+            }
+            if let Some(names) = res.node_names {
+                out.node_names = Some(match out.node_names {
+                    None => names,
+                    Some(prev) => prev.intersection(&names).cloned().collect(),
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Filter plugins that run given the PreFilter skips.
+    fn active_filters(&self, skipped: &[&'static str]) -> Vec<&Arc<dyn FilterPlugin>> {
+        self.filters
+            .iter()
+            .filter(|f| !skipped.contains(&f.name()))
+            .collect()
+    }
+
+    /// Upstream `RunFilterPluginsWithNominatedPods` for one node: Filter
+    /// `pod` on `node`, taking into account the pods `snap` has nominated to
+    /// that node (by name) with priority ≥ the pod's, other than the pod
+    /// itself (see the module docs for the two passes and how pass 1 gets
+    /// its PreFilter state). `pre` is the pod's PreFilter outcome for
+    /// `node` as given: a caller that changed the node (preemption removing
+    /// victims) passes state consistent with that change; `node` may
+    /// differ from the snapshot's copy, and pass 1 sees the cluster with
+    /// `node` (plus nominated pods) in place of the snapshot's.
+    ///
+    /// Returns success, the first rejecting status with its plugin, or an
+    /// `Error` status.
+    pub fn filter_with_nominated_pods(
+        &self,
+        pre: &PreFilterOutcome,
+        pod: &PodInfo,
+        node: &NodeInfo,
+        snap: &Snapshot,
+    ) -> Status {
+        let filters = self.active_filters(&pre.skipped);
+        self.filter_node(&filters, pre, pod, node, snap)
+    }
+
+    /// [`Framework::filter_with_nominated_pods`] with the filter list
+    /// already resolved (the hot path: one lookup per cycle, not per node).
+    fn filter_node(
+        &self,
+        filters: &[&Arc<dyn FilterPlugin>],
+        pre: &PreFilterOutcome,
+        pod: &PodInfo,
+        node: &NodeInfo,
+        snap: &Snapshot,
+    ) -> Status {
+        if !snap.has_nominated_pods() {
+            return Self::run_filters(filters, &pre.state, pod, node);
+        }
+        let added: Vec<&Arc<PodInfo>> = snap
+            .nominated_pods_for_node(node.name())
+            .iter()
+            .filter(|p| p.priority >= pod.priority && p.uid != pod.uid)
+            .collect();
+        if added.is_empty() {
+            return Self::run_filters(filters, &pre.state, pod, node);
+        }
+        // Pass 1: the node with the nominated pods on it.
+        let mut with = node.clone();
+        for p in added {
+            with.add_pod(Arc::clone(p));
+        }
+        let with = Arc::new(with);
+        let st = self.filter_with_added_pods(pre, pod, &with, snap);
+        if !st.is_success() {
+            return st;
+        }
+        // Pass 2: the node without them.
+        Self::run_filters(filters, &pre.state, pod, node)
+    }
+
+    /// Pass 1: re-runs the PreFilter plugins that did not skip over the
+    /// snapshot with `with` in place of its node, then Filter on `with`.
+    fn filter_with_added_pods(
+        &self,
+        pre: &PreFilterOutcome,
+        pod: &PodInfo,
+        with: &Arc<NodeInfo>,
+        snap: &Snapshot,
+    ) -> Status {
+        let rerun: Vec<&Arc<dyn PreFilterPlugin>> = self
+            .pre_filters
+            .iter()
+            .filter(|p| !pre.skipped.contains(&p.name()))
+            .collect();
+        if rerun.is_empty() {
+            let filters = self.active_filters(&pre.skipped);
+            return Self::run_filters(&filters, &pre.state, pod, with);
+        }
+        let Some(replaced) = snap.index_of(with.name()) else {
+            // A node outside the snapshot: nothing else to count it against.
+            let filters = self.active_filters(&pre.skipped);
+            return Self::run_filters(&filters, &pre.state, pod, with);
+        };
+        let mut nodes = snap.nodes().to_vec();
+        nodes[replaced] = Arc::clone(with);
+        let overlay = NodeOverlay { base: snap, nodes };
+        let mut state = CycleState::default();
+        let mut skipped = pre.skipped.clone();
+        for p in rerun {
+            let (_, st) = p.pre_filter(&mut state, pod, &overlay);
+            match st.code {
+                Code::Success => {}
+                Code::Skip => skipped.push(p.name()),
+                _ => return st.with_plugin(p.name()),
+            }
+        }
+        let filters = self.active_filters(&skipped);
+        Self::run_filters(&filters, &state, pod, with)
     }
 
     /// Schedules `pod` on the nodes of `snap`, searching the worker's
@@ -385,57 +588,71 @@ impl Framework {
         snap: &Snapshot,
         mut detail: Option<&mut CycleDetail>,
     ) -> Result<ScheduleResult, ScheduleError> {
-        let mut state = CycleState::default();
-        let mut allowed: Option<HashSet<Arc<str>>> = None;
-        let mut skipped_filters: Vec<&'static str> = Vec::new();
-        for p in &self.pre_filters {
-            let (res, st) = p.pre_filter(&mut state, pod, snap);
-            match st.code {
-                Code::Success => {}
-                Code::Skip => skipped_filters.push(p.name()),
-                Code::Error => {
-                    return Err(ScheduleError::Internal {
-                        plugin: p.name(),
-                        message: st.message(),
-                    });
-                }
-                Code::Unschedulable | Code::UnschedulableAndUnresolvable => {
-                    if let Some(d) = detail.as_deref_mut() {
-                        let st = st.clone().with_plugin(p.name());
-                        d.rejected = snap
-                            .nodes()
-                            .iter()
-                            .map(|n| (n.spec.name.clone(), st.clone()))
-                            .collect();
-                    }
-                    return Err(ScheduleError::Unschedulable(Box::new(FitError {
-                        pod: pod.key.clone(),
-                        num_all_nodes: snap.len(),
-                        diagnosis: Diagnosis {
-                            pre_filter_msg: Some(st.message()),
-                            unschedulable_plugins: BTreeSet::from([p.name()]),
-                            ..Diagnosis::default()
-                        },
-                    })));
-                }
+        let mut pre = match self.run_pre_filter_plugins(pod, snap) {
+            Ok(pre) => pre,
+            Err(st) if st.code == Code::Error => {
+                return Err(ScheduleError::Internal {
+                    plugin: st.plugin,
+                    message: st.message(),
+                });
             }
-            if let Some(names) = res.node_names {
-                allowed = Some(match allowed {
-                    None => names,
-                    Some(prev) => prev.intersection(&names).cloned().collect(),
+            Err(st) => {
+                if let Some(d) = detail.as_deref_mut() {
+                    d.rejected = snap
+                        .nodes()
+                        .iter()
+                        .map(|n| (n.spec.name.clone(), st.clone()))
+                        .collect();
+                }
+                return Err(ScheduleError::Unschedulable(Box::new(FitError {
+                    pod: pod.key.clone(),
+                    num_all_nodes: snap.len(),
+                    diagnosis: Diagnosis {
+                        pre_filter_msg: Some(st.message()),
+                        unschedulable_plugins: BTreeSet::from([st.plugin]),
+                        ..Diagnosis::default()
+                    },
+                })));
+            }
+        };
+        let allowed = pre.node_names.take();
+        let filters = self.active_filters(&pre.skipped);
+        let filters = filters.as_slice();
+
+        // A node nominated for this pod by an earlier preemption is most
+        // likely the one it fits: try it alone first (upstream
+        // `evaluateNominatedNode`; a failure there just falls through to
+        // the full search).
+        if let Some(idx) = pod
+            .nominated_node_name
+            .as_deref()
+            .and_then(|n| snap.index_of(n))
+        {
+            let node = &snap.nodes()[idx];
+            if self
+                .filter_node(filters, &pre, pod, node, snap)
+                .is_success()
+            {
+                let score = match detail {
+                    Some(d) => {
+                        self.score_and_select(&mut pre.state, pod, snap, &[idx], Some(d))?
+                            .1
+                    }
+                    None => 0,
+                };
+                return Ok(ScheduleResult {
+                    node: node.spec.name.clone(),
+                    score,
+                    evaluated: 1,
+                    feasible: 1,
+                    outside_partition: idx >= snap.partition_len(),
                 });
             }
         }
-
-        let filters: Vec<&Arc<dyn FilterPlugin>> = self
-            .filters
-            .iter()
-            .filter(|f| !skipped_filters.contains(&f.name()))
-            .collect();
-        let filters = filters.as_slice();
         let nodes = snap.nodes();
         let total = nodes.len();
         let limit = num_feasible_nodes_to_find(self.percentage_of_nodes_to_score, total);
+        let eval = |idx: usize| self.filter_node(filters, &pre, pod, &nodes[idx], snap);
         let (mut feasible, rejected) = match &allowed {
             Some(names) => {
                 let mut cands: Vec<usize> = names.iter().filter_map(|n| snap.index_of(n)).collect();
@@ -449,9 +666,7 @@ impl Framework {
                             .map(|n| (n.spec.name.clone(), st.clone())),
                     );
                 }
-                Self::filter_phase(filters, &state, pod, nodes, cands.len(), limit, |i| {
-                    cands[i]
-                })
+                Self::filter_phase(&eval, cands.len(), limit, |i| cands[i])
             }
             None => {
                 // The partition first (rotating start); only if nothing there
@@ -459,16 +674,13 @@ impl Framework {
                 let p = snap.partition_len();
                 let start = self.next_start.load(Ordering::Relaxed);
                 let (feasible, mut rejected) = if p > 0 {
-                    Self::filter_phase(filters, &state, pod, nodes, p, limit, |i| (start + i) % p)
+                    Self::filter_phase(&eval, p, limit, |i| (start + i) % p)
                 } else {
                     (Vec::new(), Vec::new())
                 };
                 if feasible.is_empty() && total > p {
                     let rest = total - p;
-                    let (f, r) =
-                        Self::filter_phase(filters, &state, pod, nodes, rest, limit, |i| {
-                            p + (start + i) % rest
-                        });
+                    let (f, r) = Self::filter_phase(&eval, rest, limit, |i| p + (start + i) % rest);
                     rejected.extend(r);
                     (f, rejected)
                 } else {
@@ -520,7 +732,7 @@ impl Framework {
         let (best, score) = if feasible.len() == 1 && detail.is_none() {
             (feasible[0], 0)
         } else {
-            self.score_and_select(&mut state, pod, snap, &feasible, detail)?
+            self.score_and_select(&mut pre.state, pod, snap, &feasible, detail)?
         };
         Ok(ScheduleResult {
             node: nodes[best].spec.name.clone(),
@@ -531,14 +743,12 @@ impl Framework {
         })
     }
 
-    /// Runs Filter over `count` candidates (`index_of(i)` → node index),
-    /// stopping once `limit` feasible nodes are found: the first
-    /// [`SEQUENTIAL_FILTER_PREFIX`] on this thread, the rest in parallel.
+    /// Runs Filter (`eval`: node index → status) over `count` candidates
+    /// (`index_of(i)` → node index), stopping once `limit` feasible nodes
+    /// are found: the first [`SEQUENTIAL_FILTER_PREFIX`] on this thread, the
+    /// rest in parallel.
     fn filter_phase(
-        filters: &[&Arc<dyn FilterPlugin>],
-        state: &CycleState,
-        pod: &PodInfo,
-        nodes: &[Arc<NodeInfo>],
+        eval: &(impl Fn(usize) -> Status + Sync),
         count: usize,
         limit: usize,
         index_of: impl Fn(usize) -> usize + Sync,
@@ -552,12 +762,12 @@ impl Framework {
                     break;
                 }
                 let idx = index_of(i);
-                match Self::run_filters(filters, state, pod, &nodes[idx]) {
-                    NodeOutcome::Feasible => {
-                        found.fetch_add(1, Ordering::Relaxed);
-                        feasible.push(idx);
-                    }
-                    NodeOutcome::Rejected(st) => rejected.push((idx, st)),
+                let st = eval(idx);
+                if st.is_success() {
+                    found.fetch_add(1, Ordering::Relaxed);
+                    feasible.push(idx);
+                } else {
+                    rejected.push((idx, st));
                 }
             }
             (feasible, rejected)

@@ -17,6 +17,9 @@
 //! | [`NodeResourcesBalancedAllocation`] | | | change in resource balance (1); PreScore `Skip` for pods requesting none of the resources | none | none (rejects nothing) |
 //! | [`ImageLocality`] | | | size × spread of the pod's images on the node (1); PreScore `Skip` when no node has them | none | none (rejects nothing) |
 //!
+//! [`SchedulingGates`] is a PreEnqueue plugin the queue runs: a pod with
+//! `spec.schedulingGates` waits in the queue's gated set until they are removed.
+//!
 //! [`resource_allocation`] holds what the two resource score plugins share.
 //!
 //! `PodTopologySpread` default constraints (`defaultingType: System` or a
@@ -42,6 +45,7 @@ pub mod node_unschedulable;
 pub mod pod_topology_spread;
 pub mod priority_sort;
 pub mod resource_allocation;
+pub mod scheduling_gates;
 pub mod taint_toleration;
 
 pub use default_binder::DefaultBinder;
@@ -55,6 +59,7 @@ pub use node_resources_fit::NodeResourcesFit;
 pub use node_unschedulable::NodeUnschedulable;
 pub use pod_topology_spread::PodTopologySpread;
 pub use priority_sort::PrioritySort;
+pub use scheduling_gates::SchedulingGates;
 pub use taint_toleration::TaintToleration;
 
 /// Upstream default Score weights of the in-tree score plugins

@@ -40,5 +40,4 @@ pub const NOT_IMPLEMENTED: &[&str] = &[
     "DynamicResources",
     "NodeDeclaredFeatures",
     DEFAULT_PREEMPTION,
-    SCHEDULING_GATES,
 ];

@@ -1,4 +1,10 @@
 //! Queue timing defaults (upstream kube-scheduler values) and the backoff rule.
+//!
+//! After `n` failed attempts a pod waits `b = min(initial · 2^(n-1), max)`
+//! plus a jitter drawn uniformly from `[0, jitter · b)`: with the defaults
+//! (1 s, 10 s, 0.1) the waits are 1–1.1 s, 2–2.2 s, 4–4.4 s, 8–8.8 s, then
+//! 10–11 s for every later failure. Upstream has no jitter (exactly `b`);
+//! a `jitter` of 0 gives upstream's waits.
 
 use std::time::Duration;
 

@@ -10,6 +10,18 @@
 //!   that one of the plugins that rejected them registered for, or after
 //!   [`backoff::DEFAULT_MAX_IN_UNSCHEDULABLE`] at the latest.
 //!
+//! - **gated**: pods the `SchedulingGates` PreEnqueue plugin holds back
+//!   (`spec.schedulingGates` not empty). Upstream keeps them in the
+//!   unschedulable pool marked gated; here they are a location of their own.
+//!   A gated pod is tracked but never enters activeQ: neither cluster events
+//!   nor the leftover flush move it. Only an update of the pod itself
+//!   ([`SchedulingQueue::add`] of the new object) whose gates are all gone
+//!   releases it, straight to activeQ (it has never failed, so it owes no
+//!   backoff). Gates are honoured only when
+//!   [`QueueConfig::honour_scheduling_gates`] is set (the profile enables
+//!   `SchedulingGates`, as upstream's default profile does); otherwise gated
+//!   pods are scheduled like any other, as upstream does without the plugin.
+//!
 //! A pod popped for a cycle is "in flight" until the caller reports the
 //! outcome. If a relevant event arrived while it was in flight, a failure
 //! sends it to backoffQ rather than the unschedulable pool, so the event is
@@ -34,7 +46,9 @@ use parking_lot::{Condvar, Mutex};
 use rand::RngExt as _;
 
 use flotilla_shared::PodInfo;
-use flotilla_shared::framework::ClusterEvent;
+use flotilla_shared::framework::{ClusterEvent, Status};
+
+use crate::plugins::SchedulingGates;
 
 pub use backoff::BackoffConfig;
 
@@ -45,6 +59,10 @@ pub struct QueueConfig {
     pub backoff: BackoffConfig,
     /// Longest stay in the unschedulable pool. Defaults to 5 min.
     pub max_in_unschedulable: Duration,
+    /// Whether pods with `spec.schedulingGates` are held back (the profile
+    /// enables the `SchedulingGates` PreEnqueue plugin). Defaults to true,
+    /// as upstream's default profile.
+    pub honour_scheduling_gates: bool,
 }
 
 impl Default for QueueConfig {
@@ -52,6 +70,7 @@ impl Default for QueueConfig {
         QueueConfig {
             backoff: BackoffConfig::default(),
             max_in_unschedulable: backoff::DEFAULT_MAX_IN_UNSCHEDULABLE,
+            honour_scheduling_gates: true,
         }
     }
 }
@@ -82,13 +101,18 @@ pub enum Location {
     Unschedulable(Instant),
     /// Popped; a cycle or binding is running for it.
     InFlight,
+    /// Held back by scheduling gates until an update removes them all
+    /// ([`SchedulingQueue::gating_status`] says why).
+    Gated,
 }
 
 #[derive(Debug)]
 struct Entry {
     info: QueuedPodInfo,
     loc: Location,
-    /// Bumped whenever the pod moves; stale heap entries are skipped.
+    /// Set whenever the pod moves, from the queue-wide sequence (so a pod
+    /// deleted and added again never matches a heap entry of its earlier
+    /// stay); stale heap entries are skipped.
     version: u64,
     /// Value of `move_request_cycle` when popped.
     popped_at_cycle: u64,
@@ -152,6 +176,8 @@ pub struct QueueLengths {
     pub unschedulable: usize,
     /// Popped and not yet resolved.
     pub in_flight: usize,
+    /// Held back by scheduling gates (upstream's `gated` pending pods).
+    pub gated: usize,
 }
 
 /// The scheduling queue. Share it as `Arc<SchedulingQueue>`.
@@ -183,7 +209,7 @@ impl SchedulingQueue {
         let Some(e) = inner.pods.get_mut(uid) else {
             return;
         };
-        e.version += 1;
+        e.version = seq;
         e.loc = Location::Active;
         let key = ActiveKey {
             priority: e.info.pod.priority,
@@ -201,24 +227,63 @@ impl SchedulingQueue {
         let Some(e) = inner.pods.get_mut(uid) else {
             return;
         };
-        e.version += 1;
+        e.version = seq;
         e.loc = Location::Backoff(until);
         let v = e.version;
         inner.backoff.push(Reverse((until, seq, uid.clone(), v)));
     }
 
-    /// Adds a new pending pod to activeQ. For a pod already queued, replaces
-    /// its object (keeping attempts and position); an update to a pod in the
-    /// unschedulable pool moves it back, since the change may make it fit.
+    /// The PreEnqueue verdict for `pod`: `Some(status)` when scheduling
+    /// gates hold it back (and the queue honours them).
+    fn gate(&self, pod: &PodInfo) -> Option<Status> {
+        if !self.cfg.honour_scheduling_gates || pod.scheduling_gates.is_empty() {
+            return None;
+        }
+        let st = SchedulingGates.pre_enqueue(pod);
+        (!st.is_success()).then_some(st)
+    }
+
+    fn set_gated(inner: &mut Inner, uid: &Arc<str>) {
+        inner.unschedulable.remove(uid);
+        inner.seq += 1;
+        let seq = inner.seq;
+        if let Some(e) = inner.pods.get_mut(uid) {
+            e.version = seq;
+            e.loc = Location::Gated;
+        }
+    }
+
+    /// Adds a new pending pod: to activeQ, or to the gated set when
+    /// scheduling gates hold it back. For a pod already queued, replaces its
+    /// object (keeping attempts and position) and re-checks its gates: an
+    /// update that removed the last gate sends a gated pod to activeQ at once
+    /// (keeping its arrival time for PrioritySort, as upstream; its latency
+    /// clock, `initial_attempt`, starts then); an update to a pod in
+    /// the unschedulable pool moves it back, since the change may make it
+    /// fit. A pod in flight only gets the new object (its outcome decides).
     pub fn add(&self, pod: Arc<PodInfo>, now: Instant) {
+        let gated = self.gate(&pod).is_some();
         let mut inner = self.inner.lock();
         let uid = pod.uid.clone();
         if let Some(e) = inner.pods.get_mut(&uid) {
             e.info.pod = pod;
-            if let Location::Unschedulable(_) = e.loc {
-                inner.unschedulable.remove(&uid);
-                Self::requeue(&mut inner, &uid, now);
-                self.wake.notify_one();
+            match e.loc {
+                Location::Gated if !gated => {
+                    if e.info.attempts == 0 {
+                        e.info.initial_attempt = now;
+                    }
+                    Self::requeue_keeping_timestamp(&mut inner, &uid, now);
+                    self.wake.notify_one();
+                }
+                Location::Active | Location::Backoff(_) | Location::Unschedulable(_) if gated => {
+                    Self::set_gated(&mut inner, &uid);
+                }
+                Location::Unschedulable(_) => {
+                    inner.unschedulable.remove(&uid);
+                    Self::requeue(&mut inner, &uid, now);
+                    self.wake.notify_one();
+                }
+                _ => {}
             }
             return;
         }
@@ -238,8 +303,28 @@ impl SchedulingQueue {
                 backoff_expiry: None,
             },
         );
-        Self::push_active(&mut inner, &uid);
-        self.wake.notify_one();
+        if gated {
+            Self::set_gated(&mut inner, &uid);
+        } else {
+            Self::push_active(&mut inner, &uid);
+            self.wake.notify_one();
+        }
+    }
+
+    /// Why a gated pod is held back: the `SchedulingGates` PreEnqueue status
+    /// (`waiting for scheduling gates: [gate-a gate-b]`,
+    /// `UnschedulableAndUnresolvable`). `None` when the pod is not gated.
+    #[must_use]
+    pub fn gating_status(&self, uid: &str) -> Option<Status> {
+        let pod = {
+            let inner = self.inner.lock();
+            let e = inner.pods.get(uid)?;
+            if e.loc != Location::Gated {
+                return None;
+            }
+            e.info.pod.clone()
+        };
+        self.gate(&pod)
     }
 
     /// Removes a pod wherever it is (deleted, bound by someone else,
@@ -290,12 +375,14 @@ impl SchedulingQueue {
         Self::flush_backoff(inner, now);
         while let Some(k) = inner.active.pop() {
             let cycle = inner.move_request_cycle;
+            inner.seq += 1;
+            let seq = inner.seq;
             if let Some(e) = inner.pods.get_mut(&k.uid)
                 && e.version == k.version
                 && e.loc == Location::Active
             {
                 e.loc = Location::InFlight;
-                e.version += 1;
+                e.version = seq;
                 e.popped_at_cycle = cycle;
                 return Some(e.info.clone());
             }
@@ -347,12 +434,19 @@ impl SchedulingQueue {
     }
 
     /// Moves a pod to backoffQ if the backoff earned by its last failure has
-    /// not expired yet, else to activeQ.
+    /// not expired yet, else to activeQ; its enqueue time becomes `now`.
     fn requeue(inner: &mut Inner, uid: &Arc<str>, now: Instant) {
-        let Some(e) = inner.pods.get_mut(uid) else {
+        if let Some(e) = inner.pods.get_mut(uid) {
+            e.info.timestamp = now;
+        }
+        Self::requeue_keeping_timestamp(inner, uid, now);
+    }
+
+    /// [`Self::requeue`] without touching the enqueue time.
+    fn requeue_keeping_timestamp(inner: &mut Inner, uid: &Arc<str>, now: Instant) {
+        let Some(e) = inner.pods.get(uid) else {
             return;
         };
-        e.info.timestamp = now;
         match e.backoff_expiry {
             Some(until) if until > now => Self::push_backoff(inner, uid, until),
             _ => Self::push_active(inner, uid),
@@ -371,6 +465,15 @@ impl SchedulingQueue {
             return;
         }
         let key = key.clone();
+        if self.gate(&e.info.pod).is_some() {
+            // Gated while in flight (an update arrived meanwhile): it waits
+            // for its gates, not for a cluster event.
+            let e = inner.pods.get_mut(&key).expect("present");
+            e.info.attempts += 1;
+            e.info.unschedulable_plugins = plugins;
+            Self::set_gated(&mut inner, &key);
+            return;
+        }
         let popped = e.popped_at_cycle;
         // Only events that could help one of the rejecting plugins count
         // (any event, for a pod no plugin is recorded for).
@@ -383,6 +486,8 @@ impl SchedulingQueue {
                         .is_some_and(|set| plugins.iter().any(|p| set.contains(p))))
         });
         let until = self.backoff_until(e.info.attempts + 1, now);
+        inner.seq += 1;
+        let seq = inner.seq;
         let e = inner.pods.get_mut(&key).expect("present");
         e.info.attempts += 1;
         e.info.unschedulable_plugins = plugins;
@@ -391,7 +496,7 @@ impl SchedulingQueue {
             Self::push_backoff(&mut inner, &key, until);
             self.wake.notify_one();
         } else {
-            e.version += 1;
+            e.version = seq;
             e.loc = Location::Unschedulable(now);
             inner.unschedulable.insert(key);
         }
@@ -408,18 +513,25 @@ impl SchedulingQueue {
             return;
         }
         let key = key.clone();
+        let gated = self.gate(&e.info.pod).is_some();
         let until = self.backoff_until(e.info.attempts + 1, now);
         let e = inner.pods.get_mut(&key).expect("present");
         e.info.attempts += 1;
         e.info.unschedulable_plugins.clear();
         e.backoff_expiry = Some(until);
+        if gated {
+            Self::set_gated(&mut inner, &key);
+            return;
+        }
         Self::push_backoff(&mut inner, &key, until);
         self.wake.notify_one();
     }
 
     /// A cluster event: pods in the unschedulable pool that one of the
     /// interested plugins rejected (or that have no recorded plugin) move
-    /// back. Returns how many moved.
+    /// back. Gated pods never move on a cluster event (upstream: only the
+    /// gating plugin's own event, the pod update removing the gates, can
+    /// release them). Returns how many moved.
     pub fn on_event(&self, event: ClusterEvent, now: Instant) -> usize {
         let mut inner = self.inner.lock();
         let interested = self.interest.get(&event);
@@ -455,7 +567,8 @@ impl SchedulingQueue {
     }
 
     /// Moves pods that sat in the unschedulable pool longer than
-    /// `max_in_unschedulable`. Returns how many moved.
+    /// `max_in_unschedulable`. Gated pods stay (upstream re-runs PreEnqueue
+    /// on them and they stay gated). Returns how many moved.
     pub fn flush_unschedulable_leftover(&self, now: Instant) -> usize {
         let mut inner = self.inner.lock();
         let max = self.cfg.max_in_unschedulable;
@@ -490,9 +603,67 @@ impl SchedulingQueue {
                 Location::Backoff(_) => l.backoff += 1,
                 Location::Unschedulable(_) => l.unschedulable += 1,
                 Location::InFlight => l.in_flight += 1,
+                Location::Gated => l.gated += 1,
             }
         }
         l
+    }
+
+    /// Checks the bookkeeping behind the locations (tests): every pod in
+    /// activeQ or backoffQ has exactly one live heap entry, the
+    /// unschedulable set holds exactly the pods located there, and no live
+    /// heap entry belongs to a pod located elsewhere.
+    ///
+    /// # Panics
+    /// On the first inconsistency, naming the pod.
+    #[cfg(test)]
+    pub(crate) fn assert_consistent(&self) {
+        let inner = self.inner.lock();
+        let mut live_active: HashMap<&str, usize> = HashMap::new();
+        for k in &inner.active {
+            if inner
+                .pods
+                .get(&k.uid)
+                .is_some_and(|e| e.version == k.version && e.loc == Location::Active)
+            {
+                *live_active.entry(&k.uid).or_default() += 1;
+            }
+        }
+        let mut live_backoff: HashMap<&str, usize> = HashMap::new();
+        for Reverse((until, _, uid, v)) in &inner.backoff {
+            if inner
+                .pods
+                .get(uid)
+                .is_some_and(|e| e.version == *v && e.loc == Location::Backoff(*until))
+            {
+                *live_backoff.entry(uid).or_default() += 1;
+            }
+        }
+        for (uid, e) in &inner.pods {
+            let want_active = usize::from(e.loc == Location::Active);
+            let want_backoff = usize::from(matches!(e.loc, Location::Backoff(_)));
+            assert_eq!(
+                live_active.get(&**uid).copied().unwrap_or(0),
+                want_active,
+                "{uid} at {:?}: activeQ entries",
+                e.loc
+            );
+            assert_eq!(
+                live_backoff.get(&**uid).copied().unwrap_or(0),
+                want_backoff,
+                "{uid} at {:?}: backoffQ entries",
+                e.loc
+            );
+            assert_eq!(
+                inner.unschedulable.contains(uid),
+                matches!(e.loc, Location::Unschedulable(_)),
+                "{uid} at {:?}: unschedulable set",
+                e.loc
+            );
+        }
+        for uid in &inner.unschedulable {
+            assert!(inner.pods.contains_key(uid), "{uid}: untracked in the pool");
+        }
     }
 
     /// Wakes a blocked `pop_blocking` (e.g. after time-based flushes).
@@ -512,6 +683,9 @@ impl SchedulingQueue {
         self.wake.notify_all();
     }
 }
+
+#[cfg(test)]
+mod proptests;
 
 #[cfg(test)]
 mod tests {
@@ -726,5 +900,167 @@ mod tests {
         let h = std::thread::spawn(move || q2.pop_blocking(Duration::from_secs(30)));
         q.close();
         assert!(h.join().unwrap().is_none());
+    }
+
+    fn gated(name: &str, prio: i32, gates: &[&str]) -> Arc<PodInfo> {
+        let b = gates
+            .iter()
+            .fold(PodBuilder::new(name).priority(prio), |b, g| {
+                b.scheduling_gate(g)
+            });
+        Arc::new(b.build_info())
+    }
+
+    #[test]
+    fn gated_pods_wait_for_their_gates_not_for_events_or_the_flush() {
+        let q = queue();
+        let t0 = Instant::now();
+        q.add(gated("g", 100, &["gate-a", "gate-b"]), t0);
+        q.add(pod("plain", 0), t0);
+        assert_eq!(q.location("uid-g"), Some(Location::Gated));
+        let st = q.gating_status("uid-g").expect("gated");
+        assert_eq!(
+            st.message(),
+            "waiting for scheduling gates: [gate-a gate-b]"
+        );
+        assert_eq!(st.plugin, "SchedulingGates");
+        assert_eq!(
+            q.lengths(),
+            QueueLengths {
+                active: 1,
+                gated: 1,
+                ..QueueLengths::default()
+            }
+        );
+        // Higher priority, yet only the ungated pod comes out.
+        assert_eq!(names(&q, t0), ["plain"]);
+        q.done("uid-plain");
+
+        // Events and the leftover flush leave it alone.
+        assert_eq!(q.on_event(ClusterEvent::AssignedPodDeleted, t0), 0);
+        assert_eq!(q.on_event(ClusterEvent::NodeLabelChanged, t0), 0);
+        let late = t0 + Duration::from_secs(3600);
+        assert_eq!(q.flush_unschedulable_leftover(late), 0);
+        assert!(q.pop(late).is_none());
+
+        // Removing one gate keeps it gated, with the new message.
+        q.add(gated("g", 100, &["gate-b"]), late);
+        assert_eq!(q.location("uid-g"), Some(Location::Gated));
+        assert_eq!(
+            q.gating_status("uid-g").map(|s| s.message()),
+            Some("waiting for scheduling gates: [gate-b]".to_owned())
+        );
+        // Removing the last one sends it to activeQ at once, no backoff.
+        let t1 = late + Duration::from_secs(1);
+        q.add(gated("g", 100, &[]), t1);
+        assert_eq!(q.location("uid-g"), Some(Location::Active));
+        assert!(q.gating_status("uid-g").is_none());
+        let g = q.pop(t1).expect("released");
+        assert_eq!(g.attempts, 0);
+        assert_eq!(g.initial_attempt, t1, "latency counts from the release");
+        assert_eq!(g.timestamp, t0, "queue order by its arrival");
+        assert_eq!(q.lengths().gated, 0);
+    }
+
+    #[test]
+    fn gates_are_ignored_when_the_profile_does_not_run_scheduling_gates() {
+        let q = SchedulingQueue::new(
+            QueueConfig {
+                honour_scheduling_gates: false,
+                ..QueueConfig::default()
+            },
+            HashMap::new(),
+        );
+        let t0 = Instant::now();
+        q.add(gated("g", 0, &["gate-a"]), t0);
+        assert_eq!(q.location("uid-g"), Some(Location::Active));
+        assert!(q.gating_status("uid-g").is_none());
+        assert_eq!(names(&q, t0), ["g"]);
+    }
+
+    #[test]
+    fn a_pod_regated_while_in_flight_parks_as_gated_when_it_fails() {
+        let q = queue();
+        let t0 = Instant::now();
+        q.add(pod("a", 0), t0);
+        let a = q.pop(t0).unwrap();
+        q.add(gated("a", 0, &["hold"]), t0);
+        assert_eq!(
+            q.location("uid-a"),
+            Some(Location::InFlight),
+            "its cycle decides"
+        );
+        q.add_unschedulable(&a.pod.uid, BTreeSet::from([NODE_RESOURCES_FIT]), t0);
+        assert_eq!(q.location("uid-a"), Some(Location::Gated));
+        assert_eq!(q.on_event(ClusterEvent::AssignedPodDeleted, t0), 0);
+    }
+
+    #[test]
+    fn parked_pods_are_not_popped_again_without_an_event_or_the_flush() {
+        let q = queue();
+        let t0 = Instant::now();
+        for i in 0..10 {
+            q.add(pod(&format!("p{i}"), i), t0);
+        }
+        let mut popped = 0;
+        while let Some(p) = q.pop(t0) {
+            q.add_unschedulable(&p.pod.uid, BTreeSet::from([NODE_RESOURCES_FIT]), t0);
+            popped += 1;
+        }
+        assert_eq!(popped, 10, "each tried once");
+        // Long after every backoff expired, nothing comes out by itself.
+        for s in [1, 10, 60, 299] {
+            assert!(q.pop(t0 + Duration::from_secs(s)).is_none(), "at {s} s");
+        }
+        // An event nobody rejecting them cares about does not either.
+        q.on_event(
+            ClusterEvent::NodeLabelChanged,
+            t0 + Duration::from_secs(100),
+        );
+        assert!(q.pop(t0 + Duration::from_secs(100)).is_none());
+        // The leftover flush (5 min) brings all ten back, highest first.
+        let t5 = t0 + Duration::from_secs(300);
+        assert_eq!(q.flush_unschedulable_leftover(t5), 10);
+        let order: Vec<i32> = std::iter::from_fn(|| q.pop(t5).map(|p| p.pod.priority)).collect();
+        assert_eq!(order, (0..10).rev().collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn jittered_backoff_ends_within_its_documented_range() {
+        // Default config: jitter up to +10 %. Third failure: 4 s base, so
+        // the pod is back between 4.0 s and 4.4 s, never outside.
+        let q = SchedulingQueue::new(QueueConfig::default(), HashMap::new());
+        for i in 0..20 {
+            let t0 = Instant::now();
+            let name = format!("j{i}");
+            q.add(pod(&name, 0), t0);
+            let mut t = t0;
+            for attempt in 1..=3u32 {
+                let p = q.pop(t).expect("ready");
+                assert_eq!(p.attempts, attempt - 1);
+                q.add_backoff(&p.pod.uid, t);
+                // Backoffs 1, 2, 4 s (+ up to 10 %).
+                let base = Duration::from_secs(1 << (attempt - 1));
+                assert!(q.pop(t + base - Duration::from_millis(1)).is_none());
+                t += base.mul_f64(1.1);
+            }
+            let p = q.pop(t).expect("back within 4.4 s");
+            assert_eq!(p.attempts, 3);
+            q.done(&p.pod.uid);
+        }
+    }
+
+    #[test]
+    fn a_pod_deleted_and_added_again_queues_by_its_new_arrival() {
+        // Found by the property test: the earlier stay's heap entry must
+        // not come back to life (it would jump the pod ahead of `b`).
+        let q = queue();
+        let t0 = Instant::now();
+        q.add(pod("a", 0), t0);
+        assert!(q.delete("uid-a"));
+        q.add(pod("b", 0), t0 + Duration::from_millis(1));
+        q.add(pod("a", 0), t0 + Duration::from_millis(2));
+        assert_eq!(names(&q, t0 + Duration::from_millis(2)), ["b", "a"]);
+        q.assert_consistent();
     }
 }

@@ -204,7 +204,10 @@ profiles:
         "the score entry comes first with its weight; BalancedAllocation disabled"
     );
     assert!(fw.enabled_at(ExtensionPoint::PostFilter).is_empty());
-    assert!(fw.enabled_at(ExtensionPoint::PreEnqueue).is_empty());
+    assert_eq!(
+        fw.enabled_at(ExtensionPoint::PreEnqueue),
+        ["SchedulingGates"]
+    );
 
     // The second profile: defaults, the global percentage, its class.
     let p1 = &cfg.profiles[1];

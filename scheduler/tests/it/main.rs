@@ -9,8 +9,10 @@ mod fit_strategies;
 mod image_locality;
 mod inter_pod_affinity;
 mod node_cache;
+mod nominated;
 mod partition;
 mod pod_topology_spread;
+mod queue_starvation;
 mod scoring;
 
 use std::sync::Arc;
