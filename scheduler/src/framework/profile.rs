@@ -82,8 +82,8 @@ pub struct Profile {
 
 /// Upstream's default `multiPoint` plugins (`getDefaultPlugins`, 1.35), in
 /// upstream order, restricted to the plugins Flotilla implements, with
-/// upstream's score weights. Volume plugins, `DefaultPreemption` and
-/// `SchedulingGates` are not in it yet (see [`names::NOT_IMPLEMENTED`]).
+/// upstream's score weights. Volume plugins and `SchedulingGates` are not
+/// in it yet (see [`names::NOT_IMPLEMENTED`]).
 #[must_use]
 pub fn default_multi_point() -> Vec<PluginRef> {
     [
@@ -96,6 +96,7 @@ pub fn default_multi_point() -> Vec<PluginRef> {
         (names::NODE_RESOURCES_FIT, 1),
         (names::POD_TOPOLOGY_SPREAD, 2),
         (names::INTER_POD_AFFINITY, 2),
+        (names::DEFAULT_PREEMPTION, 0),
         (names::NODE_RESOURCES_BALANCED_ALLOCATION, 1),
         (names::IMAGE_LOCALITY, 1),
         (names::DEFAULT_BINDER, 0),

@@ -8,8 +8,10 @@ use flotilla_shared::framework::{
     ExtensionPoint, FilterPlugin, Plugin, PreFilterPlugin, PreScorePlugin, ScorePlugin,
 };
 
+use crate::preemption::DefaultPreemptionArgs;
 use crate::plugins::{
     default_binder::{self, DefaultBinder},
+    default_preemption::{self, DefaultPreemption},
     image_locality::ImageLocality,
     inter_pod_affinity::{InterPodAffinity, InterPodAffinityArgs},
     names,
@@ -42,6 +44,9 @@ pub struct PluginHandle {
     /// Binding), `PostFilter`, `PreEnqueue`, ... Listed so configs naming
     /// the plugin at those points are accepted and validated.
     pub other_points: &'static [ExtensionPoint],
+    /// DefaultPreemption's validated args, when this is that plugin (the
+    /// framework hands them to the PostFilter caller).
+    pub preemption_args: Option<DefaultPreemptionArgs>,
 }
 
 impl std::fmt::Debug for PluginHandle {
@@ -69,6 +74,7 @@ impl PluginHandle {
             pre_score: None,
             score: None,
             other_points: &[],
+            preemption_args: None,
         }
     }
 
@@ -116,6 +122,13 @@ impl PluginHandle {
     #[must_use]
     pub fn score(mut self, p: Arc<dyn ScorePlugin>) -> Self {
         self.score = Some(p);
+        self
+    }
+
+    /// Marks the handle as DefaultPreemption with these args.
+    #[must_use]
+    pub fn preemption_args(mut self, args: DefaultPreemptionArgs) -> Self {
+        self.preemption_args = Some(args);
         self
     }
 }
@@ -281,6 +294,16 @@ impl Registry {
                     .filter(p.clone())
                     .pre_score(p.clone())
                     .score(p))
+            }),
+        );
+        add(
+            &mut r,
+            names::DEFAULT_PREEMPTION,
+            Arc::new(|args| {
+                let p = Arc::new(DefaultPreemption::from_config(args)?);
+                Ok(PluginHandle::new(p.clone())
+                    .other_points(default_preemption::POINTS)
+                    .preemption_args(p.args))
             }),
         );
         r

@@ -30,6 +30,7 @@
 //! weight ([`DEFAULT_SCORE_WEIGHTS`], upstream `default_plugins.go`) and sums.
 
 pub mod default_binder;
+pub mod default_preemption;
 pub mod image_locality;
 pub mod inter_pod_affinity;
 pub mod names;
@@ -45,6 +46,7 @@ pub mod resource_allocation;
 pub mod taint_toleration;
 
 pub use default_binder::DefaultBinder;
+pub use default_preemption::DefaultPreemption;
 pub use image_locality::ImageLocality;
 pub use inter_pod_affinity::InterPodAffinity;
 pub use node_affinity::NodeAffinity;

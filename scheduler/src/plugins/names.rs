@@ -39,6 +39,5 @@ pub const NOT_IMPLEMENTED: &[&str] = &[
     "VolumeZone",
     "DynamicResources",
     "NodeDeclaredFeatures",
-    DEFAULT_PREEMPTION,
     SCHEDULING_GATES,
 ];

@@ -11,6 +11,7 @@ mod inter_pod_affinity;
 mod node_cache;
 mod partition;
 mod pod_topology_spread;
+mod preemption;
 mod scoring;
 
 use std::sync::Arc;
