@@ -59,6 +59,9 @@ impl PdbInfo {
     /// (unknown operator, values that do not fit the operator). Upstream's
     /// scheduler silently skips such a budget; callers may do the same after
     /// reporting the error.
+    // `Option::from` below is a no-op with the 1.36+ API types (the
+    // version picked in this workspace) and a real conversion before.
+    #[allow(clippy::useless_conversion)]
     pub fn from_pdb(pdb: &PodDisruptionBudget) -> Result<Self, PdbError> {
         let namespace = pdb.metadata.namespace.as_deref().unwrap_or("default");
         let Some(name) = pdb.metadata.name.as_deref() else {
@@ -130,7 +133,11 @@ mod tests {
     use super::*;
     use crate::testing::PodBuilder;
 
-    fn pdb(selector: Option<K8sLabelSelector>, allowed: i32, disrupted: &[&str]) -> PodDisruptionBudget {
+    fn pdb(
+        selector: Option<K8sLabelSelector>,
+        allowed: i32,
+        disrupted: &[&str],
+    ) -> PodDisruptionBudget {
         PodDisruptionBudget {
             metadata: ObjectMeta {
                 name: Some("web-pdb".into()),
@@ -167,13 +174,25 @@ mod tests {
         assert_eq!((&*p.namespace, &*p.name), ("shop", "web-pdb"));
         assert_eq!(p.disruptions_allowed, 2);
         assert!(p.disrupted_pods.contains("web-0"));
-        let web = PodBuilder::new("web-1").namespace("shop").label("app", "web").build_info();
+        let web = PodBuilder::new("web-1")
+            .namespace("shop")
+            .label("app", "web")
+            .build_info();
         let other_ns = PodBuilder::new("web-1").label("app", "web").build_info();
-        let db = PodBuilder::new("db-1").namespace("shop").label("app", "db").build_info();
+        let db = PodBuilder::new("db-1")
+            .namespace("shop")
+            .label("app", "db")
+            .build_info();
         assert!(p.selects(&web) && p.limits_preemption_of(&web));
-        assert!(!p.selects(&other_ns), "a budget covers its own namespace only");
+        assert!(
+            !p.selects(&other_ns),
+            "a budget covers its own namespace only"
+        );
         assert!(!p.selects(&db));
-        let counted = PodBuilder::new("web-0").namespace("shop").label("app", "web").build_info();
+        let counted = PodBuilder::new("web-0")
+            .namespace("shop")
+            .label("app", "web")
+            .build_info();
         assert!(p.selects(&counted));
         assert!(
             !p.limits_preemption_of(&counted),
@@ -183,9 +202,15 @@ mod tests {
 
     #[test]
     fn empty_and_absent_selectors() {
-        let any = PodBuilder::new("x").namespace("shop").label("a", "b").build_info();
+        let any = PodBuilder::new("x")
+            .namespace("shop")
+            .label("a", "b")
+            .build_info();
         let empty = PdbInfo::from_pdb(&pdb(Some(K8sLabelSelector::default()), 0, &[])).unwrap();
-        assert!(empty.selects(&any), "policy/v1: {{}} selects every pod of the namespace");
+        assert!(
+            empty.selects(&any),
+            "policy/v1: {{}} selects every pod of the namespace"
+        );
         assert!(
             !empty.limits_preemption_of(&any),
             "the scheduler's preemption ignores an empty selector"
@@ -226,8 +251,9 @@ mod tests {
         let e = PdbInfo::from_pdb(&pdb(bad, 1, &[])).unwrap_err();
         assert_eq!(e.pdb, "shop/web-pdb");
         assert!(
-            e.to_string()
-                .starts_with("poddisruptionbudget shop/web-pdb: spec.selector.matchExpressions[0].operator: "),
+            e.to_string().starts_with(
+                "poddisruptionbudget shop/web-pdb: spec.selector.matchExpressions[0].operator: "
+            ),
             "{e}"
         );
         let mut unnamed = pdb(None, 0, &[]);

@@ -390,7 +390,10 @@ mod tests {
         use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
         let plain = PodBuilder::new("plain").build_info();
         assert!(!plain.preemption_policy_never && !plain.terminating);
-        assert_eq!((plain.start_time.clone(), plain.nominated_node_name.clone()), (None, None));
+        assert_eq!(
+            (plain.start_time.clone(), plain.nominated_node_name.clone()),
+            (None, None)
+        );
 
         let mut pod = PodBuilder::new("p").build();
         pod.spec.as_mut().unwrap().preemption_policy = Some("Never".into());
@@ -408,7 +411,10 @@ mod tests {
         pod.status.as_mut().unwrap().nominated_node_name = Some(String::new());
         let q = PodInfo::from_pod(Arc::new(pod)).unwrap();
         assert!(!q.preemption_policy_never);
-        assert_eq!(q.nominated_node_name, None, "an empty nominatedNodeName is unset");
+        assert_eq!(
+            q.nominated_node_name, None,
+            "an empty nominatedNodeName is unset"
+        );
     }
 
     #[test]

@@ -8,7 +8,6 @@ use flotilla_shared::framework::{
     ExtensionPoint, FilterPlugin, Plugin, PreFilterPlugin, PreScorePlugin, ScorePlugin,
 };
 
-use crate::preemption::DefaultPreemptionArgs;
 use crate::plugins::{
     default_binder::{self, DefaultBinder},
     default_preemption::{self, DefaultPreemption},
@@ -25,6 +24,7 @@ use crate::plugins::{
     priority_sort::{self, PrioritySort},
     taint_toleration::TaintToleration,
 };
+use crate::preemption::DefaultPreemptionArgs;
 
 /// One plugin instance, seen through each extension point it implements.
 #[derive(Clone)]

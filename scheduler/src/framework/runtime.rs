@@ -347,7 +347,12 @@ impl Framework {
     /// on `node`. The first rejecting status is returned (with its plugin);
     /// a node outside a PreFilterResult gets upstream's
     /// `node is filtered out by the prefilter result`.
-    pub(crate) fn dry_run_filters(&self, pod: &PodInfo, snap: &Snapshot, node: &NodeInfo) -> Status {
+    pub(crate) fn dry_run_filters(
+        &self,
+        pod: &PodInfo,
+        snap: &Snapshot,
+        node: &NodeInfo,
+    ) -> Status {
         let mut state = CycleState::default();
         let mut skipped: Vec<&'static str> = Vec::new();
         for p in &self.pre_filters {
@@ -357,7 +362,10 @@ impl Framework {
                 Code::Skip => skipped.push(p.name()),
                 _ => return st.with_plugin(p.name()),
             }
-            if res.node_names.is_some_and(|names| !names.contains(node.name())) {
+            if res
+                .node_names
+                .is_some_and(|names| !names.contains(node.name()))
+            {
                 return Status::unresolvable(REASON_FILTERED_BY_PREFILTER).with_plugin(p.name());
             }
         }

@@ -18,6 +18,8 @@
 //! | [`ImageLocality`] | | | size × spread of the pod's images on the node (1); PreScore `Skip` when no node has them | none | none (rejects nothing) |
 //!
 //! [`resource_allocation`] holds what the two resource score plugins share.
+//! [`DefaultPreemption`] (PostFilter) only carries its args; the algorithm
+//! is [`crate::preemption`].
 //!
 //! `PodTopologySpread` default constraints (`defaultingType: System` or a
 //! `List`) apply upstream only with a selector built from the Services /

@@ -84,9 +84,11 @@ impl DefaultPreemptionArgs {
             ));
         }
         if pct == 0 && absolute == 0 {
-            return Err("minCandidateNodesPercentage: Invalid value: 0: cannot be zero at the \
+            return Err(
+                "minCandidateNodesPercentage: Invalid value: 0: cannot be zero at the \
                         same time as minCandidateNodesAbsolute"
-                .to_owned());
+                    .to_owned(),
+            );
         }
         Ok(DefaultPreemptionArgs {
             min_candidate_nodes_percentage: u32::try_from(pct).unwrap_or(0),

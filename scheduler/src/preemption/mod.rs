@@ -112,7 +112,11 @@ pub fn preempt(
     args: &DefaultPreemptionArgs,
     offset: usize,
 ) -> Result<PostFilterOutcome, ScheduleError> {
-    let not_helpful = |msg: &str| Ok(PostFilterOutcome::NotHelpful(format!("{MESSAGE_PREFIX}{msg}")));
+    let not_helpful = |msg: &str| {
+        Ok(PostFilterOutcome::NotHelpful(format!(
+            "{MESSAGE_PREFIX}{msg}"
+        )))
+    };
     let codes = StatusCodes::new(fit);
     if let Err(msg) = eligible_to_preempt_others(pod, snap, &codes) {
         return not_helpful(msg);
@@ -264,7 +268,9 @@ fn terminating_by_preemption(p: &PodInfo) -> bool {
             .as_ref()
             .and_then(|s| s.conditions.as_ref())
             .and_then(|cs| cs.iter().find(|c| c.type_ == "DisruptionTarget"))
-            .is_some_and(|c| c.status == "True" && c.reason.as_deref() == Some("PreemptionByScheduler"))
+            .is_some_and(|c| {
+                c.status == "True" && c.reason.as_deref() == Some("PreemptionByScheduler")
+            })
 }
 
 /// The pod condition upstream sets on a victim before deleting it

@@ -40,7 +40,9 @@ pub fn pick_one_node_for_preemption(candidates: &[Candidate]) -> Option<usize> {
             .sum::<i64>()
     }) || keep_best(&mut left, |c| {
         -i64::try_from(candidates[c].victims.len()).unwrap_or(i64::MAX)
-    }) || keep_best(&mut left, |c| earliest_start_of_highest_priority(&candidates[c]));
+    }) || keep_best(&mut left, |c| {
+        earliest_start_of_highest_priority(&candidates[c])
+    });
     left.first().copied()
 }
 
@@ -83,7 +85,9 @@ mod tests {
             .iter()
             .enumerate()
             .map(|(i, (prio, start))| {
-                let mut p = PodBuilder::new(&format!("{node}-v{i}")).priority(*prio).build();
+                let mut p = PodBuilder::new(&format!("{node}-v{i}"))
+                    .priority(*prio)
+                    .build();
                 p.status.as_mut().expect("status").start_time =
                     start.map(|s| Time(Timestamp::from_second(s).expect("valid")));
                 Arc::new(PodInfo::from_pod(Arc::new(p)).expect("valid"))

@@ -32,7 +32,9 @@ pub(crate) enum StartTime {
 
 impl StartTime {
     pub(crate) fn of(pod: &PodInfo) -> Self {
-        pod.start_time.clone().map_or(StartTime::NotStarted, StartTime::At)
+        pod.start_time
+            .clone()
+            .map_or(StartTime::NotStarted, StartTime::At)
     }
 }
 
@@ -158,7 +160,9 @@ fn select(
 mod tests {
     use std::collections::BTreeMap;
 
-    use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec, PodDisruptionBudgetStatus};
+    use k8s_openapi::api::policy::v1::{
+        PodDisruptionBudget, PodDisruptionBudgetSpec, PodDisruptionBudgetStatus,
+    };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
     use k8s_openapi::jiff::Timestamp;
 
@@ -166,7 +170,10 @@ mod tests {
     use flotilla_shared::testing::PodBuilder;
 
     fn pod(name: &str, priority: i32, started: Option<i64>) -> Arc<PodInfo> {
-        let mut p = PodBuilder::new(name).priority(priority).label("app", "web").build();
+        let mut p = PodBuilder::new(name)
+            .priority(priority)
+            .label("app", "web")
+            .build();
         p.status.as_mut().expect("status").start_time =
             started.map(|s| Time(Timestamp::from_second(s).expect("valid")));
         Arc::new(PodInfo::from_pod(Arc::new(p)).expect("valid"))
@@ -220,7 +227,8 @@ mod tests {
     fn pdb_budget_is_consumed_in_order_and_disrupted_pods_are_free() {
         let pods = vec![pod("a", 1, None), pod("b", 1, None), pod("c", 1, None)];
         // (allowed, disruptedPods, violating, non-violating)
-        let cases: &[(i32, &[&str], &[&str], &[&str])] = &[
+        type Case<'a> = (i32, &'a [&'a str], &'a [&'a str], &'a [&'a str]);
+        let cases: &[Case] = &[
             (0, &[], &["a", "b", "c"], &[]),
             (1, &[], &["b", "c"], &["a"]),
             (3, &[], &[], &["a", "b", "c"]),

@@ -6,8 +6,12 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, PodCondition};
-use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec, PodDisruptionBudgetStatus};
+use k8s_openapi::api::core::v1::{
+    NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, PodCondition,
+};
+use k8s_openapi::api::policy::v1::{
+    PodDisruptionBudget, PodDisruptionBudgetSpec, PodDisruptionBudgetStatus,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 
@@ -22,7 +26,10 @@ use flotilla_shared::framework::{Code, Diagnosis, ExtensionPoint, FitError, Stat
 use flotilla_shared::pdb::PdbInfo;
 use flotilla_shared::testing::{PodAffinityKind, PodBuilder, pod_affinity_term};
 
-use crate::{bind_in_cache, cache_with, default_framework, expect_fit_error, framework_with, node, snapshot_of};
+use crate::{
+    bind_in_cache, cache_with, default_framework, expect_fit_error, framework_with, node,
+    snapshot_of,
+};
 
 const ZONE: &str = "topology.kubernetes.io/zone";
 const HOST: &str = "kubernetes.io/hostname";
@@ -57,7 +64,15 @@ fn run(
 fn preempt_default(cache: &NodeCache, preemptor: PodBuilder) -> PostFilterOutcome {
     let fw = default_framework();
     let snap = snapshot_of(cache);
-    run(&fw, &snap, &preemptor.build_info(), &[], &DefaultPreemptionArgs::default(), 0).1
+    run(
+        &fw,
+        &snap,
+        &preemptor.build_info(),
+        &[],
+        &DefaultPreemptionArgs::default(),
+        0,
+    )
+    .1
 }
 
 fn nominated(out: PostFilterOutcome) -> Candidate {
@@ -181,9 +196,20 @@ fn pdb_protected_victims_are_reprieved_first() {
         let fw = default_framework();
         let snap = snapshot_of(&cache);
         let high = pod("high", 10, "2").build_info();
-        let (_, out) = run(&fw, &snap, &high, pdbs, &DefaultPreemptionArgs::default(), 0);
+        let (_, out) = run(
+            &fw,
+            &snap,
+            &high,
+            pdbs,
+            &DefaultPreemptionArgs::default(),
+            0,
+        );
         let c = nominated(out);
-        assert_eq!((victims(&c), c.pdb_violations), (vec![want], violations), "{pdbs:?}");
+        assert_eq!(
+            (victims(&c), c.pdb_violations),
+            (vec![want], violations),
+            "{pdbs:?}"
+        );
     }
 }
 
@@ -208,14 +234,21 @@ fn a_victim_that_must_go_despite_its_budget_counts_and_a_node_with_fewer_violati
     let c = nominated(run(&fw, &snap, &high, &[], &all, 0).1);
     assert_eq!(&*c.node, "n1", "no budget: the lower victim priority wins");
     let c = nominated(run(&fw, &snap, &high, &[pdb("db", 0)], &all, 0).1);
-    assert_eq!((&*c.node, c.pdb_violations), ("n2", 0), "fewer violations win");
+    assert_eq!(
+        (&*c.node, c.pdb_violations),
+        ("n2", 0),
+        "fewer violations win"
+    );
 
     // Alone, the violating node is still a candidate, with its count.
     let cache = cache_with([node("n1", "2", "8Gi").build_spec()]);
     bind_in_cache(&cache, pod("guarded", 1, "2").label("app", "db"), "n1");
     let snap = snapshot_of(&cache);
     let c = nominated(run(&fw, &snap, &high, &[pdb("db", 0)], &all, 0).1);
-    assert_eq!((&*c.node, victims(&c), c.pdb_violations), ("n1", vec!["guarded"], 1));
+    assert_eq!(
+        (&*c.node, victims(&c), c.pdb_violations),
+        ("n1", vec!["guarded"], 1)
+    );
 }
 
 // ---- eligibility
@@ -231,7 +264,10 @@ fn preemption_policy_never_is_not_eligible() {
     let high = PodInfo::from_pod(Arc::new(p)).expect("valid");
     let (mut fit, out) = run(&fw, &snap, &high, &[], &DefaultPreemptionArgs::default(), 0);
     let msg = not_helpful(out);
-    assert_eq!(msg, "preemption: not eligible due to preemptionPolicy=Never.");
+    assert_eq!(
+        msg,
+        "preemption: not eligible due to preemptionPolicy=Never."
+    );
     fit.diagnosis.post_filter_msg = Some(msg);
     assert_eq!(
         fit.to_string(),
@@ -307,7 +343,9 @@ fn unresolvable_nodes_are_not_tried() {
     // n1 is tainted (UnschedulableAndUnresolvable) though evicting its
     // low-priority pod would free room; n2 is full of a peer.
     let cache = cache_with([
-        node("n1", "2", "8Gi").taint("dedicated", "x", "NoSchedule").build_spec(),
+        node("n1", "2", "8Gi")
+            .taint("dedicated", "x", "NoSchedule")
+            .build_spec(),
         node("n2", "2", "8Gi").build_spec(),
     ]);
     bind_in_cache(&cache, pod("low", 1, "2"), "n1");
@@ -319,7 +357,9 @@ fn unresolvable_nodes_are_not_tried() {
     );
     // With a lower-priority pod on n2 instead, n2 is the one nominated.
     let cache = cache_with([
-        node("n1", "2", "8Gi").taint("dedicated", "x", "NoSchedule").build_spec(),
+        node("n1", "2", "8Gi")
+            .taint("dedicated", "x", "NoSchedule")
+            .build_spec(),
         node("n2", "2", "8Gi").build_spec(),
     ]);
     bind_in_cache(&cache, pod("low", 1, "2"), "n1");
@@ -334,7 +374,11 @@ fn five_full_nodes() -> NodeCache {
     let cache = cache_with((0..5).map(|i| node(&format!("n{i}"), "2", "8Gi").build_spec()));
     for i in 0..5 {
         let name = format!("v{i}");
-        bind_in_cache(&cache, pod(&name, 1 + i, "2").label("app", &name), &format!("n{i}"));
+        bind_in_cache(
+            &cache,
+            pod(&name, 1 + i, "2").label("app", &name),
+            &format!("n{i}"),
+        );
     }
     cache
 }
@@ -389,9 +433,8 @@ fn required_pod_affinity_is_checked_against_the_snapshot_without_the_victims() {
     // the cache pod and break the affinity, so n2 is no candidate even
     // though its victim is cheaper; n1's filler (p5) is evicted instead.
     let build = |filler_priority: i32| {
-        let cache = cache_with(
-            ["n1", "n2"].map(|n| node(n, "4", "8Gi").label(ZONE, "a").build_spec()),
-        );
+        let cache =
+            cache_with(["n1", "n2"].map(|n| node(n, "4", "8Gi").label(ZONE, "a").build_spec()));
         bind_in_cache(&cache, pod("filler", filler_priority, "4"), "n1");
         bind_in_cache(&cache, pod("cache", 1, "3").label("app", "cache"), "n2");
         cache
@@ -439,7 +482,14 @@ fn required_anti_affinity_keeps_a_victim_that_resources_alone_would_reprieve() {
 fn failed_scheduling(cache: &NodeCache, preemptor: PodInfo) -> String {
     let fw = default_framework();
     let snap = snapshot_of(cache);
-    let (mut fit, out) = run(&fw, &snap, &preemptor, &[], &DefaultPreemptionArgs::default(), 0);
+    let (mut fit, out) = run(
+        &fw,
+        &snap,
+        &preemptor,
+        &[],
+        &DefaultPreemptionArgs::default(),
+        0,
+    );
     fit.diagnosis.post_filter_msg = Some(not_helpful(out));
     fit.to_string()
 }
@@ -467,7 +517,9 @@ fn example_two_request_beyond_allocatable_and_taint() {
     // since v1.34); n2 is tainted.
     let cache = cache_with([
         node("n1", "2", "4Gi").build_spec(),
-        node("n2", "8", "32Gi").taint("dedicated", "x", "NoSchedule").build_spec(),
+        node("n2", "8", "32Gi")
+            .taint("dedicated", "x", "NoSchedule")
+            .build_spec(),
     ]);
     bind_in_cache(&cache, pod("low", 1, "1"), "n1");
     let p = pod("p", 10, "4").memory("8Gi").build_info();
@@ -532,7 +584,15 @@ fn a_node_that_needs_no_victim_is_an_error_as_upstream() {
             ..Diagnosis::default()
         },
     };
-    match preempt(&fw, &high, &snap, &fit, &[], &DefaultPreemptionArgs::default(), 0) {
+    match preempt(
+        &fw,
+        &high,
+        &snap,
+        &fit,
+        &[],
+        &DefaultPreemptionArgs::default(),
+        0,
+    ) {
         Err(ScheduleError::Internal { plugin, message }) => {
             assert_eq!(plugin, "DefaultPreemption");
             assert_eq!(message, "expected at least one victim pod on node \"n1\"");
@@ -549,7 +609,10 @@ fn a_node_that_needs_no_victim_is_an_error_as_upstream() {
 #[test]
 fn the_profile_decides_whether_preemption_runs_and_with_which_args() {
     let fw = default_framework();
-    assert_eq!(fw.enabled_at(ExtensionPoint::PostFilter), ["DefaultPreemption"]);
+    assert_eq!(
+        fw.enabled_at(ExtensionPoint::PostFilter),
+        ["DefaultPreemption"]
+    );
     assert_eq!(fw.preemption(), Some(&DefaultPreemptionArgs::default()));
 
     let mut off = Profile::default();
@@ -560,7 +623,11 @@ fn the_profile_decides_whether_preemption_runs_and_with_which_args() {
             disabled: vec!["DefaultPreemption".into()],
         },
     );
-    assert_eq!(framework_with(&off).preemption(), None, "disabled at postFilter");
+    assert_eq!(
+        framework_with(&off).preemption(),
+        None,
+        "disabled at postFilter"
+    );
 
     let head = "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n";
     let cfg = flotilla_scheduler::config::parse(
@@ -592,5 +659,8 @@ fn the_profile_decides_whether_preemption_runs_and_with_which_args() {
         "profiles[0].pluginConfig[0].args.minCandidateNodesPercentage",
         "{e}"
     );
-    assert!(e.message().contains("cannot be zero at the same time"), "{e}");
+    assert!(
+        e.message().contains("cannot be zero at the same time"),
+        "{e}"
+    );
 }
