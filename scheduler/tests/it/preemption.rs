@@ -7,7 +7,8 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{
-    NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, PodCondition,
+    Affinity, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, PodCondition,
+    TopologySpreadConstraint,
 };
 use k8s_openapi::api::policy::v1::{
     PodDisruptionBudget, PodDisruptionBudgetSpec, PodDisruptionBudgetStatus,
@@ -476,6 +477,40 @@ fn required_anti_affinity_keeps_a_victim_that_resources_alone_would_reprieve() {
     assert_eq!(victims(&c), ["filler"]);
 }
 
+#[test]
+fn topology_spread_counts_the_victims_still_on_the_node() {
+    // n1 (2 cpu) holds two low-priority app=web pods; n2 is full of a peer
+    // without the label. The preemptor (app=web, 1 cpu) spreads web pods by
+    // host with maxSkew 1: with either web pod back, n1 would have skew
+    // 2 - 0 > 1, so both go, though resources would take one back.
+    let cache = cache_with(["n1", "n2"].map(|n| node(n, "2", "8Gi").build_spec()));
+    bind_in_cache(&cache, pod("web-a", 1, "1").label("app", "web"), "n1");
+    bind_in_cache(&cache, pod("web-b", 1, "1").label("app", "web"), "n1");
+    bind_in_cache(&cache, pod("peer", 10, "2"), "n2");
+    let spread = TopologySpreadConstraint {
+        max_skew: 1,
+        topology_key: HOST.into(),
+        when_unsatisfiable: "DoNotSchedule".into(),
+        label_selector: Some(LabelSelector {
+            match_labels: Some([("app".to_owned(), "web".to_owned())].into()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let high = pod("high", 10, "1").label("app", "web");
+    let c = nominated(preempt_default(
+        &cache,
+        high.clone().spread_constraint(spread),
+    ));
+    assert_eq!((&*c.node, c.victims.len()), ("n1", 2));
+    let c = nominated(preempt_default(&cache, high));
+    assert_eq!(
+        c.victims.len(),
+        1,
+        "without the constraint one web pod stays"
+    );
+}
+
 // ---- the FailedScheduling message (fiterror-format.md §5)
 
 /// The cycle's FitError with DefaultPreemption's message appended.
@@ -530,22 +565,24 @@ fn example_two_request_beyond_allocatable_and_taint() {
     );
 }
 
-#[test]
-fn example_three_prefilter_result_and_ports() {
-    // Node affinity on metadata.name keeps only n1 (PreFilterResult); n1's
-    // port is held by a peer.
-    let cache = cache_with(["n1", "n2", "n3"].map(|n| node(n, "4", "8Gi").build_spec()));
-    bind_in_cache(&cache, pod("peer", 10, "100m").host_port(8080), "n1");
-    let mut p = pod("p", 10, "100m").host_port(8080).build();
-    p.spec.as_mut().expect("spec").affinity = Some(k8s_openapi::api::core::v1::Affinity {
-        node_affinity: Some(k8s_openapi::api::core::v1::NodeAffinity {
+/// `p` with one required node affinity term whose matchFields are
+/// `metadata.name In <names>` for each entry of `requirements` (ANDed).
+fn pinned_to_names(p: PodBuilder, requirements: &[&[&str]]) -> PodInfo {
+    let mut p = p.build();
+    p.spec.as_mut().expect("spec").affinity = Some(Affinity {
+        node_affinity: Some(NodeAffinity {
             required_during_scheduling_ignored_during_execution: Some(NodeSelector {
                 node_selector_terms: vec![NodeSelectorTerm {
-                    match_fields: Some(vec![NodeSelectorRequirement {
-                        key: "metadata.name".into(),
-                        operator: "In".into(),
-                        values: Some(vec!["n1".into()]),
-                    }]),
+                    match_fields: Some(
+                        requirements
+                            .iter()
+                            .map(|names| NodeSelectorRequirement {
+                                key: "metadata.name".into(),
+                                operator: "In".into(),
+                                values: Some(names.iter().map(|n| (*n).to_owned()).collect()),
+                            })
+                            .collect(),
+                    ),
                     ..Default::default()
                 }],
             }),
@@ -553,13 +590,37 @@ fn example_three_prefilter_result_and_ports() {
         }),
         ..Default::default()
     });
-    let p = PodInfo::from_pod(Arc::new(p)).expect("valid");
+    PodInfo::from_pod(Arc::new(p)).expect("valid")
+}
+
+#[test]
+fn example_three_prefilter_result_and_ports() {
+    // Node affinity on metadata.name keeps only n1 (PreFilterResult); n1's
+    // port is held by a peer.
+    let cache = cache_with(["n1", "n2", "n3"].map(|n| node(n, "4", "8Gi").build_spec()));
+    bind_in_cache(&cache, pod("peer", 10, "100m").host_port(8080), "n1");
+    let p = pinned_to_names(pod("p", 10, "100m").host_port(8080), &[&["n1"]]);
     assert_eq!(
         failed_scheduling(&cache, p),
         "0/3 nodes are available: 1 node(s) didn't have free ports for the requested pod ports, \
          2 node is filtered out by the prefilter result. \
          preemption: 0/3 nodes are available: 1 No preemption victims found for incoming pod, \
          2 Preemption is not helpful for scheduling."
+    );
+}
+
+#[test]
+fn a_prefilter_rejection_leaves_preemption_nothing_to_try() {
+    // Two matchFields requirements that no node name satisfies both:
+    // NodeAffinity's PreFilter rejects the pod (UnschedulableAndUnresolvable)
+    // on every node, even the one with a low-priority pod.
+    let cache = cache_with(["n1", "n2"].map(|n| node(n, "1", "8Gi").build_spec()));
+    bind_in_cache(&cache, pod("low", 1, "1"), "n1");
+    let p = pinned_to_names(pod("p", 10, "1"), &[&["n1"], &["n2"]]);
+    assert_eq!(
+        failed_scheduling(&cache, p),
+        "0/2 nodes are available: pod affinity terms conflict. \
+         preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
     );
 }
 
