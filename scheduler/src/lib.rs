@@ -9,6 +9,8 @@
 //! - [`framework`]: plugin registry, profiles, and the cycle runner
 //!   (PreFilter → Filter → Score → select).
 //! - [`plugins`]: the in-tree plugins, one file each.
+//! - [`preemption`]: DefaultPreemption's PostFilter (victims, candidate
+//!   node), pure over a snapshot.
 //! - [`worker`]: the worker process: coordinator stream → cache/queue →
 //!   scheduling thread → binding tasks.
 
@@ -16,6 +18,7 @@ pub mod cache;
 pub mod config;
 pub mod framework;
 pub mod plugins;
+pub mod preemption;
 pub mod queue;
 pub mod worker;
 

@@ -17,6 +17,7 @@
 //! - [`topology_spread`]: `spec.topologySpreadConstraints` compiled once per
 //!   pod, and the pure spread counting / skew check / scoring shared by the
 //!   PodTopologySpread plugin and the coordinator's bind arbiter.
+//! - [`pdb`]: `PodDisruptionBudget` compiled for preemption.
 //! - [`images`]: container image names (pods) and reported images (nodes),
 //!   for ImageLocality.
 //! - [`workload`]: online vs batch classification.
@@ -29,6 +30,7 @@ pub mod framework;
 pub mod images;
 pub mod label_selector;
 pub mod node_info;
+pub mod pdb;
 pub mod pod_affinity;
 pub mod pod_info;
 pub mod quantity;

@@ -6,6 +6,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::images;
 use crate::pod_affinity::PodAffinity;
@@ -127,8 +128,18 @@ pub struct PodInfo {
     /// While any is present the `SchedulingGates` PreEnqueue plugin keeps
     /// the pod out of activeQ (upstream).
     pub scheduling_gates: Vec<String>,
+    /// `spec.preemptionPolicy` is `Never`: the pod may not preempt others
+    /// (DefaultPreemption answers `not eligible due to preemptionPolicy=Never.`).
+    pub preemption_policy_never: bool,
+    /// `metadata.deletionTimestamp` is set: the pod is being deleted (graceful
+    /// termination) but still holds its resources on the node.
+    pub terminating: bool,
+    /// `status.startTime`; `None` for pods not started yet (assumed, bound
+    /// but not running). Preemption reads such pods as started *now*, i.e.
+    /// later than every pod with a start time (upstream `GetPodStartTime`).
+    pub start_time: Option<Time>,
     /// `status.nominatedNodeName` (empty strings map to `None`): the node a
-    /// preemption reserved room on for this pod.
+    /// previous preemption reserved room on for this pod.
     pub nominated_node_name: Option<Arc<str>>,
 }
 
@@ -320,6 +331,9 @@ impl PodInfo {
             class,
             terminal,
             key,
+            preemption_policy_never: spec.preemption_policy.as_deref() == Some("Never"),
+            terminating: pod.metadata.deletion_timestamp.is_some(),
+            start_time: pod.status.as_ref().and_then(|s| s.start_time.clone()),
             pod,
             scheduling_gates,
             nominated_node_name,
@@ -380,6 +394,38 @@ mod tests {
             e.to_string()
                 .contains("spec.containers[0].resources.requests.cpu"),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn preemption_fields_come_from_spec_metadata_and_status() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        let plain = PodBuilder::new("plain").build_info();
+        assert!(!plain.preemption_policy_never && !plain.terminating);
+        assert_eq!(
+            (plain.start_time.clone(), plain.nominated_node_name.clone()),
+            (None, None)
+        );
+
+        let mut pod = PodBuilder::new("p").build();
+        pod.spec.as_mut().unwrap().preemption_policy = Some("Never".into());
+        pod.metadata.deletion_timestamp = Some(Time(Default::default()));
+        let status = pod.status.as_mut().unwrap();
+        status.start_time = Some(Time(Default::default()));
+        status.nominated_node_name = Some("n1".into());
+        let p = PodInfo::from_pod(Arc::new(pod)).unwrap();
+        assert!(p.preemption_policy_never && p.terminating);
+        assert_eq!(p.start_time, Some(Time(Default::default())));
+        assert_eq!(p.nominated_node_name.as_deref(), Some("n1"));
+
+        let mut pod = PodBuilder::new("q").build();
+        pod.spec.as_mut().unwrap().preemption_policy = Some("PreemptLowerPriority".into());
+        pod.status.as_mut().unwrap().nominated_node_name = Some(String::new());
+        let q = PodInfo::from_pod(Arc::new(pod)).unwrap();
+        assert!(!q.preemption_policy_never);
+        assert_eq!(
+            q.nominated_node_name, None,
+            "an empty nominatedNodeName is unset"
         );
     }
 

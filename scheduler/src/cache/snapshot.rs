@@ -83,7 +83,10 @@ impl Snapshot {
         self.generation = generation;
     }
 
-    pub(super) fn replace(&mut self, info: &Arc<NodeInfo>) {
+    /// Puts `info` in place of the node of the same name (nothing when the
+    /// snapshot has no such node). The cache uses it for copy-on-write
+    /// updates; preemption's dry run swaps changed nodes into a copy.
+    pub(crate) fn replace(&mut self, info: &Arc<NodeInfo>) {
         if let Some(&i) = self.index.get(info.name()) {
             self.nodes[i] = info.clone();
             set_membership(

@@ -42,10 +42,10 @@
 //!   classification of [`flotilla_shared::workload`].
 //! - **Not-implemented plugins**: upstream default plugins Flotilla lacks
 //!   ([`crate::plugins::names::NOT_IMPLEMENTED`]: the volume plugins, `DynamicResources`,
-//!   `NodeDeclaredFeatures`, `DefaultPreemption`) may be
+//!   `NodeDeclaredFeatures`) may be
 //!   named. Disabling them is a no-op; enabling them is accepted but they are
-//!   left out, with a warning saying what that means (e.g. no preemption;
-//!   pods placed without volume constraints). Their `pluginConfig` is
+//!   left out, with a warning saying what that means (e.g. pods placed
+//!   without volume constraints). Their `pluginConfig` is
 //!   ignored with a warning.
 //! - **`extenders`**: a non-empty list is refused (`extenders: not supported
 //!   yet`) until extenders are implemented, rather than silently ignored.

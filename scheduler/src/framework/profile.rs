@@ -82,7 +82,7 @@ pub struct Profile {
 
 /// Upstream's default `multiPoint` plugins (`getDefaultPlugins`, 1.35), in
 /// upstream order, restricted to the plugins Flotilla implements, with
-/// upstream's score weights. Volume plugins and `DefaultPreemption` are not
+/// upstream's score weights. Volume plugins are not
 /// in it yet (see [`names::NOT_IMPLEMENTED`]).
 #[must_use]
 pub fn default_multi_point() -> Vec<PluginRef> {
@@ -97,6 +97,7 @@ pub fn default_multi_point() -> Vec<PluginRef> {
         (names::NODE_RESOURCES_FIT, 1),
         (names::POD_TOPOLOGY_SPREAD, 2),
         (names::INTER_POD_AFFINITY, 2),
+        (names::DEFAULT_PREEMPTION, 0),
         (names::NODE_RESOURCES_BALANCED_ALLOCATION, 1),
         (names::IMAGE_LOCALITY, 1),
         (names::DEFAULT_BINDER, 0),

@@ -10,6 +10,7 @@ use flotilla_shared::framework::{
 
 use crate::plugins::{
     default_binder::{self, DefaultBinder},
+    default_preemption::{self, DefaultPreemption},
     image_locality::ImageLocality,
     inter_pod_affinity::{InterPodAffinity, InterPodAffinityArgs},
     names,
@@ -24,6 +25,7 @@ use crate::plugins::{
     scheduling_gates::{self, SchedulingGates},
     taint_toleration::TaintToleration,
 };
+use crate::preemption::DefaultPreemptionArgs;
 
 /// One plugin instance, seen through each extension point it implements.
 #[derive(Clone)]
@@ -43,6 +45,9 @@ pub struct PluginHandle {
     /// Binding), `PostFilter`, `PreEnqueue`, ... Listed so configs naming
     /// the plugin at those points are accepted and validated.
     pub other_points: &'static [ExtensionPoint],
+    /// DefaultPreemption's validated args, when this is that plugin (the
+    /// framework hands them to the PostFilter caller).
+    pub preemption_args: Option<DefaultPreemptionArgs>,
 }
 
 impl std::fmt::Debug for PluginHandle {
@@ -70,6 +75,7 @@ impl PluginHandle {
             pre_score: None,
             score: None,
             other_points: &[],
+            preemption_args: None,
         }
     }
 
@@ -117,6 +123,13 @@ impl PluginHandle {
     #[must_use]
     pub fn score(mut self, p: Arc<dyn ScorePlugin>) -> Self {
         self.score = Some(p);
+        self
+    }
+
+    /// Marks the handle as DefaultPreemption with these args.
+    #[must_use]
+    pub fn preemption_args(mut self, args: DefaultPreemptionArgs) -> Self {
+        self.preemption_args = Some(args);
         self
     }
 }
@@ -290,6 +303,16 @@ impl Registry {
             Arc::new(|_| {
                 Ok(PluginHandle::new(Arc::new(SchedulingGates))
                     .other_points(scheduling_gates::POINTS))
+            }),
+        );
+        add(
+            &mut r,
+            names::DEFAULT_PREEMPTION,
+            Arc::new(|args| {
+                let p = Arc::new(DefaultPreemption::from_config(args)?);
+                Ok(PluginHandle::new(p.clone())
+                    .other_points(default_preemption::POINTS)
+                    .preemption_args(p.args))
             }),
         );
         r

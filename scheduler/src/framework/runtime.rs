@@ -48,6 +48,7 @@ use flotilla_shared::{NodeInfo, PodInfo};
 use super::profile::{Profile, num_feasible_nodes_to_find};
 use super::registry::{PluginHandle, Registry, RegistryError};
 use crate::cache::Snapshot;
+use crate::preemption::DefaultPreemptionArgs;
 
 /// Filter runs on the calling thread for the first this-many candidates;
 /// only if they did not yield enough feasible nodes does the rest run in
@@ -108,6 +109,8 @@ pub struct Framework {
     /// Rotates where the Filter search starts, so every node gets examined
     /// (upstream `nextStartNodeIndex`).
     next_start: AtomicUsize,
+    /// DefaultPreemption's args when the profile enables it at postFilter.
+    preemption: Option<DefaultPreemptionArgs>,
 }
 
 impl std::fmt::Debug for Framework {
@@ -336,6 +339,7 @@ impl Framework {
             percentage_of_nodes_to_score: profile.percentage_of_nodes_to_score,
             interest: HashMap::new(),
             next_start: AtomicUsize::new(0),
+            preemption: None,
         };
         for (point, names) in &enabled {
             for name in names {
@@ -350,6 +354,9 @@ impl Framework {
                         }
                     }
                     ExtensionPoint::PreScore => fw.pre_scores.extend(h.pre_score.clone()),
+                    ExtensionPoint::PostFilter => {
+                        fw.preemption = fw.preemption.or(h.preemption_args);
+                    }
                     ExtensionPoint::Score => {
                         if let Some(p) = h.score.clone() {
                             fw.scores.push((p, weights.get(name).copied().unwrap_or(1)));
@@ -390,6 +397,53 @@ impl Framework {
     #[must_use]
     pub fn profile_name(&self) -> &str {
         &self.profile_name
+    }
+
+    /// DefaultPreemption's args when the profile enables it at `postFilter`
+    /// (directly or through `multiPoint`); `None` when it is disabled, so
+    /// unschedulable pods just wait.
+    #[must_use]
+    pub fn preemption(&self) -> Option<&DefaultPreemptionArgs> {
+        self.preemption.as_ref()
+    }
+
+    /// Preemption's dry-run check: every PreFilter plugin over `snap` (fresh
+    /// cycle state), then every Filter plugin not skipped by its PreFilter
+    /// on `node`. The first rejecting status is returned (with its plugin);
+    /// a node outside a PreFilterResult gets upstream's
+    /// `node is filtered out by the prefilter result`.
+    pub(crate) fn dry_run_filters(
+        &self,
+        pod: &PodInfo,
+        snap: &Snapshot,
+        node: &NodeInfo,
+    ) -> Status {
+        let mut state = CycleState::default();
+        let mut skipped: Vec<&'static str> = Vec::new();
+        for p in &self.pre_filters {
+            let (res, st) = p.pre_filter(&mut state, pod, snap);
+            match st.code {
+                Code::Success => {}
+                Code::Skip => skipped.push(p.name()),
+                _ => return st.with_plugin(p.name()),
+            }
+            if res
+                .node_names
+                .is_some_and(|names| !names.contains(node.name()))
+            {
+                return Status::unresolvable(REASON_FILTERED_BY_PREFILTER).with_plugin(p.name());
+            }
+        }
+        for f in &self.filters {
+            if skipped.contains(&f.name()) {
+                continue;
+            }
+            let st = f.filter(&state, pod, node);
+            if !st.is_success() {
+                return st.with_plugin(f.name());
+            }
+        }
+        Status::success()
     }
 
     /// Cluster event → plugins that registered for it (feeds the queue).
@@ -608,6 +662,9 @@ impl Framework {
                     pod: pod.key.clone(),
                     num_all_nodes: snap.len(),
                     diagnosis: Diagnosis {
+                        // Upstream gives every node the PreFilter's status,
+                        // so preemption reads its code.
+                        absent_nodes_status: Some(st.clone()),
                         pre_filter_msg: Some(st.message()),
                         unschedulable_plugins: BTreeSet::from([st.plugin]),
                         ..Diagnosis::default()

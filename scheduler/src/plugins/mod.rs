@@ -21,6 +21,8 @@
 //! `spec.schedulingGates` waits in the queue's gated set until they are removed.
 //!
 //! [`resource_allocation`] holds what the two resource score plugins share.
+//! [`DefaultPreemption`] (PostFilter) only carries its args; the algorithm
+//! is [`crate::preemption`].
 //!
 //! `PodTopologySpread` default constraints (`defaultingType: System` or a
 //! `List`) apply upstream only with a selector built from the Services /
@@ -33,6 +35,7 @@
 //! weight ([`DEFAULT_SCORE_WEIGHTS`], upstream `default_plugins.go`) and sums.
 
 pub mod default_binder;
+pub mod default_preemption;
 pub mod image_locality;
 pub mod inter_pod_affinity;
 pub mod names;
@@ -49,6 +52,7 @@ pub mod scheduling_gates;
 pub mod taint_toleration;
 
 pub use default_binder::DefaultBinder;
+pub use default_preemption::DefaultPreemption;
 pub use image_locality::ImageLocality;
 pub use inter_pod_affinity::InterPodAffinity;
 pub use node_affinity::NodeAffinity;

@@ -39,5 +39,4 @@ pub const NOT_IMPLEMENTED: &[&str] = &[
     "VolumeZone",
     "DynamicResources",
     "NodeDeclaredFeatures",
-    DEFAULT_PREEMPTION,
 ];

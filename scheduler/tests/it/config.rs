@@ -167,7 +167,11 @@ profiles:
     assert_eq!(p0.workload_class, None);
     // Args are kept without apiVersion/kind; not-implemented plugins' args
     // are dropped.
-    assert_eq!(p0.plugin_config.len(), 1);
+    assert_eq!(p0.plugin_config.len(), 2);
+    assert_eq!(
+        p0.plugin_config["DefaultPreemption"]["minCandidateNodesAbsolute"],
+        100
+    );
     assert_eq!(
         p0.plugin_config["NodeResourcesFit"]["scoringStrategy"]["type"],
         "LeastAllocated"
@@ -203,7 +207,12 @@ profiles:
         ],
         "the score entry comes first with its weight; BalancedAllocation disabled"
     );
-    assert!(fw.enabled_at(ExtensionPoint::PostFilter).is_empty());
+    assert_eq!(
+        fw.enabled_at(ExtensionPoint::PostFilter),
+        ["DefaultPreemption"],
+        "named at postFilter and in the defaults: enabled once"
+    );
+    assert!(fw.preemption().is_some());
     assert_eq!(
         fw.enabled_at(ExtensionPoint::PreEnqueue),
         ["SchedulingGates"]
@@ -489,7 +498,11 @@ fn not_implemented_plugins_are_accepted_and_left_out() {
         fw.enabled_at(ExtensionPoint::Filter),
         framework(&SchedulerConfig::default(), 0).enabled_at(ExtensionPoint::Filter)
     );
-    assert!(fw.enabled_at(ExtensionPoint::PostFilter).is_empty());
+    assert_eq!(
+        fw.enabled_at(ExtensionPoint::PostFilter),
+        ["DefaultPreemption"],
+        "DefaultPreemption is implemented: enabled at postFilter"
+    );
 }
 
 // ---- refusals, each with its exact path

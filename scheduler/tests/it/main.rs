@@ -13,6 +13,7 @@ mod nominated;
 mod partition;
 mod pod_topology_spread;
 mod queue_starvation;
+mod preemption;
 mod scoring;
 
 use std::sync::Arc;

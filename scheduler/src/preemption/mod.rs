@@ -1,0 +1,295 @@
+//! DefaultPreemption, the PostFilter that runs when a pod fits on no node:
+//! which lower-priority pods to evict, and on which node, so the pod fits.
+//!
+//! Mirrors upstream's `pkg/scheduler/framework/preemption/preemption.go`
+//! (`Evaluator.Preempt`, `findCandidates`, `DryRunPreemption`,
+//! `pickOneNodeForPreemption`) and
+//! `pkg/scheduler/framework/plugins/defaultpreemption/default_preemption.go`
+//! (`PodEligibleToPreemptOthers`, `SelectVictimsOnNode`,
+//! `calculateNumCandidates`, `filterPodsWithPDBViolation`). This module is
+//! pure: it decides; evicting the victims and setting the pod's
+//! `status.nominatedNodeName` are the caller's (worker / coordinator).
+//!
+//! [`preempt`] in order:
+//! 1. **Eligibility.** `preemptionPolicy: Never` → not eligible. A pod whose
+//!    nominated node still holds a lower-priority pod terminating because
+//!    the scheduler preempted it (`deletionTimestamp` set and a
+//!    `DisruptionTarget` condition with reason `PreemptionByScheduler`)
+//!    waits for it, unless this cycle found the nominated node
+//!    UnschedulableAndUnresolvable.
+//! 2. **Potential nodes.** Only nodes whose filter status in the cycle's
+//!    [`FitError`] was `Unschedulable`; `UnschedulableAndUnresolvable` ones
+//!    (taints, node affinity, nodes cut by a PreFilterResult, a PreFilter
+//!    rejection) are not tried.
+//! 3. **Dry run.** From `offset` (random upstream; a parameter here so
+//!    tests are deterministic), nodes are tried in turn
+//!    ([`victims`]); the search stops once it holds
+//!    [`DefaultPreemptionArgs::num_candidates`] candidates and at least one
+//!    of them violates no PodDisruptionBudget. Each node check runs the
+//!    framework's PreFilter plugins over a copy of the snapshot with that
+//!    node changed, then its Filter plugins: pod affinity, topology spread
+//!    and the rest are respected as in a real cycle. The snapshot is copied
+//!    once per call; node entries are swapped in and restored.
+//! 4. **Pick** one candidate ([`pick::pick_one_node_for_preemption`]).
+//!
+//! Not mirrored: nominated pods are not added to the dry run's Filter
+//! (upstream `RunFilterPluginsWithNominatedPods`); the framework has no
+//! nominated-pod view yet. Extenders do not exist in Flotilla.
+
+pub mod args;
+pub mod pick;
+pub mod victims;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use flotilla_shared::framework::{Code, Diagnosis, FitError, Status};
+use flotilla_shared::pdb::PdbInfo;
+use flotilla_shared::{NodeInfo, PodInfo};
+
+pub use args::DefaultPreemptionArgs;
+pub use pick::pick_one_node_for_preemption;
+pub use victims::REASON_NO_VICTIMS;
+
+use crate::cache::Snapshot;
+use crate::framework::{Framework, ScheduleError};
+use crate::plugins::names;
+
+/// Prefix DefaultPreemption puts before each of its messages.
+pub const MESSAGE_PREFIX: &str = "preemption: ";
+/// Message for a pod with `spec.preemptionPolicy: Never`.
+pub const NOT_ELIGIBLE_PREEMPTION_POLICY_NEVER: &str =
+    "not eligible due to preemptionPolicy=Never.";
+/// Message for a pod whose nominated node still holds a pod being evicted
+/// by an earlier preemption.
+pub const NOT_ELIGIBLE_TERMINATING_POD: &str =
+    "not eligible due to a terminating pod on the nominated node.";
+/// Per-node reason for nodes preemption did not try (their filter status
+/// was UnschedulableAndUnresolvable, or they had none).
+pub const REASON_NOT_HELPFUL: &str = "Preemption is not helpful for scheduling";
+
+/// A node where evicting `victims` lets the pod fit.
+#[derive(Debug, Clone)]
+pub struct Candidate {
+    /// The node to nominate.
+    pub node: Arc<str>,
+    /// The pods to evict, most important first (higher priority, then
+    /// earlier start).
+    pub victims: Vec<Arc<PodInfo>>,
+    /// How many victims' evictions violate a PodDisruptionBudget.
+    pub pdb_violations: usize,
+}
+
+/// What DefaultPreemption decided for a pod that fits nowhere.
+#[derive(Debug, Clone)]
+pub enum PostFilterOutcome {
+    /// Preemption would help: evict `victims` on `node`, nominate it.
+    Nominate(Candidate),
+    /// It would not: the status message, e.g. "preemption: 0/3 nodes are
+    /// available: ...", to put in `FitError.diagnosis.post_filter_msg`.
+    ///
+    /// Upstream keeps the pod's current `nominatedNodeName` when the pod is
+    /// not eligible (messages starting `preemption: not eligible`) and clears
+    /// it when no candidate was found.
+    NotHelpful(String),
+}
+
+/// Runs DefaultPreemption for `pod`, which the cycle over `snap` found
+/// unschedulable with `fit`. `pdbs` are the cluster's budgets (all
+/// namespaces); `offset` is where the dry run starts among the potential
+/// nodes (taken modulo their number; upstream draws it at random).
+///
+/// # Errors
+/// [`ScheduleError::Internal`] (plugin `DefaultPreemption`) when the
+/// snapshot has no node, or when no candidate was found and some node check
+/// failed with an `Error` status (upstream returns the aggregated errors).
+pub fn preempt(
+    fw: &Framework,
+    pod: &PodInfo,
+    snap: &Snapshot,
+    fit: &FitError,
+    pdbs: &[PdbInfo],
+    args: &DefaultPreemptionArgs,
+    offset: usize,
+) -> Result<PostFilterOutcome, ScheduleError> {
+    let not_helpful = |msg: &str| {
+        Ok(PostFilterOutcome::NotHelpful(format!(
+            "{MESSAGE_PREFIX}{msg}"
+        )))
+    };
+    let codes = StatusCodes::new(fit);
+    if let Err(msg) = eligible_to_preempt_others(pod, snap, &codes) {
+        return not_helpful(msg);
+    }
+    if snap.is_empty() {
+        return Err(internal("no nodes available".to_owned()));
+    }
+    let potential: Vec<&Arc<NodeInfo>> = snap
+        .nodes()
+        .iter()
+        .filter(|n| codes.code(n.name()) == Code::Unschedulable)
+        .collect();
+
+    let mut non_violating: Vec<Candidate> = Vec::new();
+    let mut violating: Vec<Candidate> = Vec::new();
+    let mut statuses: Vec<(Arc<str>, Status)> = Vec::new();
+    let mut errors: Vec<String> = Vec::new();
+    if !potential.is_empty() {
+        let wanted = args.num_candidates(potential.len());
+        let mut scratch = snap.clone();
+        for i in 0..potential.len() {
+            let node = potential[(offset % potential.len() + i) % potential.len()];
+            let name = node.spec.name.clone();
+            match victims::select_victims_on_node(fw, pod, &mut scratch, node, pdbs) {
+                Ok((victims, pdb_violations)) if !victims.is_empty() => {
+                    let list = if pdb_violations == 0 {
+                        &mut non_violating
+                    } else {
+                        &mut violating
+                    };
+                    if list.len() < wanted {
+                        list.push(Candidate {
+                            node: name,
+                            victims,
+                            pdb_violations,
+                        });
+                    }
+                    if !non_violating.is_empty() && non_violating.len() + violating.len() >= wanted
+                    {
+                        break;
+                    }
+                }
+                Ok(_) => {
+                    let msg = format!("expected at least one victim pod on node {name:?}");
+                    errors.push(msg.clone());
+                    statuses.push((name, Status::error(msg)));
+                }
+                Err(st) => {
+                    if st.code == Code::Error {
+                        errors.push(st.message());
+                    }
+                    statuses.push((name, st));
+                }
+            }
+        }
+    }
+
+    let mut candidates = non_violating;
+    candidates.extend(violating);
+    match pick_one_node_for_preemption(&candidates) {
+        Some(i) => Ok(PostFilterOutcome::Nominate(candidates.swap_remove(i))),
+        None if !errors.is_empty() => Err(internal(errors.join(", "))),
+        None => {
+            let none_found = FitError {
+                pod: pod.key.clone(),
+                num_all_nodes: snap.len(),
+                diagnosis: Diagnosis {
+                    node_to_status: statuses,
+                    absent_nodes_status: Some(Status::unresolvable(REASON_NOT_HELPFUL)),
+                    ..Diagnosis::default()
+                },
+            };
+            not_helpful(&none_found.to_string())
+        }
+    }
+}
+
+fn internal(message: String) -> ScheduleError {
+    ScheduleError::Internal {
+        plugin: names::DEFAULT_PREEMPTION,
+        message,
+    }
+}
+
+/// Each node's filter status code in a [`FitError`], upstream's
+/// `NodeToStatus.Get`: an explicit status, else the absent-nodes status,
+/// else UnschedulableAndUnresolvable.
+struct StatusCodes<'a> {
+    explicit: HashMap<&'a str, Code>,
+    absent: Code,
+}
+
+impl<'a> StatusCodes<'a> {
+    fn new(fit: &'a FitError) -> Self {
+        StatusCodes {
+            explicit: fit
+                .diagnosis
+                .node_to_status
+                .iter()
+                .map(|(n, st)| (&**n, st.code))
+                .collect(),
+            absent: fit
+                .diagnosis
+                .absent_nodes_status
+                .as_ref()
+                .map_or(Code::UnschedulableAndUnresolvable, |st| st.code),
+        }
+    }
+
+    fn code(&self, node: &str) -> Code {
+        self.explicit.get(node).copied().unwrap_or(self.absent)
+    }
+}
+
+/// Upstream `PodEligibleToPreemptOthers`.
+fn eligible_to_preempt_others(
+    pod: &PodInfo,
+    snap: &Snapshot,
+    codes: &StatusCodes<'_>,
+) -> Result<(), &'static str> {
+    if pod.preemption_policy_never {
+        return Err(NOT_ELIGIBLE_PREEMPTION_POLICY_NEVER);
+    }
+    let Some(nominated) = pod.nominated_node_name.as_deref() else {
+        return Ok(());
+    };
+    // A nominated node that cannot take the pod anyway: preempt elsewhere.
+    if codes.code(nominated) == Code::UnschedulableAndUnresolvable {
+        return Ok(());
+    }
+    let waiting = snap.get(nominated).is_some_and(|node| {
+        node.pods
+            .iter()
+            .any(|p| p.priority < pod.priority && terminating_by_preemption(p))
+    });
+    if waiting {
+        return Err(NOT_ELIGIBLE_TERMINATING_POD);
+    }
+    Ok(())
+}
+
+/// Upstream `podTerminatingByPreemption`: the pod is being deleted and its
+/// (first) `DisruptionTarget` condition is `True` with reason
+/// `PreemptionByScheduler`.
+fn terminating_by_preemption(p: &PodInfo) -> bool {
+    p.terminating
+        && p.pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == "DisruptionTarget"))
+            .is_some_and(|c| {
+                c.status == "True" && c.reason.as_deref() == Some("PreemptionByScheduler")
+            })
+}
+
+/// The pod condition upstream sets on a victim before deleting it
+/// (`DisruptionTarget`, `True`, reason `PreemptionByScheduler`), which
+/// [`preempt`] reads to recognise victims still terminating. Callers that
+/// evict victims should patch it onto each victim's status first, as
+/// upstream's `PreemptPod` does. `scheduler_name` is the preemptor's
+/// `spec.schedulerName`.
+#[must_use]
+pub fn disruption_target_condition(
+    scheduler_name: &str,
+) -> k8s_openapi::api::core::v1::PodCondition {
+    k8s_openapi::api::core::v1::PodCondition {
+        type_: "DisruptionTarget".to_owned(),
+        status: "True".to_owned(),
+        reason: Some("PreemptionByScheduler".to_owned()),
+        message: Some(format!(
+            "{scheduler_name}: preempting to accommodate a higher priority pod"
+        )),
+        ..Default::default()
+    }
+}
