@@ -15,6 +15,7 @@
 pub mod cache;
 pub mod config;
 pub mod framework;
+pub mod gang;
 pub mod plugins;
 pub mod queue;
 pub mod worker;

@@ -29,6 +29,7 @@
 //! The framework multiplies each plugin's normalized score (0..=100) by its
 //! weight ([`DEFAULT_SCORE_WEIGHTS`], upstream `default_plugins.go`) and sums.
 
+pub mod coscheduling;
 pub mod default_binder;
 pub mod image_locality;
 pub mod inter_pod_affinity;
@@ -44,6 +45,7 @@ pub mod priority_sort;
 pub mod resource_allocation;
 pub mod taint_toleration;
 
+pub use coscheduling::Coscheduling;
 pub use default_binder::DefaultBinder;
 pub use image_locality::ImageLocality;
 pub use inter_pod_affinity::InterPodAffinity;
