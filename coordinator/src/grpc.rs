@@ -180,7 +180,9 @@ impl CoordinatorApi for CoordinatorService {
             return Err(Status::invalid_argument("pod_group: required"));
         }
         if r.members.is_empty() {
-            return Err(Status::invalid_argument("members: at least one is required"));
+            return Err(Status::invalid_argument(
+                "members: at least one is required",
+            ));
         }
         let mut members = Vec::with_capacity(r.members.len());
         for (i, m) in r.members.into_iter().enumerate() {

@@ -730,7 +730,8 @@ impl Coordinator {
         inner.foreign.remove(&uid);
         let existing = inner.pods.get(&uid).cloned();
         if !info.terminal
-            && (info.node_name.is_some() || inner.scheduler_names.contains_key(&*info.scheduler_name))
+            && (info.node_name.is_some()
+                || inner.scheduler_names.contains_key(&*info.scheduler_name))
         {
             inner.gangs.member_seen(&info);
         }

@@ -123,7 +123,10 @@ impl GangBook {
             return false;
         };
         let mut b = self.inner.lock();
-        b.members.entry(g.clone()).or_default().insert(pod.uid.clone());
+        b.members
+            .entry(g.clone())
+            .or_default()
+            .insert(pod.uid.clone());
         b.group_of.insert(pod.uid.clone(), g);
         true
     }
@@ -134,8 +137,14 @@ impl GangBook {
             return;
         };
         let mut b = self.inner.lock();
-        b.members.entry(g.clone()).or_default().insert(pod.uid.clone());
-        b.bound.entry(g.clone()).or_default().insert(pod.uid.clone());
+        b.members
+            .entry(g.clone())
+            .or_default()
+            .insert(pod.uid.clone());
+        b.bound
+            .entry(g.clone())
+            .or_default()
+            .insert(pod.uid.clone());
         b.group_of.insert(pod.uid.clone(), g);
     }
 
@@ -225,10 +234,7 @@ impl GangBook {
             members.push((pod.clone(), node.clone()));
             return PermitOutcome::Ready(g, members);
         }
-        let timeout = group.wait_time(
-            b.permit_waiting_time
-                .unwrap_or(DEFAULT_PERMIT_WAITING_TIME),
-        );
+        let timeout = group.wait_time(b.permit_waiting_time.unwrap_or(DEFAULT_PERMIT_WAITING_TIME));
         b.waiting
             .entry(g)
             .or_insert_with(|| WaitingGang {
@@ -310,7 +316,12 @@ impl GangBook {
     /// Members waiting at Permit, all groups.
     #[must_use]
     pub fn waiting_len(&self) -> usize {
-        self.inner.lock().waiting.values().map(|w| w.members.len()).sum()
+        self.inner
+            .lock()
+            .waiting
+            .values()
+            .map(|w| w.members.len())
+            .sum()
     }
 }
 
@@ -388,8 +399,14 @@ mod tests {
         book.apply_group(group("pg", 3, None));
         let n: Arc<str> = Arc::from("n1");
         let pods: Vec<_> = (1..=3).map(|i| member(&format!("p{i}"), "pg")).collect();
-        assert!(matches!(book.permit(&pods[0], &n, now), PermitOutcome::Wait));
-        assert!(matches!(book.permit(&pods[1], &n, now), PermitOutcome::Wait));
+        assert!(matches!(
+            book.permit(&pods[0], &n, now),
+            PermitOutcome::Wait
+        ));
+        assert!(matches!(
+            book.permit(&pods[1], &n, now),
+            PermitOutcome::Wait
+        ));
         assert_eq!(book.waiting_len(), 2);
         match book.permit(&pods[2], &n, now) {
             PermitOutcome::Ready(g, members) => {
@@ -416,7 +433,10 @@ mod tests {
         book.pod_bound(&member("p0", "pg"));
         assert!(matches!(book.permit(&p, &n, now), PermitOutcome::Ready(_, m) if m.len() == 1));
         let solo = Arc::new(PodBuilder::new("solo").build_info());
-        assert!(matches!(book.permit(&solo, &n, now), PermitOutcome::NotGang));
+        assert!(matches!(
+            book.permit(&solo, &n, now),
+            PermitOutcome::NotGang
+        ));
     }
 
     #[test]
@@ -452,7 +472,9 @@ mod tests {
         assert_eq!(released.len(), 2);
         assert_eq!(
             msg.as_deref(),
-            Some("PodGroup default/pg gets rejected due to Pod p3 is unschedulable even after PostFilter")
+            Some(
+                "PodGroup default/pg gets rejected due to Pod p3 is unschedulable even after PostFilter"
+            )
         );
         // minMember 10, 9 placed: gap 10 % → keep waiting.
         let book = GangBook::new();

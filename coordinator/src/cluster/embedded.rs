@@ -14,9 +14,9 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
+use flotilla_shared::pod_group::{PodGroup, PodGroupStatus};
 use futures::StreamExt as _;
 use futures::stream::BoxStream;
-use flotilla_shared::pod_group::{PodGroup, PodGroupStatus};
 use k8s_openapi::api::core::v1::{Node, Pod, PodCondition, PodStatus};
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
@@ -229,11 +229,10 @@ impl EmbeddedCluster {
             group.metadata.uid = Some(format!("embedded-{rv}"));
         }
         if group.metadata.creation_timestamp.is_none() {
-            group.metadata.creation_timestamp = Some(
-                k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            group.metadata.creation_timestamp =
+                Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
                     k8s_openapi::jiff::Timestamp::now(),
-                ),
-            );
+                ));
         }
         group.metadata.resource_version = Some(rv);
         let group = Arc::new(group);

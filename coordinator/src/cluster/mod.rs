@@ -25,9 +25,9 @@ pub mod kube;
 use std::sync::Arc;
 use std::time::Duration;
 
+use flotilla_shared::pod_group::{PodGroup, PodGroupStatus};
 use futures::StreamExt as _;
 use futures::stream::BoxStream;
-use flotilla_shared::pod_group::{PodGroup, PodGroupStatus};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;

@@ -203,10 +203,7 @@ impl Inner {
             }
             let phase = desired_phase(g.spec.min_member, members, running);
             let running = i32::try_from(running).unwrap_or(i32::MAX);
-            let current = (
-                g.status.phase.clone().unwrap_or_default(),
-                g.status.running,
-            );
+            let current = (g.status.phase.clone().unwrap_or_default(), g.status.running);
             let want = (phase.to_owned(), running);
             if current == want || self.gangs.written.get(&name) == Some(&want) {
                 continue;
@@ -266,7 +263,7 @@ impl Coordinator {
             let mut inner = self.inner.lock();
             inner.counters.proposals += members.len() as u64;
             inner.last_activity = Some(Instant::now());
-            let mut reserved: Vec<(Arc<str>, Arc<PodInfo>)> = Vec::new();
+            let mut reserved: Vec<Reserved> = Vec::new();
             let mut failure = None;
             for (pod, node) in members {
                 match reserve(&mut inner, pod, node) {
@@ -285,7 +282,11 @@ impl Coordinator {
                 if matches!(d, Decision::Conflict(_)) {
                     inner.counters.conflicts += 1;
                 }
-                debug!(pod_group = group, ?d, "gang proposal rejected; nothing granted");
+                debug!(
+                    pod_group = group,
+                    ?d,
+                    "gang proposal rejected; nothing granted"
+                );
                 return none(d);
             }
             // Commit: every reservation becomes a grant.
@@ -376,13 +377,16 @@ impl Coordinator {
     }
 }
 
+/// A member placed in the view for a gang grant: (node, pod).
+type Reserved = (Arc<str>, Arc<PodInfo>);
+
 /// Checks one gang member and places it in the view. `Ok(None)`: already
 /// bound or granted where proposed.
 fn reserve(
     inner: &mut Inner,
     pod: &PodRef,
     node: &str,
-) -> Result<Option<(Arc<str>, Arc<PodInfo>)>, Decision> {
+) -> Result<Option<Reserved>, Decision> {
     let Some(rec) = inner.pods.get(pod.uid.as_str()) else {
         return Err(Decision::PodGone(format!("pod {pod} is not pending")));
     };
@@ -397,7 +401,9 @@ fn reserve(
     }
     let info = rec.info.clone();
     let Some((name, ninfo)) = inner.nodes.get_key_value(node) else {
-        return Err(Decision::Conflict(format!("pod {pod}: node {node} not found")));
+        return Err(Decision::Conflict(format!(
+            "pod {pod}: node {node} not found"
+        )));
     };
     if let Err(reason) = fit::check_placement(&info, ninfo) {
         return Err(Decision::Conflict(format!(

@@ -51,7 +51,9 @@ async fn start_workers(h: &Harness, n: usize) -> Vec<Worker> {
     let c = h.coordinator.clone();
     wait_until(STEP, "workers connecting", || c.live_workers() == n).await;
     wait_until(STEP, "workers ready", || {
-        workers.iter().all(|w| w.stats.ready.load(Ordering::Acquire))
+        workers
+            .iter()
+            .all(|w| w.stats.ready.load(Ordering::Acquire))
     })
     .await;
     workers
@@ -120,13 +122,17 @@ async fn a_gang_that_cannot_fit_binds_nothing_and_leaves_room_for_a_small_pod() 
     }
     // A member fails, the waiting siblings are rejected (gap 25 % > 10 %).
     let cluster = h.cluster.clone();
-    wait_until(OUTCOME, "a member reported with the PostFilter message", || {
-        cluster.pods().iter().any(|p| {
-            unschedulable_message(p).is_some_and(|m| {
-                m.contains("gets rejected due to Pod") && m.contains("default/pg")
+    wait_until(
+        OUTCOME,
+        "a member reported with the PostFilter message",
+        || {
+            cluster.pods().iter().any(|p| {
+                unschedulable_message(p).is_some_and(|m| {
+                    m.contains("gets rejected due to Pod") && m.contains("default/pg")
+                })
             })
-        })
-    })
+        },
+    )
     .await;
     assert!(bound_names(&h.cluster).is_empty(), "no member bound");
     assert_eq!(h.cluster.write_counts().0, 0, "no Binding written");
@@ -156,7 +162,9 @@ async fn a_gang_binds_whole_through_one_worker_of_two() {
     for n in ["n1", "n2"] {
         cluster.apply_node(node(n, "4")).expect("node");
     }
-    cluster.apply_pod_group(pod_group("pg", 6, None)).expect("group");
+    cluster
+        .apply_pod_group(pod_group("pg", 6, None))
+        .expect("group");
     let h = Harness::start(cluster).await;
     let workers = start_workers(&h, 2).await;
     for i in 0..6 {
@@ -197,8 +205,12 @@ async fn a_gang_binds_whole_through_one_worker_of_two() {
 async fn two_gangs_competing_for_room_do_not_deadlock() {
     let cluster = EmbeddedCluster::new();
     cluster.apply_node(node("n1", "6")).expect("node");
-    cluster.apply_pod_group(pod_group("a", 4, Some(1))).expect("group");
-    cluster.apply_pod_group(pod_group("b", 4, Some(1))).expect("group");
+    cluster
+        .apply_pod_group(pod_group("a", 4, Some(1)))
+        .expect("group");
+    cluster
+        .apply_pod_group(pod_group("b", 4, Some(1)))
+        .expect("group");
     let h = Harness::start(cluster).await;
     let workers = start_workers(&h, 2).await;
     // Interleaved, so each gang first takes part of the room.
@@ -235,7 +247,11 @@ async fn two_gangs_competing_for_room_do_not_deadlock() {
         bound_names(&cluster).iter().any(|n| n == "small")
     })
     .await;
-    assert_eq!(bound_names(&h.cluster).len(), 5, "the other gang stays pending");
+    assert_eq!(
+        bound_names(&h.cluster).len(),
+        5,
+        "the other gang stays pending"
+    );
     stop(h, workers).await;
 }
 
@@ -245,7 +261,9 @@ async fn members_waiting_past_the_timeout_are_released_and_reported() {
     cluster.apply_node(node("n1", "9")).expect("node");
     // minMember 10 on room for 9: the 10th fails but the gap is 10 %, so
     // the nine wait (upstream PostFilter) until the group's 1 s timeout.
-    cluster.apply_pod_group(pod_group("pg", 10, Some(1))).expect("group");
+    cluster
+        .apply_pod_group(pod_group("pg", 10, Some(1)))
+        .expect("group");
     let h = Harness::start(cluster).await;
     let workers = start_workers(&h, 1).await;
     for i in 0..10 {
@@ -259,12 +277,16 @@ async fn members_waiting_past_the_timeout_are_released_and_reported() {
     })
     .await;
     let cluster = h.cluster.clone();
-    wait_until(STEP, "a member reported with upstream's timeout message", || {
-        cluster.pods().iter().any(|p| {
-            unschedulable_message(p)
-                == Some("rejected due to timeout after waiting 1s at plugin Coscheduling")
-        })
-    })
+    wait_until(
+        STEP,
+        "a member reported with upstream's timeout message",
+        || {
+            cluster.pods().iter().any(|p| {
+                unschedulable_message(p)
+                    == Some("rejected due to timeout after waiting 1s at plugin Coscheduling")
+            })
+        },
+    )
     .await;
     assert!(bound_names(&h.cluster).is_empty());
     assert_eq!(h.cluster.write_counts().0, 0);
@@ -277,7 +299,9 @@ async fn a_member_without_its_pod_group_is_rejected_at_permit_until_it_exists() 
     cluster.apply_node(node("n1", "4")).expect("node");
     let h = Harness::start(cluster).await;
     let workers = start_workers(&h, 1).await;
-    h.cluster.create_pod(member("m0", "late", "1")).expect("pod");
+    h.cluster
+        .create_pod(member("m0", "late", "1"))
+        .expect("pod");
     let cluster = h.cluster.clone();
     wait_until(OUTCOME, "PodGroup not found", || {
         cluster
@@ -291,7 +315,10 @@ async fn a_member_without_its_pod_group_is_rejected_at_permit_until_it_exists() 
         .apply_pod_group(pod_group("late", 1, None))
         .expect("group");
     let cluster = h.cluster.clone();
-    wait_until(OUTCOME, "the member bound", || bound_names(&cluster) == ["m0"]).await;
+    wait_until(OUTCOME, "the member bound", || {
+        bound_names(&cluster) == ["m0"]
+    })
+    .await;
     stop(h, workers).await;
 }
 
@@ -300,7 +327,9 @@ async fn propose_gang_grants_all_or_none() {
     let cluster = EmbeddedCluster::new();
     cluster.apply_node(node("n1", "2")).expect("node");
     cluster.apply_node(node("n2", "1")).expect("node");
-    cluster.apply_pod_group(pod_group("pg", 3, None)).expect("group");
+    cluster
+        .apply_pod_group(pod_group("pg", 3, None))
+        .expect("group");
     for i in 0..3 {
         cluster
             .create_pod(member(&format!("m{i}"), "pg", "1"))
@@ -318,7 +347,11 @@ async fn propose_gang_grants_all_or_none() {
         matches!(&d.decision, Decision::Conflict(m) if m.contains("default/m2") && m.contains("Insufficient cpu")),
         "{d:?}"
     );
-    assert_eq!(h.coordinator.node_pods("n1"), Some(vec![]), "reservations rolled back");
+    assert_eq!(
+        h.coordinator.node_pods("n1"),
+        Some(vec![]),
+        "reservations rolled back"
+    );
     assert_eq!(h.cluster.write_counts().0, 0);
     // Two on n1, one on n2: all granted and bound.
     let split: Vec<(PodRef, String)> = refs

@@ -179,8 +179,8 @@ mod tests {
         let err = Coscheduling::new(Arc::new(GangBook::new()), &bad).unwrap_err();
         assert_eq!(err, "podGroupBackoffSeconds: must not be negative, got -1");
         let v = serde_json::json!({"permitWaitingTimeSeconds": "x"});
-        let err = crate::framework::decode_args::<CoschedulingArgs>(Some(&v), ARGS_KIND)
-            .unwrap_err();
+        let err =
+            crate::framework::decode_args::<CoschedulingArgs>(Some(&v), ARGS_KIND).unwrap_err();
         assert!(err.starts_with("permitWaitingTimeSeconds"), "{err}");
     }
 
