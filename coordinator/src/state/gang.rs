@@ -382,11 +382,7 @@ type Reserved = (Arc<str>, Arc<PodInfo>);
 
 /// Checks one gang member and places it in the view. `Ok(None)`: already
 /// bound or granted where proposed.
-fn reserve(
-    inner: &mut Inner,
-    pod: &PodRef,
-    node: &str,
-) -> Result<Option<Reserved>, Decision> {
+fn reserve(inner: &mut Inner, pod: &PodRef, node: &str) -> Result<Option<Reserved>, Decision> {
     let Some(rec) = inner.pods.get(pod.uid.as_str()) else {
         return Err(Decision::PodGone(format!("pod {pod} is not pending")));
     };
