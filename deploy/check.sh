@@ -93,6 +93,8 @@ if [ "$rbac" = 1 ]; then
   check yes $c team-a update pods --subresource=status
   for v in create patch update; do check yes $c team-a "$v" events.events.k8s.io; done
   for v in create patch; do check yes $c team-a "$v" events; done
+  for v in get list watch; do check yes $c team-a "$v" podgroups.scheduling.x-k8s.io; done
+  check yes $c team-a patch podgroups.scheduling.x-k8s.io --subresource=status
   check yes $c "$NS" create leases.coordination.k8s.io
   for v in get update patch; do check yes $c "$NS" "$v" leases.coordination.k8s.io/flotilla-coordinator; done
   # What it must not be able to do.

@@ -161,9 +161,62 @@ impl CoordinatorApi for CoordinatorService {
                 plugin: n.plugin,
             })
             .collect();
+        if r.pod_group_timed_out {
+            self.coordinator.count_gang_timeout();
+        }
         self.coordinator
             .report_unschedulable(&pod, &r.message, nodes)
             .await;
         Ok(Response::new(pb::ReportAck {}))
+    }
+
+    async fn propose_gang(
+        &self,
+        req: Request<pb::GangProposal>,
+    ) -> Result<Response<pb::GangDecision>, Status> {
+        let r = req.into_inner();
+        let id = parse_worker_id(&r.worker_id)?;
+        if r.pod_group.is_empty() {
+            return Err(Status::invalid_argument("pod_group: required"));
+        }
+        if r.members.is_empty() {
+            return Err(Status::invalid_argument(
+                "members: at least one is required",
+            ));
+        }
+        let mut members = Vec::with_capacity(r.members.len());
+        for (i, m) in r.members.into_iter().enumerate() {
+            let pod = parse_pod(m.pod)
+                .map_err(|s| Status::invalid_argument(format!("members[{i}].{}", s.message())))?;
+            if m.node_name.is_empty() {
+                return Err(Status::invalid_argument(format!(
+                    "members[{i}].node_name: required"
+                )));
+            }
+            members.push((pod, m.node_name));
+        }
+        let d = self
+            .coordinator
+            .propose_gang(id, &r.pod_group, &members)
+            .await;
+        let (outcome, reason) = match d.decision {
+            Decision::Bound => (pb::BindOutcome::Bound, String::new()),
+            Decision::Conflict(m) => (pb::BindOutcome::Conflict, m),
+            Decision::PodGone(m) => (pb::BindOutcome::PodGone, m),
+            Decision::Error(m) => (pb::BindOutcome::Error, m),
+        };
+        Ok(Response::new(pb::GangDecision {
+            outcome: outcome.into(),
+            reason,
+            failed: d
+                .failed
+                .into_iter()
+                .map(|p| pb::PodRef {
+                    namespace: p.namespace,
+                    name: p.name,
+                    uid: p.uid,
+                })
+                .collect(),
+        }))
     }
 }

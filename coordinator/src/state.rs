@@ -100,6 +100,11 @@ pub struct Counters {
     pub bind_errors: u64,
     /// Unschedulable reports received.
     pub unschedulable_reports: u64,
+    /// Gang proposals granted (every member bound at once).
+    pub gangs_scheduled: u64,
+    /// Gangs whose members waited past their timeout on a worker (reported
+    /// by the worker with the members' release).
+    pub gang_timeouts: u64,
 }
 
 /// A consistent summary of the coordinator's view.
@@ -171,6 +176,8 @@ struct Inner {
     synced: bool,
     /// Namespace name → labels (forwarded to workers for `namespaceSelector`).
     namespaces: BTreeMap<String, BTreeMap<String, String>>,
+    /// Gang scheduling state (PodGroups, sticky routing, members).
+    gangs: gang::Gangs,
 }
 
 /// Lists in progress, per kind, and the kinds listed at least once.
@@ -278,8 +285,14 @@ impl Inner {
             .flatten()
             .unwrap_or(rec.info.class);
         let msg = ev(pb::watch_event::Event::AssignedPod(raw(&*rec.info.pod)));
+        let group = gang::group_of(&rec.info);
         let picked = if self.synced {
-            self.pick_worker(class)
+            // A gang goes whole to the worker already serving it.
+            group
+                .as_ref()
+                .and_then(|g| self.gangs.worker_of(g))
+                .filter(|w| self.workers.get(w).is_some_and(|e| e.tx.is_some()))
+                .or_else(|| self.pick_worker(class))
         } else {
             // Not before the caches are synced (the node list may still be
             // on its way): the pod waits in `undispatched`.
@@ -294,6 +307,9 @@ impl Inner {
         };
         if let Some(rec) = self.pods.get_mut(uid) {
             rec.phase = PodPhase::Pending(Some(w));
+        }
+        if let Some(g) = group {
+            self.gangs.route(g, w);
         }
         if let Some(entry) = self.workers.get_mut(&w) {
             entry.assigned.insert(uid.clone());
@@ -477,6 +493,10 @@ impl Coordinator {
                 }
                 !was && inner.synced
             };
+            if self.inner.lock().gangs.has_dirty() {
+                let me = self.clone();
+                tokio::spawn(async move { me.write_pod_group_status().await });
+            }
             if newly_synced {
                 info!("coordinator cache synced");
                 if let Some(tx) = synced.take() {
@@ -572,6 +592,18 @@ impl Coordinator {
                     Self::apply_locked(inner, WatchEvent::PodDeleted(p));
                 }
             }
+            Kind::PodGroup => {
+                let names: HashSet<String> = listed
+                    .iter()
+                    .filter_map(|e| match e {
+                        WatchEvent::PodGroupApplied(g) => Some(g.full_name()),
+                        _ => None,
+                    })
+                    .collect();
+                for g in inner.gangs.groups_not_in(&names) {
+                    Self::apply_locked(inner, WatchEvent::PodGroupDeleted(g));
+                }
+            }
         }
         for e in listed {
             Self::apply_locked(inner, e);
@@ -650,6 +682,17 @@ impl Coordinator {
                 }
             }
             WatchEvent::PodApplied(pod) => Self::apply_pod(inner, pod),
+            WatchEvent::PodGroupApplied(g) => {
+                if inner.gangs.apply_group(g.clone()) {
+                    inner.broadcast(&ev(pb::watch_event::Event::PodGroupUpsert(raw(&*g))));
+                }
+            }
+            WatchEvent::PodGroupDeleted(g) => {
+                let name = g.full_name();
+                if inner.gangs.delete_group(&name) {
+                    inner.broadcast(&ev(pb::watch_event::Event::PodGroupDeleted(name)));
+                }
+            }
             WatchEvent::Relisting(_) | WatchEvent::Listed(_) => {}
             WatchEvent::PodDeleted(pod) => {
                 let Some(uid) = pod.metadata.uid.as_deref() else {
@@ -662,6 +705,7 @@ impl Coordinator {
                 let uid = uid.clone();
                 inner.unassign(&uid);
                 let rec = inner.pods.remove(&uid).expect("present");
+                inner.gangs.member_gone(&rec.info);
                 if let PodPhase::Granted(n) | PodPhase::Bound(n) = &rec.phase {
                     inner.unplace(n, &uid);
                 }
@@ -685,6 +729,12 @@ impl Coordinator {
         let uid = info.uid.clone();
         inner.foreign.remove(&uid);
         let existing = inner.pods.get(&uid).cloned();
+        if !info.terminal
+            && (info.node_name.is_some()
+                || inner.scheduler_names.contains_key(&*info.scheduler_name))
+        {
+            inner.gangs.member_seen(&info);
+        }
         if info.terminal {
             if let Some(rec) = existing {
                 inner.unassign(&uid);
@@ -693,6 +743,7 @@ impl Coordinator {
                     inner.broadcast(&ev(pb::watch_event::Event::PodDeleted(pb_pod_ref(&info))));
                 }
                 inner.pods.remove(&uid);
+                inner.gangs.member_gone(&rec.info);
             }
             return;
         }
@@ -800,6 +851,9 @@ impl Coordinator {
         for n in inner.nodes.values() {
             let _ = tx.send(ev(pb::watch_event::Event::NodeUpsert(raw(&*n.spec.node))));
         }
+        for g in inner.gangs.groups() {
+            let _ = tx.send(ev(pb::watch_event::Event::PodGroupUpsert(raw(&**g))));
+        }
         for rec in inner.pods.values() {
             if let PodPhase::Bound(_) = rec.phase {
                 let _ = tx.send(ev(pb::watch_event::Event::BoundPod(raw(&*rec.info.pod))));
@@ -831,6 +885,7 @@ impl Coordinator {
             warn!(worker = id, name = %w.name, pods = w.assigned.len(), "worker left; re-dispatching its pods");
         }
         inner.departed.push((w.name.clone(), w.class, w.bound));
+        inner.gangs.forget_worker(id);
         inner.epoch += 1;
         inner.repartition();
         for uid in &w.assigned {
@@ -1077,3 +1132,6 @@ impl Coordinator {
             .count()
     }
 }
+
+mod gang;
+pub use gang::{GangDecision, desired_phase};

@@ -17,6 +17,7 @@
 pub mod cache;
 pub mod config;
 pub mod framework;
+pub mod gang;
 pub mod plugins;
 pub mod preemption;
 pub mod queue;

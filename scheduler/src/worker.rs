@@ -9,8 +9,14 @@
 //!   as upstream's scheduling cycle is serial;
 //! - **binding tasks** (async, one per pod): `ProposeBind` → confirm or
 //!   forget + re-queue;
-//! - **housekeeping task**: expires unconfirmed assumed pods and flushes the
+//! - **housekeeping task**: expires unconfirmed assumed pods, releases gang
+//!   members that waited past their PodGroup's timeout, and flushes the
 //!   unschedulable pool.
+//!
+//! Gang members (pods of a PodGroup, with `Coscheduling` enabled in their
+//! profile) do not propose their bind alone: they wait assumed at Permit
+//! until `minMember` are placed, then one binding task sends them all in
+//! `ProposeGang` (see [`crate::gang`]).
 //!
 //! Data flows one way: events → cache → queue → cycle → bind.
 
@@ -34,6 +40,8 @@ use flotilla_shared::{PodInfo, WorkloadClass};
 use crate::cache::{DEFAULT_ASSUMED_POD_TTL, NodeCache, Snapshot};
 use crate::framework::{Profile, ProfileMap, Registry, RegistryError, ScheduleError};
 use crate::plugins::names;
+use crate::gang::{self, GangBook, PermitOutcome, Placement};
+use crate::plugins::coscheduling;
 use crate::queue::{QueueConfig, QueueLengths, QueuedPodInfo, SchedulingQueue};
 
 /// Worker settings.
@@ -161,6 +169,8 @@ struct Shared {
     binds: Arc<tokio::sync::Semaphore>,
     /// Set once the session is ending: failures then are expected, not news.
     stopping: std::sync::atomic::AtomicBool,
+    /// PodGroups, members and the members waiting at Permit.
+    gangs: Arc<GangBook>,
 }
 
 fn pb_ref(p: &PodInfo) -> pb::PodRef {
@@ -350,8 +360,15 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Result<(), WorkerError> {
     loop {
-        let frameworks = ProfileMap::new(&cfg.profiles, registry)?;
-        let end = session(&cfg, frameworks, stats.clone(), shutdown.clone()).await;
+        // Each session has its own gang book, read by its Coscheduling.
+        let gangs = Arc::new(GangBook::new());
+        let mut registry = registry.clone();
+        registry.replace(
+            coscheduling::NAME,
+            crate::framework::registry::coscheduling_factory(gangs.clone()),
+        );
+        let frameworks = ProfileMap::new(&cfg.profiles, &registry)?;
+        let end = session(&cfg, frameworks, gangs, stats.clone(), shutdown.clone()).await;
         // This session's queue is gone (its pods are the coordinator's again).
         *stats.queue.lock() = QueueLengths::default();
         stats.ready.store(false, Ordering::Release);
@@ -378,6 +395,7 @@ pub async fn run(
 async fn session(
     cfg: &WorkerConfig,
     frameworks: ProfileMap,
+    gangs: Arc<GangBook>,
     stats: Arc<WorkerStats>,
     shutdown: CancellationToken,
 ) -> Result<SessionEnd, WorkerError> {
@@ -405,6 +423,7 @@ async fn session(
         runtime: tokio::runtime::Handle::current(),
         binds: Arc::new(tokio::sync::Semaphore::new(MAX_BINDS_IN_FLIGHT)),
         stopping: std::sync::atomic::AtomicBool::new(false),
+        gangs,
     });
 
     let stop = shutdown.child_token();
@@ -468,6 +487,7 @@ fn apply_event(s: &Shared, event: pb::watch_event::Event) {
         Event::NodeDeleted(d) => s.cache.remove_node(&d.name),
         Event::BoundPod(raw) => {
             if let Some(pod) = parse_pod(&raw) {
+                s.gangs.pod_bound(&pod);
                 // Bound by anyone: not ours to schedule any more.
                 if !s.cache.is_assumed(&pod.uid) {
                     s.queue.delete(&pod.uid);
@@ -477,6 +497,7 @@ fn apply_event(s: &Shared, event: pb::watch_event::Event) {
             }
         }
         Event::PodDeleted(r) => {
+            s.gangs.pod_gone(&r.uid);
             s.queue.delete(&r.uid);
             if s.cache.remove_pod(&r.uid) {
                 s.queue.on_event(ClusterEvent::AssignedPodDeleted, now);
@@ -494,12 +515,29 @@ fn apply_event(s: &Shared, event: pb::watch_event::Event) {
                 }
                 // A new pod, or an update (e.g. its last scheduling gate
                 // removed): the queue re-checks its gates either way.
+                let member = s.gangs.pod_pending(&pod);
                 s.queue.add(pod, now);
+                if member {
+                    s.queue.on_event(ClusterEvent::UnscheduledPodAdded, now);
+                }
             }
         }
         Event::UnassignedPod(r) => {
+            if !s.gangs.is_bound(&r.uid) {
+                s.gangs.pod_gone(&r.uid);
+            }
             s.queue.delete(&r.uid);
         }
+        Event::PodGroupUpsert(raw) => {
+            match serde_json::from_slice::<flotilla_shared::pod_group::PodGroup>(&raw.json) {
+                Ok(g) => {
+                    s.gangs.apply_group(Arc::new(g));
+                    s.queue.on_event(ClusterEvent::PodGroupChanged, now);
+                }
+                Err(e) => warn!(error = %e, "coordinator sent a PodGroup that does not parse"),
+            }
+        }
+        Event::PodGroupDeleted(name) => s.gangs.delete_group(&name),
         Event::Partition(p) => {
             debug!(nodes = p.node_names.len(), epoch = p.epoch, "partition");
             s.cache
@@ -525,6 +563,20 @@ async fn housekeeping(s: Arc<Shared>, stop: CancellationToken) {
         let now = Instant::now();
         for key in s.cache.cleanup_expired(now) {
             warn!(pod = %key, "assumed pod expired without confirmation");
+            s.queue.on_event(ClusterEvent::AssignedPodDeleted, now);
+        }
+        for (group, waited, members) in s.gangs.take_expired(now) {
+            info!(pod_group = %group, members = members.len(), "gang members waited past the timeout; releasing them");
+            let message = format!(
+                "rejected due to timeout after waiting {} at plugin {}",
+                gang::go_duration(waited),
+                coscheduling::NAME
+            );
+            for (i, (pod, _)) in members.iter().enumerate() {
+                s.cache.forget(&pod.uid);
+                s.queue.add_backoff(&pod.uid, now);
+                report(&s, pod, message.clone(), Vec::new(), i == 0);
+            }
             s.queue.on_event(ClusterEvent::AssignedPodDeleted, now);
         }
         s.queue.flush_unschedulable_leftover(now);
@@ -586,12 +638,52 @@ fn schedule_one(s: &Arc<Shared>, worker: &str, snapshot: &mut Snapshot, qp: Queu
                 s.queue.add_backoff(&pod.uid, Instant::now());
                 return;
             }
+            if framework
+                .enabled_at(ExtensionPoint::Permit)
+                .contains(&coscheduling::NAME)
+            {
+                match s.gangs.permit(&pod, &r.node, Instant::now()) {
+                    PermitOutcome::NotGang => {}
+                    PermitOutcome::Wait => {
+                        debug!(node = %r.node, "waiting at Permit for the rest of the gang");
+                        return;
+                    }
+                    PermitOutcome::Ready(group, members) => {
+                        let s2 = s.clone();
+                        s.tracker
+                            .spawn_on(bind_gang(s2, group, members, cycle), &s.runtime);
+                        return;
+                    }
+                    PermitOutcome::Reject(message) => {
+                        s.cache.forget(&pod.uid);
+                        s.queue.add_unschedulable(
+                            &pod.uid,
+                            [coscheduling::NAME].into_iter().collect(),
+                            Instant::now(),
+                        );
+                        report_unschedulable(s, &pod, message, Vec::new());
+                        return;
+                    }
+                }
+            }
             let s2 = s.clone();
             s.tracker.spawn_on(bind(s2, pod, r.node, cycle), &s.runtime);
         }
         Err(ScheduleError::Unschedulable(fit)) => {
             s.stats.unschedulable.fetch_add(1, Ordering::Relaxed);
-            let message = fit.to_string();
+            let mut message = fit.to_string();
+            if framework
+                .enabled_at(ExtensionPoint::PostFilter)
+                .contains(&coscheduling::NAME)
+            {
+                let now = Instant::now();
+                let (released, msg) = s.gangs.post_filter(&pod, now);
+                release(s, &released, now);
+                if let Some(m) = msg {
+                    // Upstream appends the PostFilter message to the FitError.
+                    message = format!("{message} {m}");
+                }
+            }
             debug!(%message, "unschedulable");
             s.queue.add_unschedulable(
                 &pod.uid,
@@ -625,12 +717,37 @@ fn report_unschedulable(
     message: String,
     node_statuses: Vec<pb::NodeStatus>,
 ) {
+    report(s, pod, message, node_statuses, false);
+}
+
+/// Gang members released at Permit: forgotten in the cache (their room is
+/// free again) and re-queued with backoff.
+fn release(s: &Shared, members: &[Placement], now: Instant) {
+    if members.is_empty() {
+        return;
+    }
+    for (pod, _) in members {
+        s.cache.forget(&pod.uid);
+        s.queue.add_backoff(&pod.uid, now);
+    }
+    s.queue.on_event(ClusterEvent::AssignedPodDeleted, now);
+}
+
+/// [`report_unschedulable`], flagging a gang timeout when `timed_out`.
+fn report(
+    s: &Arc<Shared>,
+    pod: &PodInfo,
+    message: String,
+    node_statuses: Vec<pb::NodeStatus>,
+    timed_out: bool,
+) {
     let mut client = s.client.clone();
     let req = pb::UnschedulableReport {
         worker_id: s.id.clone(),
         pod: Some(pb_ref(pod)),
         message,
         node_statuses,
+        pod_group_timed_out: timed_out,
     };
     s.tracker.spawn_on(
         async move {
@@ -699,6 +816,74 @@ async fn bind(s: Arc<Shared>, pod: Arc<PodInfo>, node: Arc<str>, cycle: Duration
             s.queue.delete(&pod.uid);
         }
     }
+}
+
+/// The binding cycle of a gang: one `ProposeGang` with every member; all
+/// bound, or all released (forgotten, re-queued with backoff) together.
+async fn bind_gang(s: Arc<Shared>, group: String, members: Vec<Placement>, cycle: Duration) {
+    let _permit = s.binds.clone().acquire_owned().await;
+    let mut client = s.client.clone();
+    let req = pb::GangProposal {
+        worker_id: s.id.clone(),
+        pod_group: group.clone(),
+        members: members
+            .iter()
+            .map(|(p, n)| pb::GangMember {
+                pod: Some(pb_ref(p)),
+                node_name: n.to_string(),
+            })
+            .collect(),
+    };
+    let res = client.propose_gang(req).await;
+    let now = Instant::now();
+    let (outcome, reason, failed) = match res {
+        Ok(r) => {
+            let d = r.into_inner();
+            (
+                pb::BindOutcome::try_from(d.outcome).unwrap_or(pb::BindOutcome::Error),
+                d.reason,
+                d.failed,
+            )
+        }
+        Err(status) => (pb::BindOutcome::Error, status.to_string(), Vec::new()),
+    };
+    if outcome == pb::BindOutcome::Bound {
+        let failed: std::collections::HashSet<&str> =
+            failed.iter().map(|p| p.uid.as_str()).collect();
+        let mut retry = Vec::new();
+        for (pod, node) in &members {
+            if failed.contains(&*pod.uid) {
+                retry.push((pod.clone(), node.clone()));
+            } else {
+                s.cache.finish_binding(&pod.uid, now);
+                s.queue.done(&pod.uid);
+                s.stats.bound.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        if !retry.is_empty() {
+            warn!(pod_group = %group, failed = retry.len(), "gang granted but some Bindings failed; re-queueing them");
+            s.stats
+                .errors
+                .fetch_add(retry.len() as u64, Ordering::Relaxed);
+            release(&s, &retry, now);
+        }
+        return;
+    }
+    if outcome == pb::BindOutcome::Conflict {
+        debug!(pod_group = %group, %reason, "gang refused; releasing every member");
+        s.stats.conflicts.fetch_add(1, Ordering::Relaxed);
+    } else if !s.stopping.load(Ordering::Acquire) {
+        warn!(pod_group = %group, %reason, "gang binding failed; releasing every member");
+        s.stats.errors.fetch_add(1, Ordering::Relaxed);
+    }
+    s.stats
+        .wasted_nanos
+        .fetch_add(nanos(cycle), Ordering::Relaxed);
+    // Members that joined the waiting set meanwhile go back too (upstream
+    // Unreserve rejects every waiting sibling).
+    let mut all = members;
+    all.extend(s.gangs.reject_waiting(&group));
+    release(&s, &all, now);
 }
 
 /// The names used in reports: the pool of `class`, numbered.

@@ -21,6 +21,8 @@
 //! - [`images`]: container image names (pods) and reported images (nodes),
 //!   for ImageLocality.
 //! - [`workload`]: online vs batch classification.
+//! - [`pod_group`]: the `PodGroup` custom resource of gang scheduling
+//!   (scheduler-plugins Coscheduling) and the pod label naming it.
 //! - [`framework`]: the plugin traits (PreFilter, Filter, Score), `Status`,
 //!   `CycleState` and `FitError`.
 //! - [`testing`]: builders for pods and nodes.
@@ -32,6 +34,7 @@ pub mod label_selector;
 pub mod node_info;
 pub mod pdb;
 pub mod pod_affinity;
+pub mod pod_group;
 pub mod pod_info;
 pub mod quantity;
 pub mod resources;

@@ -1,5 +1,6 @@
-//! The embedded simulated cluster: an in-memory API server for Nodes and Pods
-//! with resourceVersions, list + watch, Bindings, pod status conditions and
+//! The embedded simulated cluster: an in-memory API server for Nodes, Pods
+//! and PodGroups (`scheduling.x-k8s.io/v1alpha1`, with their `status`
+//! subresource) with resourceVersions, list + watch, Bindings, pod status conditions and
 //! recorded Events.
 //! The default backend, so Flotilla runs on a machine with no cluster.
 //!
@@ -13,6 +14,7 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
+use flotilla_shared::pod_group::{PodGroup, PodGroupStatus};
 use futures::StreamExt as _;
 use futures::stream::BoxStream;
 use k8s_openapi::api::core::v1::{Node, Pod, PodCondition, PodStatus};
@@ -43,6 +45,8 @@ struct State {
     status_writes: u64,
     events: Vec<SchedulingEvent>,
     events_recorded: u64,
+    /// PodGroups by (namespace, name).
+    pod_groups: BTreeMap<(String, String), Arc<PodGroup>>,
 }
 
 impl State {
@@ -193,6 +197,79 @@ impl EmbeddedCluster {
         Ok(())
     }
 
+    /// Creates or replaces a PodGroup (like `kubectl apply`; the `status`
+    /// kept from the current object, as a write to the main resource does).
+    /// A missing namespace becomes `default`, a missing uid is generated.
+    ///
+    /// # Errors
+    /// [`AdminError::MissingName`].
+    pub fn apply_pod_group(&self, mut group: PodGroup) -> Result<(), AdminError> {
+        let name = group
+            .metadata
+            .name
+            .clone()
+            .ok_or(AdminError::MissingName { kind: "PodGroup" })?;
+        let ns = group
+            .metadata
+            .namespace
+            .get_or_insert_with(|| "default".into())
+            .clone();
+        let mut st = self.state.lock();
+        let key = (ns, name);
+        let rv = st.next_rv();
+        if let Some(old) = st.pod_groups.get(&key) {
+            group.metadata.uid.clone_from(&old.metadata.uid);
+            group
+                .metadata
+                .creation_timestamp
+                .clone_from(&old.metadata.creation_timestamp);
+            group.status = old.status.clone();
+        }
+        if group.metadata.uid.as_deref().is_none_or(str::is_empty) {
+            group.metadata.uid = Some(format!("embedded-{rv}"));
+        }
+        if group.metadata.creation_timestamp.is_none() {
+            group.metadata.creation_timestamp =
+                Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    k8s_openapi::jiff::Timestamp::now(),
+                ));
+        }
+        group.metadata.resource_version = Some(rv);
+        let group = Arc::new(group);
+        st.pod_groups.insert(key, group.clone());
+        st.emit(WatchEvent::PodGroupApplied(group));
+        Ok(())
+    }
+
+    /// Deletes a PodGroup.
+    ///
+    /// # Errors
+    /// [`AdminError::NotFound`].
+    pub fn delete_pod_group(&self, namespace: &str, name: &str) -> Result<(), AdminError> {
+        let mut st = self.state.lock();
+        let key = (namespace.to_owned(), name.to_owned());
+        let group = st
+            .pod_groups
+            .remove(&key)
+            .ok_or_else(|| AdminError::NotFound {
+                kind: "PodGroup",
+                name: format!("{namespace}/{name}"),
+            })?;
+        st.next_rv();
+        st.emit(WatchEvent::PodGroupDeleted(group));
+        Ok(())
+    }
+
+    /// The current PodGroup, if it exists.
+    #[must_use]
+    pub fn pod_group(&self, namespace: &str, name: &str) -> Option<Arc<PodGroup>> {
+        self.state
+            .lock()
+            .pod_groups
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .cloned()
+    }
+
     /// The current pod, if it exists.
     #[must_use]
     pub fn pod(&self, namespace: &str, name: &str) -> Option<Arc<Pod>> {
@@ -303,6 +380,7 @@ impl ListWatch for EmbeddedCluster {
                 .iter()
                 .filter_map(|k| st.pods.get(k).cloned())
                 .collect(),
+            pod_groups: st.pod_groups.values().cloned().collect(),
             resource_version: st.resource_version,
         })
     }
@@ -385,6 +463,46 @@ impl Cluster for EmbeddedCluster {
         if st.events.len() < EVENTS_KEPT {
             st.events.push(event);
         }
+    }
+
+    async fn update_pod_group_status(
+        &self,
+        group: &PodGroup,
+        status: &PodGroupStatus,
+    ) -> Result<(), ClusterError> {
+        let mut st = self.state.lock();
+        let key = (
+            group
+                .metadata
+                .namespace
+                .clone()
+                .unwrap_or_else(|| "default".into()),
+            group.metadata.name.clone().unwrap_or_default(),
+        );
+        let Some(current) = st.pod_groups.get(&key) else {
+            return Err(ClusterError::Unavailable(format!(
+                "podgroup {}/{} not found",
+                key.0, key.1
+            )));
+        };
+        let mut next = (**current).clone();
+        if status.phase.is_some() {
+            next.status.phase.clone_from(&status.phase);
+        }
+        if status.schedule_start_time.is_some() {
+            next.status
+                .schedule_start_time
+                .clone_from(&status.schedule_start_time);
+        }
+        next.status.running = status.running;
+        if next.status == current.status {
+            return Ok(());
+        }
+        next.metadata.resource_version = Some(st.next_rv());
+        let next = Arc::new(next);
+        st.pod_groups.insert(key, next.clone());
+        st.emit(WatchEvent::PodGroupApplied(next));
+        Ok(())
     }
 }
 

@@ -5,6 +5,12 @@
 //!   informer), with kube's default backoff on errors; it relists by itself
 //!   after an expired resourceVersion (410) and its `Init`/`InitApply`/
 //!   `InitDone` become our `Relisting`/`*Applied`/`Listed`.
+//! - **PodGroups** (`scheduling.x-k8s.io/v1alpha1` `podgroups`, typed as
+//!   [`PodGroup`]): watched like the others once the CustomResourceDefinition
+//!   exists. While the list answers 404 (CRD not installed) the kind counts
+//!   as listed and empty (logged once at info) and the list is tried again
+//!   every [`POD_GROUP_CRD_RETRY`]. Status writes are a merge patch of the
+//!   `status` subresource, best effort.
 //! - **Bind**: `POST pods/<name>/binding` with a `v1` Binding (metadata
 //!   namespace, name and uid; target Node), as upstream's DefaultBinder. 409 →
 //!   [`ClusterError::AlreadyBound`], 404 → [`ClusterError::PodNotFound`],
@@ -44,6 +50,62 @@ use tracing::{info, warn};
 
 use super::events::{EventCounts, EventLimits, EventRecorder, EventWriter, REPORTING_CONTROLLER};
 use super::{Cluster, ClusterError, Kind, PodRef, SchedulingEvent, WatchEvent};
+use flotilla_shared::pod_group::{PodGroup, PodGroupStatus};
+
+/// How often a cluster without the PodGroup CRD is listed again. 3 minutes.
+pub const POD_GROUP_CRD_RETRY: Duration = Duration::from_secs(180);
+
+/// The PodGroup change stream: the watcher once the CRD exists; while the
+/// list answers 404, an empty list every [`POD_GROUP_CRD_RETRY`].
+fn pod_group_stream(client: Client) -> BoxStream<'static, Result<WatchEvent, ClusterError>> {
+    let (tx, rx) = tokio::sync::mpsc::channel(1024);
+    tokio::spawn(async move {
+        let api = Api::<PodGroup>::all(client);
+        let mut logged = false;
+        loop {
+            let probe = api.list(&::kube::api::ListParams::default().limit(1)).await;
+            if let Err(::kube::Error::Api(s)) = &probe
+                && s.code == 404
+            {
+                if !logged {
+                    info!(
+                        "the PodGroup CRD (scheduling.x-k8s.io/v1alpha1 podgroups) is not installed: no gang scheduling groups; checking again every {}s",
+                        POD_GROUP_CRD_RETRY.as_secs()
+                    );
+                    logged = true;
+                }
+                for e in [
+                    WatchEvent::Relisting(Kind::PodGroup),
+                    WatchEvent::Listed(Kind::PodGroup),
+                ] {
+                    if tx.send(Ok(e)).await.is_err() {
+                        return;
+                    }
+                }
+                tokio::select! {
+                    () = tokio::time::sleep(POD_GROUP_CRD_RETRY) => continue,
+                    () = tx.closed() => return,
+                }
+            }
+            // Listed (or another error, which the watcher retries with
+            // backoff): follow the watcher from now on.
+            let mut watch = watch_stream(
+                api.clone(),
+                watcher::Config::default(),
+                Kind::PodGroup,
+                WatchEvent::PodGroupApplied,
+                WatchEvent::PodGroupDeleted,
+            );
+            while let Some(e) = watch.next().await {
+                if tx.send(e).await.is_err() {
+                    return;
+                }
+            }
+            return;
+        }
+    });
+    tokio_stream::wrappers::ReceiverStream::new(rx).boxed()
+}
 
 /// Field selector of the pod watch: non-terminal pods only (upstream's
 /// `newPodInformer`). A pod turning terminal leaves the set and arrives as a
@@ -493,7 +555,8 @@ impl Cluster for KubeCluster {
             WatchEvent::PodApplied,
             WatchEvent::PodDeleted,
         );
-        futures::stream::select_all([namespaces, nodes, pods]).boxed()
+        let pod_groups = pod_group_stream(self.client.clone());
+        futures::stream::select_all([namespaces, nodes, pods, pod_groups]).boxed()
     }
 
     async fn bind(&self, pod: &PodRef, node: &str) -> Result<(), ClusterError> {
@@ -546,6 +609,32 @@ impl Cluster for KubeCluster {
 
     fn record_event(&self, event: SchedulingEvent) {
         self.events.record(event);
+    }
+
+    async fn update_pod_group_status(
+        &self,
+        group: &PodGroup,
+        status: &PodGroupStatus,
+    ) -> Result<(), ClusterError> {
+        self.fence.check()?;
+        let ns = group.metadata.namespace.as_deref().unwrap_or("default");
+        let name = group.metadata.name.as_deref().unwrap_or_default();
+        let api = Api::<PodGroup>::namespaced(self.client.clone(), ns);
+        // Only the fields the coordinator keeps: a controller's counters stay.
+        let mut st = serde_json::json!({ "running": status.running });
+        if let Some(p) = &status.phase {
+            st["phase"] = serde_json::json!(p);
+        }
+        if let Some(t) = &status.schedule_start_time {
+            st["scheduleStartTime"] = serde_json::json!(t);
+        }
+        let patch = serde_json::json!({ "status": st });
+        api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map(|_| ())
+            .map_err(|e| {
+                ClusterError::Unavailable(format!("patching podgroup {ns}/{name} status: {e}"))
+            })
     }
 }
 

@@ -8,8 +8,8 @@
 //! `PodScheduled=False` for pods that fit nowhere, and records Events.
 //!
 //! # The change stream
-//! For each kind ([`Kind::Namespace`], [`Kind::Node`], [`Kind::Pod`]) a
-//! backend emits
+//! For each kind ([`Kind::Namespace`], [`Kind::Node`], [`Kind::Pod`],
+//! [`Kind::PodGroup`]) a backend emits
 //! `Relisting(kind)`, then every object of that kind as `*Applied`, then
 //! `Listed(kind)`: objects of that kind the consumer knows but that were not
 //! applied in between no longer exist. After that come single changes, in
@@ -25,6 +25,7 @@ pub mod kube;
 use std::sync::Arc;
 use std::time::Duration;
 
+use flotilla_shared::pod_group::{PodGroup, PodGroupStatus};
 use futures::StreamExt as _;
 use futures::stream::BoxStream;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
@@ -78,11 +79,14 @@ pub enum Kind {
     /// `v1` Pod (non-terminal ones: upstream's scheduler informer lists with
     /// `status.phase!=Succeeded,status.phase!=Failed`).
     Pod,
+    /// `scheduling.x-k8s.io/v1alpha1` PodGroup (gang scheduling). A cluster
+    /// without the CustomResourceDefinition lists none.
+    PodGroup,
 }
 
 impl Kind {
     /// Every kind; the consumer is synced once each was listed.
-    pub const ALL: [Kind; 3] = [Kind::Namespace, Kind::Node, Kind::Pod];
+    pub const ALL: [Kind; 4] = [Kind::Namespace, Kind::Node, Kind::Pod, Kind::PodGroup];
 }
 
 impl std::fmt::Display for Kind {
@@ -91,6 +95,7 @@ impl std::fmt::Display for Kind {
             Kind::Namespace => "namespaces",
             Kind::Node => "nodes",
             Kind::Pod => "pods",
+            Kind::PodGroup => "podgroups",
         })
     }
 }
@@ -104,6 +109,8 @@ pub struct ClusterList {
     pub nodes: Vec<Arc<Node>>,
     /// All pods.
     pub pods: Vec<Arc<Pod>>,
+    /// All PodGroups.
+    pub pod_groups: Vec<Arc<PodGroup>>,
     /// Watch from here to miss nothing.
     pub resource_version: u64,
 }
@@ -129,6 +136,10 @@ pub enum WatchEvent {
     /// The (re)list of this kind is complete: objects of the kind not applied
     /// since `Relisting` are gone.
     Listed(Kind),
+    /// A PodGroup was created or changed (or listed).
+    PodGroupApplied(Arc<PodGroup>),
+    /// A PodGroup was deleted (last state).
+    PodGroupDeleted(Arc<PodGroup>),
 }
 
 impl WatchEvent {
@@ -140,6 +151,7 @@ impl WatchEvent {
             WatchEvent::NodeApplied(_) | WatchEvent::NodeDeleted(_) => Kind::Node,
             WatchEvent::PodApplied(_) | WatchEvent::PodDeleted(_) => Kind::Pod,
             WatchEvent::Relisting(k) | WatchEvent::Listed(k) => *k,
+            WatchEvent::PodGroupApplied(_) | WatchEvent::PodGroupDeleted(_) => Kind::PodGroup,
         }
     }
 }
@@ -201,6 +213,21 @@ pub trait Cluster: Send + Sync + 'static {
     /// Never blocks and never fails: a backend that cannot keep up drops
     /// events and counts them.
     fn record_event(&self, event: SchedulingEvent);
+
+    /// Writes `status` of PodGroup `group` (its `status` subresource, merged:
+    /// fields not set in `status` stay). Best effort: the coordinator logs
+    /// failures and writes again on the next change. The default writes
+    /// nothing (backends without PodGroups).
+    ///
+    /// # Errors
+    /// `Unavailable` (including a cluster without the PodGroup CRD).
+    async fn update_pod_group_status(
+        &self,
+        _group: &PodGroup,
+        _status: &PodGroupStatus,
+    ) -> Result<(), ClusterError> {
+        Ok(())
+    }
 }
 
 /// A backend that lists and watches with numeric resourceVersions (the
@@ -208,7 +235,7 @@ pub trait Cluster: Send + Sync + 'static {
 /// into a change stream.
 #[tonic::async_trait]
 pub trait ListWatch: Send + Sync + 'static {
-    /// Lists every namespace, node and pod.
+    /// Lists every namespace, node, pod and PodGroup.
     async fn list(&self) -> Result<ClusterList, ClusterError>;
 
     /// Changes after `resource_version`, in order, until the backend or the
@@ -279,7 +306,12 @@ async fn list_watch_loop<S: ListWatch + ?Sized>(
                 WatchEvent::Relisting(Kind::Pod),
             ])
             .chain(list.pods.into_iter().map(WatchEvent::PodApplied))
-            .chain(std::iter::once(WatchEvent::Listed(Kind::Pod)));
+            .chain([
+                WatchEvent::Listed(Kind::Pod),
+                WatchEvent::Relisting(Kind::PodGroup),
+            ])
+            .chain(list.pod_groups.into_iter().map(WatchEvent::PodGroupApplied))
+            .chain(std::iter::once(WatchEvent::Listed(Kind::PodGroup)));
         for e in listed {
             if tx.send(Ok(e)).await.is_err() {
                 return;

@@ -295,6 +295,7 @@ async fn malformed_requests_are_invalid_argument_and_unknown_workers_cannot_watc
             pod: None,
             message: "0/1 nodes are available: 1 Insufficient cpu.".into(),
             node_statuses: Vec::new(),
+            ..Default::default()
         }),
     )
     .await
@@ -308,6 +309,7 @@ async fn malformed_requests_are_invalid_argument_and_unknown_workers_cannot_watc
             pod: Some(pod_ref("a")),
             message: "x".into(),
             node_statuses: Vec::new(),
+            ..Default::default()
         }),
     )
     .await

@@ -7,6 +7,7 @@ mod bind_failures;
 mod cross_node;
 mod dispatch;
 mod failover;
+mod gang;
 mod real_workers;
 mod relist;
 mod shutdown;

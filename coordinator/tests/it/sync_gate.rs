@@ -132,6 +132,9 @@ async fn pods_listed_first_wait_for_every_list_and_namespaces_reach_workers() {
             WatchEvent::Relisting(Kind::Namespace),
             WatchEvent::NamespaceApplied(Arc::new(ns)),
             WatchEvent::Listed(Kind::Namespace),
+            // A cluster without the PodGroup CRD lists none.
+            WatchEvent::Relisting(Kind::PodGroup),
+            WatchEvent::Listed(Kind::PodGroup),
         ],
     )
     .await;

@@ -9,6 +9,7 @@ use flotilla_shared::framework::{
 };
 
 use crate::plugins::{
+    coscheduling::{self, Coscheduling},
     default_binder::{self, DefaultBinder},
     default_preemption::{self, DefaultPreemption},
     image_locality::ImageLocality,
@@ -315,7 +316,17 @@ impl Registry {
                     .preemption_args(p.args))
             }),
         );
+        r.replace(
+            names::COSCHEDULING,
+            coscheduling_factory(Arc::new(crate::gang::GangBook::new())),
+        );
         r
+    }
+
+    /// Registers `f` under `name`, replacing any factory there (a worker
+    /// swaps in a `Coscheduling` bound to its own gang book).
+    pub fn replace(&mut self, name: &'static str, f: PluginFactory) {
+        self.factories.insert(name, f);
     }
 
     /// Registers a factory under `name`.
@@ -354,4 +365,17 @@ impl Registry {
     pub fn names(&self) -> Vec<&'static str> {
         self.factories.keys().copied().collect()
     }
+}
+
+/// The `Coscheduling` factory over `book` (the worker's [`crate::gang::GangBook`];
+/// `Registry::in_tree` uses a private, empty one).
+#[must_use]
+pub fn coscheduling_factory(book: Arc<crate::gang::GangBook>) -> PluginFactory {
+    Arc::new(move |args| {
+        let args = super::decode_args(args, coscheduling::ARGS_KIND)?;
+        let p = Arc::new(Coscheduling::new(book.clone(), &args)?);
+        Ok(PluginHandle::new(p.clone())
+            .pre_filter(p)
+            .other_points(coscheduling::POINTS))
+    })
 }

@@ -34,6 +34,7 @@
 //! The framework multiplies each plugin's normalized score (0..=100) by its
 //! weight ([`DEFAULT_SCORE_WEIGHTS`], upstream `default_plugins.go`) and sums.
 
+pub mod coscheduling;
 pub mod default_binder;
 pub mod default_preemption;
 pub mod image_locality;
@@ -51,6 +52,7 @@ pub mod resource_allocation;
 pub mod scheduling_gates;
 pub mod taint_toleration;
 
+pub use coscheduling::Coscheduling;
 pub use default_binder::DefaultBinder;
 pub use default_preemption::DefaultPreemption;
 pub use image_locality::ImageLocality;

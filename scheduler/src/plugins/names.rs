@@ -26,6 +26,8 @@ pub const INTER_POD_AFFINITY: &str = "InterPodAffinity";
 pub const IMAGE_LOCALITY: &str = "ImageLocality";
 /// `DefaultPreemption` (PostFilter).
 pub const DEFAULT_PREEMPTION: &str = "DefaultPreemption";
+/// `Coscheduling` (scheduler-plugins gang scheduling; not a default plugin).
+pub const COSCHEDULING: &str = "Coscheduling";
 /// `SchedulingGates` (PreEnqueue).
 pub const SCHEDULING_GATES: &str = "SchedulingGates";
 

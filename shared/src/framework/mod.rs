@@ -59,6 +59,12 @@ pub enum ClusterEvent {
     /// A pod was bound to a node, or a bound pod's labels changed (pod
     /// affinity may now be satisfied, spread counts moved).
     AssignedPodAdded,
+    /// A pending pod of a PodGroup joined the queue (upstream `Pod/Add`, as
+    /// Coscheduling registers it: the group may now have `minMember` pods).
+    UnscheduledPodAdded,
+    /// A PodGroup was added or changed (upstream
+    /// `podgroups.v1alpha1.scheduling.x-k8s.io` `Add|Update`).
+    PodGroupChanged,
 }
 
 /// The extension points of the scheduling framework, as named in

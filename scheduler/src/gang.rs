@@ -1,0 +1,518 @@
+//! The worker's side of gang scheduling: what it knows of PodGroups and their
+//! members, and the members held at Permit.
+//!
+//! The coordinator routes every pending member of a PodGroup to one worker
+//! (see the coordinator's `state::gang`), so this book sees the whole group:
+//! its pending members (assigned to this worker), its bound members (bound
+//! pods are broadcast to every worker) and its members waiting at Permit.
+//!
+//! # Permit, the Flotilla way
+//! Upstream's Coscheduling Permit answers `Wait` until `minMember` members
+//! are assumed or bound, then allows every waiting sibling; each is then
+//! bound on its own. Here a member that must wait stays assumed in the
+//! worker's cache and joins its group's [`WaitingGang`]; once the group
+//! reaches `minMember` (waiting + bound + this one) every waiting member goes
+//! to the coordinator in one `ProposeGang`, granted all or none.
+//! Members are released (forgotten in the cache, re-queued with backoff)
+//! when the proposal is refused, when a sibling fails and the group cannot
+//! reach `minMember` any more (upstream's PostFilter), or when the oldest
+//! waited longer than the group's `scheduleTimeoutSeconds` (else the
+//! plugin's `permitWaitingTimeSeconds`).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use flotilla_shared::PodInfo;
+use flotilla_shared::pod_group::{self, PodGroup};
+
+/// Upstream default of `CoschedulingArgs.permitWaitingTimeSeconds`.
+pub const DEFAULT_PERMIT_WAITING_TIME: Duration = Duration::from_secs(60);
+
+/// A member held at Permit: the pod and the node it is assumed on.
+pub type Placement = (Arc<PodInfo>, Arc<str>);
+
+/// Members of one group waiting at Permit.
+#[derive(Debug, Clone)]
+pub struct WaitingGang {
+    /// When the first of them started waiting.
+    pub since: Instant,
+    /// How long they may wait (the group's timeout).
+    pub timeout: Duration,
+    /// The members, in the order they were placed.
+    pub members: Vec<Placement>,
+}
+
+/// What Permit decided for an assumed pod.
+#[derive(Debug, Clone)]
+pub enum PermitOutcome {
+    /// Not a gang member (no PodGroup label): bind it alone.
+    NotGang,
+    /// Hold it: the group has fewer than `minMember` placed members.
+    Wait,
+    /// `minMember` reached: propose these members (every waiting one and
+    /// this pod) together.
+    Ready(String, Vec<Placement>),
+    /// Rejected (Unschedulable) with upstream's message, e.g. `PodGroup not
+    /// found`.
+    Reject(String),
+}
+
+#[derive(Debug, Default)]
+struct Book {
+    groups: HashMap<String, Arc<PodGroup>>,
+    /// Group → uids of its non-terminal pods this worker knows (pending
+    /// here, or bound anywhere).
+    members: HashMap<String, HashSet<Arc<str>>>,
+    /// Group → uids of its bound members.
+    bound: HashMap<String, HashSet<Arc<str>>>,
+    /// Member uid → group.
+    group_of: HashMap<Arc<str>, String>,
+    waiting: HashMap<String, WaitingGang>,
+    /// Groups PreFilter rejects until the instant (`podGroupBackoffSeconds`).
+    backed_off: HashMap<String, Instant>,
+    permit_waiting_time: Option<Duration>,
+    pod_group_backoff: Option<Duration>,
+}
+
+/// The worker's PodGroup book, shared by the Coscheduling plugin (reads) and
+/// the worker's watch task, scheduling thread and housekeeping (writes).
+#[derive(Debug, Default)]
+pub struct GangBook {
+    inner: Mutex<Book>,
+}
+
+impl GangBook {
+    /// An empty book.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the plugin arguments: default wait (`permitWaitingTimeSeconds`)
+    /// and the group backoff after a PostFilter rejection
+    /// (`podGroupBackoffSeconds`; `None` = no backoff, upstream's default).
+    pub fn configure(&self, permit_waiting_time: Duration, pod_group_backoff: Option<Duration>) {
+        let mut b = self.inner.lock();
+        b.permit_waiting_time = Some(permit_waiting_time);
+        b.pod_group_backoff = pod_group_backoff;
+    }
+
+    /// A PodGroup was added or changed.
+    pub fn apply_group(&self, g: Arc<PodGroup>) {
+        self.inner.lock().groups.insert(g.full_name(), g);
+    }
+
+    /// A PodGroup was deleted (`namespace/name`).
+    pub fn delete_group(&self, name: &str) {
+        self.inner.lock().groups.remove(name);
+    }
+
+    /// The PodGroup `namespace/name`, if known.
+    #[must_use]
+    pub fn group(&self, name: &str) -> Option<Arc<PodGroup>> {
+        self.inner.lock().groups.get(name).cloned()
+    }
+
+    /// A pending pod was assigned to this worker. Returns whether it is a
+    /// gang member.
+    pub fn pod_pending(&self, pod: &PodInfo) -> bool {
+        let Some(g) = group_of(pod) else {
+            return false;
+        };
+        let mut b = self.inner.lock();
+        b.members
+            .entry(g.clone())
+            .or_default()
+            .insert(pod.uid.clone());
+        b.group_of.insert(pod.uid.clone(), g);
+        true
+    }
+
+    /// A pod is bound (by anyone).
+    pub fn pod_bound(&self, pod: &PodInfo) {
+        let Some(g) = group_of(pod) else {
+            return;
+        };
+        let mut b = self.inner.lock();
+        b.members
+            .entry(g.clone())
+            .or_default()
+            .insert(pod.uid.clone());
+        b.bound
+            .entry(g.clone())
+            .or_default()
+            .insert(pod.uid.clone());
+        b.group_of.insert(pod.uid.clone(), g);
+    }
+
+    /// A pod left (deleted, or no longer assigned here and not bound): it
+    /// no longer counts, and stops waiting.
+    pub fn pod_gone(&self, uid: &str) {
+        let mut b = self.inner.lock();
+        let Some(g) = b.group_of.remove(uid) else {
+            return;
+        };
+        if let Some(m) = b.members.get_mut(&g) {
+            m.remove(uid);
+        }
+        if let Some(m) = b.bound.get_mut(&g) {
+            m.remove(uid);
+        }
+        if let Some(w) = b.waiting.get_mut(&g) {
+            w.members.retain(|(p, _)| &*p.uid != uid);
+            if w.members.is_empty() {
+                b.waiting.remove(&g);
+            }
+        }
+    }
+
+    /// Whether `uid` is bound according to the book.
+    #[must_use]
+    pub fn is_bound(&self, uid: &str) -> bool {
+        let b = self.inner.lock();
+        b.group_of
+            .get(uid)
+            .and_then(|g| b.bound.get(g))
+            .is_some_and(|s| s.contains(uid))
+    }
+
+    /// Upstream Coscheduling PreFilter: `Err(message)` (the caller makes it
+    /// `UnschedulableAndUnresolvable`) when the group is backed off after a
+    /// recent failure, or has fewer than `minMember` pods. A pod without a
+    /// group, or whose PodGroup does not exist, passes (Permit rejects the
+    /// latter).
+    ///
+    /// # Errors
+    /// Upstream's messages: `podGroup <ns/name> failed recently`;
+    /// `pre-filter pod <name> cannot find enough sibling pods, current pods
+    /// number: <n>, minMember of group: <m>`.
+    pub fn pre_filter(&self, pod: &PodInfo, now: Instant) -> Result<(), String> {
+        let Some(g) = group_of(pod) else {
+            return Ok(());
+        };
+        let mut b = self.inner.lock();
+        let Some(group) = b.groups.get(&g).cloned() else {
+            return Ok(());
+        };
+        match b.backed_off.get(&g) {
+            Some(until) if *until > now => return Err(format!("podGroup {g} failed recently")),
+            Some(_) => {
+                b.backed_off.remove(&g);
+            }
+            None => {}
+        }
+        let n = b.members.get(&g).map_or(0, HashSet::len);
+        let min = usize::try_from(group.spec.min_member.max(0)).unwrap_or(0);
+        if n < min {
+            return Err(format!(
+                "pre-filter pod {} cannot find enough sibling pods, current pods number: {n}, minMember of group: {}",
+                pod.key.name, group.spec.min_member
+            ));
+        }
+        Ok(())
+    }
+
+    /// Upstream Coscheduling Permit for `pod`, just assumed on `node`:
+    /// placed members (bound + waiting) + 1 ≥ `minMember` → [`PermitOutcome::Ready`]
+    /// with every waiting member and this one; else it waits.
+    pub fn permit(&self, pod: &Arc<PodInfo>, node: &Arc<str>, now: Instant) -> PermitOutcome {
+        let Some(g) = group_of(pod) else {
+            return PermitOutcome::NotGang;
+        };
+        let mut b = self.inner.lock();
+        let Some(group) = b.groups.get(&g).cloned() else {
+            return PermitOutcome::Reject("PodGroup not found".to_owned());
+        };
+        let bound = b.bound.get(&g).map_or(0, HashSet::len);
+        let waiting = b.waiting.get(&g).map_or(0, |w| w.members.len());
+        let min = usize::try_from(group.spec.min_member.max(0)).unwrap_or(0);
+        if bound + waiting + 1 >= min {
+            let mut members = b.waiting.remove(&g).map(|w| w.members).unwrap_or_default();
+            members.push((pod.clone(), node.clone()));
+            return PermitOutcome::Ready(g, members);
+        }
+        let timeout = group.wait_time(b.permit_waiting_time.unwrap_or(DEFAULT_PERMIT_WAITING_TIME));
+        b.waiting
+            .entry(g)
+            .or_insert_with(|| WaitingGang {
+                since: now,
+                timeout,
+                members: Vec::new(),
+            })
+            .members
+            .push((pod.clone(), node.clone()));
+        PermitOutcome::Wait
+    }
+
+    /// Upstream Coscheduling PostFilter for a member that fits nowhere:
+    /// unless the group already has `minMember` placed members or misses at
+    /// most 10 % of them, its waiting members are rejected (returned, to be
+    /// released) and, with `podGroupBackoffSeconds`, the group is backed off
+    /// when it has `minMember` pods. Returns the released members and the
+    /// PostFilter message (`None` when nothing was rejected).
+    pub fn post_filter(&self, pod: &PodInfo, now: Instant) -> (Vec<Placement>, Option<String>) {
+        let Some(g) = group_of(pod) else {
+            return (Vec::new(), None);
+        };
+        let mut b = self.inner.lock();
+        let Some(group) = b.groups.get(&g).cloned() else {
+            return (Vec::new(), None);
+        };
+        let min = group.spec.min_member.max(0);
+        let bound = b.bound.get(&g).map_or(0, HashSet::len);
+        let waiting = b.waiting.get(&g).map_or(0, |w| w.members.len());
+        let assigned = i32::try_from(bound + waiting).unwrap_or(i32::MAX);
+        if assigned >= min {
+            return (Vec::new(), None);
+        }
+        #[allow(clippy::cast_precision_loss)]
+        let not_assigned = (min - assigned) as f32 / min as f32;
+        if not_assigned <= 0.1 {
+            return (Vec::new(), None);
+        }
+        let released = b.waiting.remove(&g).map(|w| w.members).unwrap_or_default();
+        if let Some(backoff) = b.pod_group_backoff {
+            let pods = b.members.get(&g).map_or(0, HashSet::len);
+            if i32::try_from(pods).unwrap_or(i32::MAX) >= min {
+                b.backed_off.insert(g.clone(), now + backoff);
+            }
+        }
+        let msg = format!(
+            "PodGroup {g} gets rejected due to Pod {} is unschedulable even after PostFilter",
+            pod.key.name
+        );
+        (released, Some(msg))
+    }
+
+    /// Takes every waiting member of `group` (upstream Unreserve rejecting
+    /// the waiting siblings).
+    pub fn reject_waiting(&self, group: &str) -> Vec<Placement> {
+        self.inner
+            .lock()
+            .waiting
+            .remove(group)
+            .map(|w| w.members)
+            .unwrap_or_default()
+    }
+
+    /// Takes the groups whose oldest waiting member waited its timeout by
+    /// `now`: (group, timeout, members).
+    pub fn take_expired(&self, now: Instant) -> Vec<(String, Duration, Vec<Placement>)> {
+        let mut b = self.inner.lock();
+        let due: Vec<String> = b
+            .waiting
+            .iter()
+            .filter(|(_, w)| now.saturating_duration_since(w.since) >= w.timeout)
+            .map(|(g, _)| g.clone())
+            .collect();
+        due.into_iter()
+            .filter_map(|g| b.waiting.remove(&g).map(|w| (g, w.timeout, w.members)))
+            .collect()
+    }
+
+    /// Members waiting at Permit, all groups.
+    #[must_use]
+    pub fn waiting_len(&self) -> usize {
+        self.inner
+            .lock()
+            .waiting
+            .values()
+            .map(|w| w.members.len())
+            .sum()
+    }
+}
+
+/// `namespace/name` of the pod's PodGroup, if it has the label.
+#[must_use]
+pub fn group_of(pod: &PodInfo) -> Option<String> {
+    pod_group::full_name(&pod.key.namespace, &pod.labels)
+}
+
+/// A whole-second duration the way Go prints it (`5s`, `1m0s`, `1h0m0s`),
+/// for upstream's messages.
+#[must_use]
+pub fn go_duration(d: Duration) -> String {
+    let s = d.as_secs();
+    let millis = d.subsec_millis();
+    if s < 60 {
+        if millis == 0 {
+            format!("{s}s")
+        } else {
+            format!("{}s", d.as_secs_f64())
+        }
+    } else if s < 3600 {
+        format!("{}m{}s", s / 60, s % 60)
+    } else {
+        format!("{}h{}m{}s", s / 3600, (s % 3600) / 60, s % 60)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flotilla_shared::testing::PodBuilder;
+
+    fn group(name: &str, min: i32, timeout: Option<i32>) -> Arc<PodGroup> {
+        let mut g = PodGroup::default();
+        g.metadata.name = Some(name.into());
+        g.metadata.namespace = Some("default".into());
+        g.spec.min_member = min;
+        g.spec.schedule_timeout_seconds = timeout;
+        Arc::new(g)
+    }
+
+    fn member(name: &str, g: &str) -> Arc<PodInfo> {
+        Arc::new(
+            PodBuilder::new(name)
+                .label(pod_group::LABEL_POD_GROUP, g)
+                .build_info(),
+        )
+    }
+
+    #[test]
+    fn pre_filter_counts_siblings_like_upstream() {
+        let book = GangBook::new();
+        let now = Instant::now();
+        let p1 = member("p1", "pg");
+        // No PodGroup object: PreFilter passes (upstream returns nil).
+        assert_eq!(book.pre_filter(&p1, now), Ok(()));
+        book.apply_group(group("pg", 3, None));
+        book.pod_pending(&p1);
+        book.pod_pending(&member("p2", "pg"));
+        assert_eq!(
+            book.pre_filter(&p1, now),
+            Err("pre-filter pod p1 cannot find enough sibling pods, current pods number: 2, minMember of group: 3".into())
+        );
+        book.pod_pending(&member("p3", "pg"));
+        assert_eq!(book.pre_filter(&p1, now), Ok(()));
+        let plain = PodBuilder::new("solo").build_info();
+        assert_eq!(book.pre_filter(&plain, now), Ok(()));
+    }
+
+    #[test]
+    fn permit_waits_until_min_member_then_releases_all() {
+        let book = GangBook::new();
+        let now = Instant::now();
+        book.apply_group(group("pg", 3, None));
+        let n: Arc<str> = Arc::from("n1");
+        let pods: Vec<_> = (1..=3).map(|i| member(&format!("p{i}"), "pg")).collect();
+        assert!(matches!(
+            book.permit(&pods[0], &n, now),
+            PermitOutcome::Wait
+        ));
+        assert!(matches!(
+            book.permit(&pods[1], &n, now),
+            PermitOutcome::Wait
+        ));
+        assert_eq!(book.waiting_len(), 2);
+        match book.permit(&pods[2], &n, now) {
+            PermitOutcome::Ready(g, members) => {
+                assert_eq!(g, "default/pg");
+                let names: Vec<&str> = members.iter().map(|(p, _)| &*p.key.name).collect();
+                assert_eq!(names, ["p1", "p2", "p3"]);
+            }
+            other => panic!("expected Ready, got {other:?}"),
+        }
+        assert_eq!(book.waiting_len(), 0);
+    }
+
+    #[test]
+    fn permit_counts_bound_members_and_rejects_a_missing_group() {
+        let book = GangBook::new();
+        let now = Instant::now();
+        let n: Arc<str> = Arc::from("n1");
+        let p = member("p1", "pg");
+        match book.permit(&p, &n, now) {
+            PermitOutcome::Reject(m) => assert_eq!(m, "PodGroup not found"),
+            other => panic!("expected Reject, got {other:?}"),
+        }
+        book.apply_group(group("pg", 2, None));
+        book.pod_bound(&member("p0", "pg"));
+        assert!(matches!(book.permit(&p, &n, now), PermitOutcome::Ready(_, m) if m.len() == 1));
+        let solo = Arc::new(PodBuilder::new("solo").build_info());
+        assert!(matches!(
+            book.permit(&solo, &n, now),
+            PermitOutcome::NotGang
+        ));
+    }
+
+    #[test]
+    fn waiting_members_expire_after_the_group_timeout() {
+        let book = GangBook::new();
+        book.configure(Duration::from_secs(60), None);
+        book.apply_group(group("short", 3, Some(5)));
+        book.apply_group(group("long", 3, None));
+        let t0 = Instant::now();
+        let n: Arc<str> = Arc::from("n1");
+        book.permit(&member("a", "short"), &n, t0);
+        book.permit(&member("b", "long"), &n, t0);
+        assert!(book.take_expired(t0 + Duration::from_secs(4)).is_empty());
+        let due = book.take_expired(t0 + Duration::from_secs(5));
+        assert_eq!(due.len(), 1);
+        assert_eq!(due[0].0, "default/short");
+        assert_eq!(due[0].1, Duration::from_secs(5));
+        assert!(book.take_expired(t0 + Duration::from_secs(59)).is_empty());
+        let due = book.take_expired(t0 + Duration::from_secs(60));
+        assert_eq!(due[0].0, "default/long", "the plugin default applies");
+    }
+
+    #[test]
+    fn post_filter_rejects_waiting_siblings_unless_the_gap_is_small() {
+        let now = Instant::now();
+        let n: Arc<str> = Arc::from("n1");
+        // minMember 4, 2 waiting: gap 50 % → siblings rejected.
+        let book = GangBook::new();
+        book.apply_group(group("pg", 4, None));
+        book.permit(&member("p1", "pg"), &n, now);
+        book.permit(&member("p2", "pg"), &n, now);
+        let (released, msg) = book.post_filter(&member("p3", "pg"), now);
+        assert_eq!(released.len(), 2);
+        assert_eq!(
+            msg.as_deref(),
+            Some(
+                "PodGroup default/pg gets rejected due to Pod p3 is unschedulable even after PostFilter"
+            )
+        );
+        // minMember 10, 9 placed: gap 10 % → keep waiting.
+        let book = GangBook::new();
+        book.apply_group(group("big", 10, None));
+        for i in 0..9 {
+            book.permit(&member(&format!("b{i}"), "big"), &n, now);
+        }
+        let (released, msg) = book.post_filter(&member("b9", "big"), now);
+        assert!(released.is_empty());
+        assert_eq!(msg, None);
+        assert_eq!(book.waiting_len(), 9);
+    }
+
+    #[test]
+    fn group_backoff_rejects_members_for_a_while() {
+        let now = Instant::now();
+        let n: Arc<str> = Arc::from("n1");
+        let book = GangBook::new();
+        book.configure(DEFAULT_PERMIT_WAITING_TIME, Some(Duration::from_secs(10)));
+        book.apply_group(group("pg", 2, None));
+        let p1 = member("p1", "pg");
+        let p2 = member("p2", "pg");
+        book.pod_pending(&p1);
+        book.pod_pending(&p2);
+        book.permit(&p1, &n, now);
+        let _ = book.post_filter(&p2, now);
+        assert_eq!(
+            book.pre_filter(&p1, now + Duration::from_secs(9)),
+            Err("podGroup default/pg failed recently".into())
+        );
+        assert_eq!(book.pre_filter(&p1, now + Duration::from_secs(10)), Ok(()));
+    }
+
+    #[test]
+    fn go_durations() {
+        assert_eq!(go_duration(Duration::from_secs(5)), "5s");
+        assert_eq!(go_duration(Duration::from_secs(60)), "1m0s");
+        assert_eq!(go_duration(Duration::from_secs(90)), "1m30s");
+        assert_eq!(go_duration(Duration::from_secs(3600)), "1h0m0s");
+    }
+}
