@@ -9,12 +9,14 @@
 //! - [`framework`]: plugin registry, profiles, and the cycle runner
 //!   (PreFilter → Filter → Score → select).
 //! - [`plugins`]: the in-tree plugins, one file each.
+//! - [`pdbs`]: the PodDisruptionBudgets the coordinator forwards.
 //! - [`worker`]: the worker process: coordinator stream → cache/queue →
 //!   scheduling thread → binding tasks.
 
 pub mod cache;
 pub mod config;
 pub mod framework;
+pub mod pdbs;
 pub mod plugins;
 pub mod queue;
 pub mod worker;

@@ -22,6 +22,7 @@
 //! - [`workload`]: online vs batch classification.
 //! - [`framework`]: the plugin traits (PreFilter, Filter, Score), `Status`,
 //!   `CycleState` and `FitError`.
+//! - [`priority`]: pod priority from PriorityClasses, as admission resolves it.
 //! - [`testing`]: builders for pods and nodes.
 
 pub mod fit;
@@ -31,6 +32,7 @@ pub mod label_selector;
 pub mod node_info;
 pub mod pod_affinity;
 pub mod pod_info;
+pub mod priority;
 pub mod quantity;
 pub mod resources;
 pub mod selector;
