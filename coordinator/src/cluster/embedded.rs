@@ -693,4 +693,139 @@ mod tests {
             .unwrap();
         assert_eq!(c.write_counts().1, 1);
     }
+
+    fn bound(name: &str, grace: Option<i64>) -> Pod {
+        let mut p = PodBuilder::new(name).cpu("1").node_name("n1").build();
+        p.spec
+            .as_mut()
+            .expect("spec")
+            .termination_grace_period_seconds = grace;
+        p
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_graceful_delete_keeps_the_pod_bound_until_its_grace_period_ends() {
+        let c = EmbeddedCluster::new();
+        c.apply_node(NodeBuilder::new("n1").build()).unwrap();
+        c.create_pod(bound("a", None)).unwrap();
+        c.create_pod(bound("b", Some(5))).unwrap();
+        let start = tokio::time::Instant::now();
+        c.delete_pod_gracefully("a", None).await;
+        c.delete_pod_gracefully("b", None).await;
+        for name in ["a", "b"] {
+            let p = c.pod("default", name).expect("still there: terminating");
+            assert!(p.metadata.deletion_timestamp.is_some(), "{name}");
+            assert_eq!(p.spec.as_ref().unwrap().node_name.as_deref(), Some("n1"));
+        }
+        assert_eq!(
+            c.pod("default", "a")
+                .unwrap()
+                .metadata
+                .deletion_grace_period_seconds,
+            Some(DEFAULT_GRACE_PERIOD_SECONDS)
+        );
+        // The pod's own terminationGracePeriodSeconds (5 s) applies to b.
+        tokio::time::sleep_until(start + std::time::Duration::from_millis(4_900)).await;
+        assert!(c.pod("default", "b").is_some(), "b within its grace period");
+        tokio::time::sleep_until(start + std::time::Duration::from_millis(5_100)).await;
+        assert!(c.pod("default", "b").is_none(), "b gone after 5 s");
+        assert!(c.pod("default", "a").is_some(), "a has 30 s");
+        // A second delete does not restart the clock.
+        c.delete_pod_gracefully("a", Some(60)).await;
+        tokio::time::sleep_until(start + std::time::Duration::from_millis(30_100)).await;
+        assert!(c.pod("default", "a").is_none(), "a gone after 30 s");
+        assert_eq!(c.delete_count(), 3);
+    }
+
+    impl EmbeddedCluster {
+        async fn delete_pod_gracefully(&self, name: &str, grace: Option<i64>) {
+            Cluster::delete_pod(self, &pref(name), grace)
+                .await
+                .expect("the pod exists");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_zero_grace_or_the_override_deletes_at_once_and_a_namesake_is_spared() {
+        let c = EmbeddedCluster::new();
+        c.apply_node(NodeBuilder::new("n1").build()).unwrap();
+        c.create_pod(bound("a", Some(30))).unwrap();
+        c.delete_pod_gracefully("a", Some(0)).await;
+        assert!(c.pod("default", "a").is_none());
+        c.set_grace_period(Some(0));
+        c.create_pod(bound("b", Some(30))).unwrap();
+        c.delete_pod_gracefully("b", None).await;
+        assert!(c.pod("default", "b").is_none());
+        c.create_pod(bound("d", None)).unwrap();
+        let mut other = pref("d");
+        other.uid = "uid-someone-else".into();
+        assert_eq!(
+            Cluster::delete_pod(&c, &other, Some(0)).await,
+            Err(ClusterError::PodNotFound("default/d".into()))
+        );
+        assert!(c.pod("default", "d").is_some());
+    }
+
+    #[tokio::test]
+    async fn set_nominated_node_writes_and_clears_the_status_field() {
+        let c = EmbeddedCluster::new();
+        c.create_pod(PodBuilder::new("a").build()).unwrap();
+        let a = c.pod("default", "a").unwrap();
+        let nnn = |c: &EmbeddedCluster| {
+            c.pod("default", "a")
+                .unwrap()
+                .status
+                .as_ref()
+                .and_then(|s| s.nominated_node_name.clone())
+        };
+        c.set_nominated_node(&a, Some("n1")).await.unwrap();
+        assert_eq!(nnn(&c).as_deref(), Some("n1"));
+        c.set_nominated_node(&a, Some("n1")).await.unwrap();
+        assert_eq!(c.write_counts().1, 1, "the same value writes nothing");
+        c.set_nominated_node(&a, None).await.unwrap();
+        assert_eq!(nnn(&c), None);
+    }
+
+    #[tokio::test]
+    async fn priority_classes_and_pdbs_are_listed_and_watched() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+        let c = EmbeddedCluster::new();
+        let pc = PriorityClass {
+            metadata: ObjectMeta {
+                name: Some("high".into()),
+                ..ObjectMeta::default()
+            },
+            value: 1000.into(),
+            ..PriorityClass::default()
+        };
+        c.apply_priority_class(pc).unwrap();
+        let list = c.list().await.unwrap();
+        assert_eq!(list.priority_classes.len(), 1);
+        let mut w = c.watch(list.resource_version);
+        c.apply_pdb(PodDisruptionBudget {
+            metadata: ObjectMeta {
+                name: Some("web".into()),
+                ..ObjectMeta::default()
+            },
+            ..PodDisruptionBudget::default()
+        })
+        .unwrap();
+        c.delete_priority_class("high").unwrap();
+        assert!(matches!(
+            w.next().await,
+            Some(Ok(WatchEvent::PdbApplied(p))) if p.metadata.namespace.as_deref() == Some("default")
+        ));
+        assert!(matches!(
+            w.next().await,
+            Some(Ok(WatchEvent::PriorityClassDeleted(_)))
+        ));
+        assert_eq!(c.list().await.unwrap().pdbs.len(), 1);
+        assert_eq!(
+            c.delete_pdb("default", "nope"),
+            Err(AdminError::NotFound {
+                kind: "PodDisruptionBudget",
+                name: "default/nope".into()
+            })
+        );
+    }
 }

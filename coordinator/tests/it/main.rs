@@ -7,6 +7,8 @@ mod bind_failures;
 mod cross_node;
 mod dispatch;
 mod failover;
+mod preemption;
+mod priority_classes;
 mod real_workers;
 mod relist;
 mod shutdown;
