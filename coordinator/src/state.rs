@@ -258,6 +258,10 @@ pub enum Decision {
     Error(String),
 }
 
+/// A preemption that passed its checks: the preemptor, the node (the map's
+/// key) and the victims as the coordinator holds them.
+type GrantedPreemption = (Arc<PodInfo>, Arc<str>, Vec<Arc<PodInfo>>);
+
 /// Outcome of a preemption proposal (mirrors `pb::PreemptionOutcome`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PreemptionDecision {
@@ -1411,7 +1415,7 @@ impl Coordinator {
         pod: &PodRef,
         node: &str,
         victims: &[PodRef],
-    ) -> Result<(Arc<PodInfo>, Arc<str>, Vec<Arc<PodInfo>>), PreemptionDecision> {
+    ) -> Result<GrantedPreemption, PreemptionDecision> {
         use PreemptionDecision::{Conflict, PodGone};
         let Some(rec) = inner.pods.get(pod.uid.as_str()) else {
             return Err(PodGone(format!("pod {pod} is not pending")));

@@ -25,15 +25,14 @@ impl PdbStore {
         Self::default()
     }
 
-    /// Adds or replaces a PDB (a missing namespace counts as `default`).
-    pub fn upsert(&self, pdb: PodDisruptionBudget) {
-        let key = (
-            pdb.metadata
-                .namespace
-                .clone()
-                .unwrap_or_else(|| "default".into()),
-            pdb.metadata.name.clone().unwrap_or_default(),
-        );
+    /// Adds or replaces a PDB (a missing namespace becomes `default`).
+    pub fn upsert(&self, mut pdb: PodDisruptionBudget) {
+        let namespace = pdb
+            .metadata
+            .namespace
+            .get_or_insert_with(|| "default".into())
+            .clone();
+        let key = (namespace, pdb.metadata.name.clone().unwrap_or_default());
         self.by_key.write().insert(key, Arc::new(pdb));
     }
 
