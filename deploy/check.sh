@@ -88,6 +88,11 @@ if [ "$rbac" = 1 ]; then
     check yes $c team-a "$v" pods
     check yes $c default "$v" namespaces
   done
+  check yes $c team-a delete pods
+  for v in list watch; do
+    check yes $c default "$v" priorityclasses.scheduling.k8s.io
+    check yes $c team-a "$v" poddisruptionbudgets.policy
+  done
   check yes $c team-a create pods --subresource=binding
   check yes $c team-a patch pods --subresource=status
   check yes $c team-a update pods --subresource=status
@@ -98,7 +103,8 @@ if [ "$rbac" = 1 ]; then
   check yes $c "$NS" create leases.coordination.k8s.io
   for v in get update patch; do check yes $c "$NS" "$v" leases.coordination.k8s.io/flotilla-coordinator; done
   # What it must not be able to do.
-  check no $c team-a delete pods
+  check no $c default delete priorityclasses.scheduling.k8s.io
+  check no $c team-a delete poddisruptionbudgets.policy
   check no $c team-a create pods
   check no $c team-a update pods
   check no $c default update nodes

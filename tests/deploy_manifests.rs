@@ -63,10 +63,12 @@ type RbacRow = (
 #[rustfmt::skip]
 const RBAC: &[RbacRow] = &[
     (COORDINATOR_SA, CLUSTER, "", "nodes", &[], &["get", "list", "watch"]),
-    (COORDINATOR_SA, CLUSTER, "", "pods", &[], &["get", "list", "watch"]),
+    (COORDINATOR_SA, CLUSTER, "", "pods", &[], &["get", "list", "watch", "delete"]),
     (COORDINATOR_SA, CLUSTER, "", "pods/binding", &[], &["create"]),
     (COORDINATOR_SA, CLUSTER, "", "pods/status", &[], &["patch", "update"]),
     (COORDINATOR_SA, CLUSTER, "", "namespaces", &[], &["get", "list", "watch"]),
+    (COORDINATOR_SA, CLUSTER, "scheduling.k8s.io", "priorityclasses", &[], &["list", "watch"]),
+    (COORDINATOR_SA, CLUSTER, "policy", "poddisruptionbudgets", &[], &["list", "watch"]),
     (COORDINATOR_SA, CLUSTER, "events.k8s.io", "events", &[], &["create", "patch", "update"]),
     (COORDINATOR_SA, CLUSTER, "", "events", &[], &["create", "patch"]),
     (COORDINATOR_SA, CLUSTER, "scheduling.x-k8s.io", "podgroups", &[], &["get", "list", "watch"]),

@@ -15,7 +15,7 @@ use flotilla_shared::WorkloadClass;
 
 use crate::cluster::PodRef;
 use crate::partition::WorkerId;
-use crate::state::{Coordinator, Decision, NodeRejection};
+use crate::state::{Coordinator, Decision, NodeRejection, PreemptionDecision};
 
 /// The service.
 #[derive(Debug, Clone)]
@@ -217,6 +217,40 @@ impl CoordinatorApi for CoordinatorService {
                     uid: p.uid,
                 })
                 .collect(),
+        }))
+    }
+
+    async fn propose_preemption(
+        &self,
+        req: Request<pb::PreemptionProposal>,
+    ) -> Result<Response<pb::PreemptionDecision>, Status> {
+        let r = req.into_inner();
+        let id = parse_worker_id(&r.worker_id)?;
+        let pod = parse_pod(r.pod)?;
+        if r.node_name.is_empty() {
+            return Err(Status::invalid_argument("node_name: required"));
+        }
+        let victims = r
+            .victims
+            .into_iter()
+            .enumerate()
+            .map(|(i, v)| {
+                parse_pod(Some(v))
+                    .map_err(|s| Status::invalid_argument(format!("victims[{i}].{}", s.message())))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let (outcome, reason) = match self
+            .coordinator
+            .propose_preemption(id, &pod, &r.node_name, &victims)
+            .await
+        {
+            PreemptionDecision::Granted => (pb::PreemptionOutcome::Granted, String::new()),
+            PreemptionDecision::Conflict(m) => (pb::PreemptionOutcome::Conflict, m),
+            PreemptionDecision::PodGone(m) => (pb::PreemptionOutcome::PodGone, m),
+        };
+        Ok(Response::new(pb::PreemptionDecision {
+            outcome: outcome.into(),
+            reason,
         }))
     }
 }

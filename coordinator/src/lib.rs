@@ -18,4 +18,6 @@ pub mod partition;
 pub mod server;
 pub mod state;
 
-pub use state::{Coordinator, Decision, NodeRejection, PodPhase, PodRecord, Summary};
+pub use state::{
+    Coordinator, Decision, NodeRejection, PodPhase, PodRecord, PreemptionDecision, Summary,
+};

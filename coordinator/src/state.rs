@@ -1,6 +1,25 @@
-//! The coordinator's authoritative view and its three jobs: fan the cluster
-//! out to workers, dispatch pending pods by workload class, and arbitrate
-//! bind proposals.
+//! The coordinator's authoritative view and its jobs: fan the cluster out
+//! to workers, dispatch pending pods by workload class, arbitrate bind
+//! proposals, and arbitrate preemption (nominations and victims).
+//!
+//! # Priority and preemption
+//! - A pod without `spec.priority` (no admission ran: the embedded cluster,
+//!   a dump) gets it from its PriorityClass as upstream's `Priority`
+//!   admission would ([`flotilla_shared::priority`]); workers receive the
+//!   resolved object. A pod naming a class that does not exist is not
+//!   dispatched: it gets a `FailedScheduling` Event and `PodScheduled=False`
+//!   with `spec.priorityClassName: no PriorityClass with name X was found`,
+//!   and is tried again whenever PriorityClasses change.
+//! - [`Coordinator::propose_preemption`] grants a worker's preemption under
+//!   the lock (victims still bound there, not terminating, lower in
+//!   priority, not evicted for someone else; the pod fits once they are
+//!   gone, counting other pods nominated there), then nominates the pod
+//!   (`status.nominatedNodeName`, broadcast to workers) and deletes the
+//!   victims gracefully with a `Preempted` Event on each.
+//! - A nominated pod's room is reserved: [`Coordinator::propose`] counts the
+//!   pods nominated to the node with a priority at least the proposer's
+//!   (upstream's `addGENominatedPods`). A nomination ends when the pod binds,
+//!   is deleted, or is nominated elsewhere.
 //!
 //! # Data flow
 //! ```text
@@ -19,6 +38,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::scheduling::v1::PriorityClass;
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
@@ -27,6 +48,7 @@ use flotilla_proto::v1 as pb;
 use flotilla_shared::fit;
 use flotilla_shared::node_info::{NodeInfo, NodeSpec, Orphans};
 use flotilla_shared::pod_info::PodInfo;
+use flotilla_shared::priority::PriorityClasses;
 use flotilla_shared::{PodKey, WorkloadClass};
 
 use crate::arbiter::{self, CrossNodeChecks};
@@ -105,6 +127,10 @@ pub struct Counters {
     /// Gangs whose members waited past their timeout on a worker (reported
     /// by the worker with the members' release).
     pub gang_timeouts: u64,
+    /// Preemption proposals received.
+    pub preemption_attempts: u64,
+    /// Victims deleted for granted preemptions.
+    pub preemption_victims: u64,
 }
 
 /// A consistent summary of the coordinator's view.
@@ -178,6 +204,33 @@ struct Inner {
     namespaces: BTreeMap<String, BTreeMap<String, String>>,
     /// Gang scheduling state (PodGroups, sticky routing, members).
     gangs: gang::Gangs,
+    /// PriorityClasses by name.
+    priority_classes: BTreeMap<String, Arc<PriorityClass>>,
+    /// `priority_classes` ready to resolve pods.
+    classes: PriorityClasses,
+    /// PriorityClasses were listed once (before that a missing class may
+    /// only be late, so it is not reported).
+    classes_listed: bool,
+    /// Pending pods whose `spec.priorityClassName` names no class, by uid:
+    /// whether that was reported to the cluster yet. Not dispatched.
+    unresolved: HashMap<Arc<str>, bool>,
+    /// PodDisruptionBudgets by (namespace, name), forwarded to workers.
+    pdbs: BTreeMap<(String, String), Arc<PodDisruptionBudget>>,
+    /// Nominated pods: uid → node.
+    nominated: HashMap<Arc<str>, Arc<str>>,
+    /// Node → the uids nominated to it.
+    nominations: HashMap<Arc<str>, Vec<Arc<str>>>,
+    /// Victims being evicted: victim uid → preemptor uid.
+    evicting: HashMap<Arc<str>, Arc<str>>,
+    /// Cluster writes decided under the lock, made after it is released.
+    deferred: Vec<Deferred>,
+}
+
+/// A cluster write decided under the lock.
+#[derive(Debug)]
+enum Deferred {
+    /// A `FailedScheduling` Event and `PodScheduled=False` with the message.
+    Unschedulable(Arc<Pod>, String),
 }
 
 /// Lists in progress, per kind, and the kinds listed at least once.
@@ -212,6 +265,21 @@ pub enum Decision {
     Error(String),
 }
 
+/// A preemption that passed its checks: the preemptor, the node (the map's
+/// key) and the victims as the coordinator holds them.
+type GrantedPreemption = (Arc<PodInfo>, Arc<str>, Vec<Arc<PodInfo>>);
+
+/// Outcome of a preemption proposal (mirrors `pb::PreemptionOutcome`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PreemptionDecision {
+    /// The pod is nominated to the node and its victims are being deleted.
+    Granted,
+    /// A victim or the room changed; nothing was done.
+    Conflict(String),
+    /// The preemptor is not pending or not the proposer's any more.
+    PodGone(String),
+}
+
 fn raw(obj: &impl serde::Serialize) -> pb::RawObject {
     pb::RawObject {
         // Serializing a k8s-openapi object to JSON cannot fail.
@@ -238,6 +306,54 @@ fn pb_pod_ref(p: &PodInfo) -> pb::PodRef {
         name: p.key.name.to_string(),
         uid: p.uid.to_string(),
     }
+}
+
+fn pdb_key(p: &PodDisruptionBudget) -> (String, String) {
+    (
+        p.metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into()),
+        p.metadata.name.clone().unwrap_or_default(),
+    )
+}
+
+fn pdb_deleted_event((namespace, name): (String, String)) -> pb::WatchEvent {
+    ev(pb::watch_event::Event::PdbDeleted(pb::ObjectRef {
+        namespace,
+        name,
+    }))
+}
+
+fn nominated_event(p: &PodInfo, node: &str) -> pb::WatchEvent {
+    ev(pb::watch_event::Event::NominatedPod(pb::NominatedPod {
+        pod: Some(raw(&*p.pod)),
+        node_name: node.to_owned(),
+    }))
+}
+
+fn pod_ref_of(p: &PodInfo) -> PodRef {
+    PodRef {
+        namespace: p.key.namespace.to_string(),
+        name: p.key.name.to_string(),
+        uid: p.uid.to_string(),
+    }
+}
+
+fn is_terminating(p: &PodInfo) -> bool {
+    p.pod.metadata.deletion_timestamp.is_some()
+}
+
+/// `Ok` when `pod` fits on `node` with `nominated` pods placed there too.
+fn fits_with(node: &NodeInfo, pod: &PodInfo, nominated: &[Arc<PodInfo>]) -> Result<(), String> {
+    if nominated.is_empty() {
+        return fit::check_placement(pod, node);
+    }
+    let mut n = node.clone();
+    for p in nominated {
+        n.add_pod(p.clone());
+    }
+    fit::check_placement(pod, &n)
 }
 
 impl Inner {
@@ -271,6 +387,10 @@ impl Inner {
     }
 
     fn dispatch(&mut self, uid: &Arc<str>) {
+        if self.unresolved.contains_key(uid) {
+            // Waits for its PriorityClass (retried when classes change).
+            return;
+        }
         let Some(rec) = self.pods.get(uid) else {
             return;
         };
@@ -379,6 +499,74 @@ impl Inner {
         }
     }
 
+    /// Pods nominated to `node` that `pod` must leave room for: pending,
+    /// not `pod` itself, priority at least `pod`'s (upstream's
+    /// `addGENominatedPods`).
+    fn nominated_on(&self, node: &str, pod: &PodInfo) -> Vec<Arc<PodInfo>> {
+        self.nominations
+            .get(node)
+            .into_iter()
+            .flatten()
+            .filter(|u| **u != pod.uid)
+            .filter_map(|u| self.pods.get(u))
+            .filter(|r| matches!(r.phase, PodPhase::Pending(_)) && r.info.priority >= pod.priority)
+            .map(|r| r.info.clone())
+            .collect()
+    }
+
+    /// Drops `uid`'s nomination from the maps; returns the node it had.
+    fn unnominate(&mut self, uid: &str) -> Option<Arc<str>> {
+        let node = self.nominated.remove(uid)?;
+        if let Some(list) = self.nominations.get_mut(&node) {
+            list.retain(|u| &**u != uid);
+            if list.is_empty() {
+                self.nominations.remove(&node);
+            }
+        }
+        Some(node)
+    }
+
+    /// Ends `pod`'s nomination, if any, and tells the workers.
+    fn clear_nomination(&mut self, pod: &PodInfo) {
+        if self.unnominate(&pod.uid).is_some() {
+            self.broadcast(&ev(pb::watch_event::Event::NominationCleared(pb_pod_ref(
+                pod,
+            ))));
+        }
+    }
+
+    /// Nominates `pod` to `node` (replacing an earlier nomination) and
+    /// tells the workers.
+    fn nominate(&mut self, pod: &PodInfo, node: Arc<str>) {
+        self.unnominate(&pod.uid);
+        self.nominated.insert(pod.uid.clone(), node.clone());
+        self.nominations
+            .entry(node.clone())
+            .or_default()
+            .push(pod.uid.clone());
+        self.broadcast(&nominated_event(pod, &node));
+    }
+
+    /// PriorityClasses changed: recompile them and try the pods waiting
+    /// for a class again.
+    fn classes_changed(&mut self) {
+        let classes: Vec<PriorityClass> = self
+            .priority_classes
+            .values()
+            .map(|c| (**c).clone())
+            .collect();
+        self.classes = PriorityClasses::new(&classes);
+        let waiting: Vec<Arc<Pod>> = self
+            .unresolved
+            .keys()
+            .filter_map(|u| self.pods.get(u))
+            .map(|r| r.info.pod.clone())
+            .collect();
+        for pod in waiting {
+            Coordinator::apply_pod(self, pod);
+        }
+    }
+
     fn unplace(&mut self, node: &Arc<str>, uid: &str) {
         let removed = match self.orphans.remove(node, uid) {
             Some(p) => Some(p),
@@ -482,7 +670,7 @@ impl Coordinator {
                     Some(None) | None => break,
                 }
             }
-            let newly_synced = {
+            let (newly_synced, deferred) = {
                 let mut inner = self.inner.lock();
                 let was = inner.synced;
                 for e in batch {
@@ -491,8 +679,9 @@ impl Coordinator {
                 if inner.partition_dirty {
                     inner.repartition();
                 }
-                !was && inner.synced
+                (!was && inner.synced, std::mem::take(&mut inner.deferred))
             };
+            self.run_deferred(deferred);
             if self.inner.lock().gangs.has_dirty() {
                 let me = self.clone();
                 tokio::spawn(async move { me.write_pod_group_status().await });
@@ -501,6 +690,31 @@ impl Coordinator {
                 info!("coordinator cache synced");
                 if let Some(tx) = synced.take() {
                     let _ = tx.send(());
+                }
+            }
+        }
+    }
+
+    /// Makes the cluster writes decided under the lock, each in its own task
+    /// (nothing happens outside a tokio runtime).
+    fn run_deferred(&self, deferred: Vec<Deferred>) {
+        if deferred.is_empty() {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        for d in deferred {
+            let cluster = self.cluster.clone();
+            match d {
+                Deferred::Unschedulable(pod, message) => {
+                    rt.spawn(async move {
+                        let r = PodRef::of(&pod);
+                        cluster.record_event(SchedulingEvent::failed_scheduling(&r, &message));
+                        if let Err(e) = cluster.mark_unschedulable(&pod, &message).await {
+                            warn!(pod = %r, error = %e, "could not record PodScheduled=False");
+                        }
+                    });
                 }
             }
         }
@@ -604,6 +818,38 @@ impl Coordinator {
                     Self::apply_locked(inner, WatchEvent::PodGroupDeleted(g));
                 }
             }
+            Kind::PriorityClass => {
+                inner.priority_classes = listed
+                    .into_iter()
+                    .filter_map(|e| match e {
+                        WatchEvent::PriorityClassApplied(pc) => {
+                            pc.metadata.name.clone().map(|n| (n, pc))
+                        }
+                        _ => None,
+                    })
+                    .collect();
+                inner.classes_listed = true;
+                inner.classes_changed();
+                return;
+            }
+            Kind::PodDisruptionBudget => {
+                let keys: HashSet<(String, String)> = listed
+                    .iter()
+                    .filter_map(|e| match e {
+                        WatchEvent::PdbApplied(p) => Some(pdb_key(p)),
+                        _ => None,
+                    })
+                    .collect();
+                let gone: Vec<_> = inner
+                    .pdbs
+                    .values()
+                    .filter(|p| !keys.contains(&pdb_key(p)))
+                    .cloned()
+                    .collect();
+                for p in gone {
+                    Self::apply_locked(inner, WatchEvent::PdbDeleted(p));
+                }
+            }
         }
         for e in listed {
             Self::apply_locked(inner, e);
@@ -613,11 +859,15 @@ impl Coordinator {
     /// Applies one cluster change (exposed for tests). List markers are
     /// ignored here.
     pub fn apply(&self, e: WatchEvent) {
-        let mut inner = self.inner.lock();
-        Self::apply_locked(&mut inner, e);
-        if inner.partition_dirty {
-            inner.repartition();
-        }
+        let deferred = {
+            let mut inner = self.inner.lock();
+            Self::apply_locked(&mut inner, e);
+            if inner.partition_dirty {
+                inner.repartition();
+            }
+            std::mem::take(&mut inner.deferred)
+        };
+        self.run_deferred(deferred);
     }
 
     fn apply_locked(inner: &mut Inner, e: WatchEvent) {
@@ -694,6 +944,30 @@ impl Coordinator {
                 }
             }
             WatchEvent::Relisting(_) | WatchEvent::Listed(_) => {}
+            WatchEvent::PriorityClassApplied(pc) => {
+                if let Some(name) = pc.metadata.name.clone() {
+                    inner.priority_classes.insert(name, pc);
+                    inner.classes_changed();
+                }
+            }
+            WatchEvent::PriorityClassDeleted(pc) => {
+                if let Some(name) = pc.metadata.name.as_deref()
+                    && inner.priority_classes.remove(name).is_some()
+                {
+                    inner.classes_changed();
+                }
+            }
+            WatchEvent::PdbApplied(pdb) => {
+                let msg = ev(pb::watch_event::Event::PdbUpsert(raw(&*pdb)));
+                inner.pdbs.insert(pdb_key(&pdb), pdb);
+                inner.broadcast(&msg);
+            }
+            WatchEvent::PdbDeleted(pdb) => {
+                let key = pdb_key(&pdb);
+                if inner.pdbs.remove(&key).is_some() {
+                    inner.broadcast(&pdb_deleted_event(key));
+                }
+            }
             WatchEvent::PodDeleted(pod) => {
                 let Some(uid) = pod.metadata.uid.as_deref() else {
                     return;
@@ -704,8 +978,11 @@ impl Coordinator {
                 };
                 let uid = uid.clone();
                 inner.unassign(&uid);
+                inner.unresolved.remove(&uid);
+                inner.evicting.remove(&uid);
                 let rec = inner.pods.remove(&uid).expect("present");
                 inner.gangs.member_gone(&rec.info);
+                inner.clear_nomination(&rec.info);
                 if let PodPhase::Granted(n) | PodPhase::Bound(n) = &rec.phase {
                     inner.unplace(n, &uid);
                 }
@@ -717,7 +994,63 @@ impl Coordinator {
         }
     }
 
+    /// `pod` with `spec.priority` resolved from its PriorityClass when
+    /// admission did not set it, and the error when its class does not
+    /// exist (the pod is then returned as it is).
+    fn resolve_priority(inner: &Inner, pod: Arc<Pod>) -> (Arc<Pod>, Option<String>) {
+        if pod.spec.as_ref().is_none_or(|s| s.priority.is_some()) {
+            return (pod, None);
+        }
+        let mut resolved = (*pod).clone();
+        // Admission fixes a pod's priority once: a later change of the
+        // classes does not move it.
+        let earlier = pod
+            .metadata
+            .uid
+            .as_deref()
+            .filter(|u| !inner.unresolved.contains_key(*u))
+            .and_then(|u| inner.pods.get(u))
+            .and_then(|r| r.info.pod.spec.as_ref())
+            .filter(|s| s.priority.is_some());
+        if let (Some(earlier), Some(spec)) = (earlier, resolved.spec.as_mut()) {
+            spec.priority = earlier.priority;
+            if spec.preemption_policy.is_none() {
+                spec.preemption_policy
+                    .clone_from(&earlier.preemption_policy);
+            }
+            if spec.priority_class_name.is_none() {
+                spec.priority_class_name
+                    .clone_from(&earlier.priority_class_name);
+            }
+            return (Arc::new(resolved), None);
+        }
+        match inner.classes.admit(&mut resolved) {
+            Ok(_) => (Arc::new(resolved), None),
+            Err(e) => (pod, Some(e.to_string())),
+        }
+    }
+
+    /// Records that pending `info` waits for its PriorityClass; reports it
+    /// to the cluster once classes were listed.
+    fn hold_unresolved(inner: &mut Inner, info: &Arc<PodInfo>, message: String) {
+        let reported = inner.unresolved.get(&info.uid).copied().unwrap_or(false);
+        let report = !reported && inner.classes_listed;
+        inner
+            .unresolved
+            .insert(info.uid.clone(), reported || report);
+        if let Some(rec) = inner.pods.get_mut(&info.uid) {
+            rec.unschedulable = Some(message.clone());
+        }
+        if report {
+            warn!(pod = %info.key, %message, "pod not dispatched");
+            inner
+                .deferred
+                .push(Deferred::Unschedulable(info.pod.clone(), message));
+        }
+    }
+
     fn apply_pod(inner: &mut Inner, pod: Arc<Pod>) {
+        let (pod, unresolved) = Self::resolve_priority(inner, pod);
         let info = match PodInfo::from_pod(pod.clone()) {
             Ok(i) => Arc::new(i),
             Err(err) => {
@@ -736,7 +1069,10 @@ impl Coordinator {
             inner.gangs.member_seen(&info);
         }
         if info.terminal {
+            inner.unresolved.remove(&uid);
+            inner.evicting.remove(&uid);
             if let Some(rec) = existing {
+                inner.clear_nomination(&rec.info);
                 inner.unassign(&uid);
                 if let PodPhase::Granted(n) | PodPhase::Bound(n) = &rec.phase {
                     inner.unplace(n, &uid);
@@ -749,6 +1085,11 @@ impl Coordinator {
         }
         if let Some(node) = info.node_name.clone() {
             // Bound in the cluster.
+            if let Some(message) = unresolved {
+                warn!(pod = %info.key, %message, "bound pod counts with priority 0");
+            }
+            inner.unresolved.remove(&uid);
+            inner.clear_nomination(&info);
             let mut rec = existing.unwrap_or_else(|| PodRecord {
                 info: info.clone(),
                 phase: PodPhase::Pending(None),
@@ -788,7 +1129,7 @@ impl Coordinator {
                 inner.pods.insert(
                     uid.clone(),
                     PodRecord {
-                        info,
+                        info: info.clone(),
                         phase: PodPhase::Pending(None),
                         first_seen: Instant::now(),
                         bound_at: None,
@@ -797,16 +1138,31 @@ impl Coordinator {
                         rejections: Arc::from([]),
                     },
                 );
+                if let Some(message) = unresolved {
+                    Self::hold_unresolved(inner, &info, message);
+                }
                 inner.dispatch(&uid);
             }
             Some(rec) => {
                 let changed = rec.info.pod.spec != pod.spec
                     || rec.info.pod.metadata.labels != pod.metadata.labels;
                 if let Some(r) = inner.pods.get_mut(&uid) {
-                    r.info = info;
+                    r.info = info.clone();
                 }
-                if changed && let PodPhase::Pending(Some(w)) = rec.phase {
-                    inner.send_to(w, ev(pb::watch_event::Event::AssignedPod(raw(&*pod))));
+                match unresolved {
+                    Some(message) => Self::hold_unresolved(inner, &info, message),
+                    None if inner.unresolved.remove(&uid).is_some() => {
+                        // Its class appeared: schedule it now.
+                        if let Some(r) = inner.pods.get_mut(&uid) {
+                            r.unschedulable = None;
+                        }
+                        inner.dispatch(&uid);
+                    }
+                    None => {
+                        if changed && let PodPhase::Pending(Some(w)) = rec.phase {
+                            inner.send_to(w, ev(pb::watch_event::Event::AssignedPod(raw(&*pod))));
+                        }
+                    }
                 }
             }
         }
@@ -857,6 +1213,14 @@ impl Coordinator {
         for rec in inner.pods.values() {
             if let PodPhase::Bound(_) = rec.phase {
                 let _ = tx.send(ev(pb::watch_event::Event::BoundPod(raw(&*rec.info.pod))));
+            }
+        }
+        for pdb in inner.pdbs.values() {
+            let _ = tx.send(ev(pb::watch_event::Event::PdbUpsert(raw(&**pdb))));
+        }
+        for (uid, node) in &inner.nominated {
+            if let Some(rec) = inner.pods.get(uid) {
+                let _ = tx.send(nominated_event(&rec.info, node));
             }
         }
         if let Some(w) = inner.workers.get_mut(&id) {
@@ -934,6 +1298,16 @@ impl Coordinator {
                 debug!(%pod, node, %reason, "bind conflict");
                 return Decision::Conflict(format!("node {node}: {reason}"));
             }
+            let nominated = inner.nominated_on(node, &info);
+            if let Err(reason) = fits_with(ninfo, &info, &nominated) {
+                inner.counters.conflicts += 1;
+                let names: Vec<String> = nominated.iter().map(|p| p.key.to_string()).collect();
+                debug!(%pod, node, %reason, "bind conflict (room reserved for nominated pods)");
+                return Decision::Conflict(format!(
+                    "node {node}: {reason} (room reserved for nominated pods {})",
+                    names.join(", ")
+                ));
+            }
             let checks = inner
                 .cross_node_checks
                 .get(&*info.scheduler_name)
@@ -980,6 +1354,7 @@ impl Coordinator {
                 for w in inner.workers.values_mut() {
                     w.assigned.remove(&info.uid);
                 }
+                inner.clear_nomination(&info);
                 drop(inner);
                 self.cluster
                     .record_event(SchedulingEvent::scheduled(pod, &node_name));
@@ -1018,6 +1393,161 @@ impl Coordinator {
                 }
             }
         }
+    }
+
+    /// Preemption arbitration for worker `worker`'s proposal to evict
+    /// `victims` from `node` so that `pod` fits there. Checked under the
+    /// lock: the pod is pending and assigned to `worker`, may preempt
+    /// (`preemptionPolicy` is not `Never`); every victim is bound to `node`,
+    /// not terminating, lower in priority than the pod and not already
+    /// being evicted for another pod; the pod fits on `node` once the
+    /// victims are gone, counting the pods nominated there with a priority
+    /// at least its own. On success the pod is nominated to `node`
+    /// (broadcast to workers, `status.nominatedNodeName` written), the
+    /// victims are deleted gracefully and each gets a `Preempted` Event
+    /// (upstream's note: `Preempted by pod <uid> on node <node>`).
+    pub async fn propose_preemption(
+        &self,
+        worker: WorkerId,
+        pod: &PodRef,
+        node: &str,
+        victims: &[PodRef],
+    ) -> PreemptionDecision {
+        let (preemptor, node_name, victims) = {
+            let mut inner = self.inner.lock();
+            inner.counters.preemption_attempts += 1;
+            inner.last_activity = Some(Instant::now());
+            let (preemptor, node_name, victims) =
+                match Self::check_preemption(&inner, worker, pod, node, victims) {
+                    Ok(v) => v,
+                    Err(d) => {
+                        debug!(%pod, node, decision = ?d, "preemption refused");
+                        return d;
+                    }
+                };
+            inner.nominate(&preemptor, node_name.clone());
+            for v in &victims {
+                inner.evicting.insert(v.uid.clone(), preemptor.uid.clone());
+            }
+            inner.counters.preemption_victims += victims.len() as u64;
+            (preemptor, node_name, victims)
+        };
+        info!(pod = %pod, node = %node_name, victims = victims.len(), "preemption granted");
+        if let Err(e) = self
+            .cluster
+            .set_nominated_node(&preemptor.pod, Some(&node_name))
+            .await
+        {
+            warn!(%pod, error = %e, "could not write status.nominatedNodeName");
+        }
+        for v in &victims {
+            let r = pod_ref_of(v);
+            match self.cluster.delete_pod(&r, None).await {
+                Ok(()) => {
+                    self.cluster.record_event(SchedulingEvent::preempted(
+                        &r,
+                        &preemptor.uid,
+                        &node_name,
+                    ));
+                }
+                Err(ClusterError::PodNotFound(_)) => {
+                    debug!(victim = %r, "victim already deleted");
+                }
+                Err(e) => {
+                    warn!(victim = %r, error = %e, "could not delete a preemption victim");
+                    self.inner.lock().evicting.remove(&v.uid);
+                }
+            }
+        }
+        PreemptionDecision::Granted
+    }
+
+    /// The checks of [`Coordinator::propose_preemption`]: the preemptor, the
+    /// node and the victims as the coordinator holds them.
+    fn check_preemption(
+        inner: &Inner,
+        worker: WorkerId,
+        pod: &PodRef,
+        node: &str,
+        victims: &[PodRef],
+    ) -> Result<GrantedPreemption, PreemptionDecision> {
+        use PreemptionDecision::{Conflict, PodGone};
+        let Some(rec) = inner.pods.get(pod.uid.as_str()) else {
+            return Err(PodGone(format!("pod {pod} is not pending")));
+        };
+        match rec.phase {
+            PodPhase::Pending(Some(w)) if w == worker => {}
+            PodPhase::Pending(_) => {
+                return Err(PodGone(format!(
+                    "pod {pod} is not assigned to worker {worker}"
+                )));
+            }
+            PodPhase::Granted(_) | PodPhase::Bound(_) => {
+                return Err(PodGone(format!("pod {pod} is not pending")));
+            }
+        }
+        let preemptor = rec.info.clone();
+        let policy = preemptor
+            .pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.preemption_policy.as_deref());
+        if policy == Some("Never") {
+            return Err(Conflict(format!(
+                "pod {pod}: spec.preemptionPolicy is Never"
+            )));
+        }
+        let Some((node_name, ninfo)) = inner.nodes.get_key_value(node) else {
+            return Err(Conflict(format!("node {node} not found")));
+        };
+        let mut found: Vec<Arc<PodInfo>> = Vec::with_capacity(victims.len());
+        for v in victims {
+            let Some(vrec) = inner.pods.get(v.uid.as_str()) else {
+                return Err(Conflict(format!("victim {v} is gone")));
+            };
+            if !matches!(&vrec.phase, PodPhase::Bound(n) if &**n == node) {
+                return Err(Conflict(format!("victim {v} is not bound to node {node}")));
+            }
+            if is_terminating(&vrec.info) {
+                return Err(Conflict(format!("victim {v} is already terminating")));
+            }
+            if let Some(other) = inner.evicting.get(v.uid.as_str()) {
+                return Err(Conflict(format!(
+                    "victim {v} is already being evicted for pod {other}"
+                )));
+            }
+            if vrec.info.priority >= preemptor.priority {
+                return Err(Conflict(format!(
+                    "victim {v} has priority {}, not lower than {}",
+                    vrec.info.priority, preemptor.priority
+                )));
+            }
+            if !found.iter().any(|f| f.uid == vrec.info.uid) {
+                found.push(vrec.info.clone());
+            }
+        }
+        let mut without = ninfo.clone();
+        for v in &found {
+            without.remove_pod(&v.uid);
+        }
+        let nominated = inner.nominated_on(node, &preemptor);
+        if let Err(reason) = fits_with(&without, &preemptor, &nominated) {
+            return Err(Conflict(format!(
+                "node {node}: {reason} even without the victims"
+            )));
+        }
+        Ok((preemptor, node_name.clone(), found))
+    }
+
+    /// The node `namespace/name` is nominated to, if any.
+    #[must_use]
+    pub fn nominated_node(&self, namespace: &str, name: &str) -> Option<Arc<str>> {
+        let inner = self.inner.lock();
+        inner
+            .pods
+            .values()
+            .find(|r| &*r.info.key.namespace == namespace && &*r.info.key.name == name)
+            .and_then(|r| inner.nominated.get(&r.info.uid).cloned())
     }
 
     /// A worker found no node for `pod`: record the FitError message and the

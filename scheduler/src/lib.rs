@@ -11,6 +11,7 @@
 //! - [`plugins`]: the in-tree plugins, one file each.
 //! - [`preemption`]: DefaultPreemption's PostFilter (victims, candidate
 //!   node), pure over a snapshot.
+//! - [`pdbs`]: the PodDisruptionBudgets the coordinator forwards.
 //! - [`worker`]: the worker process: coordinator stream → cache/queue →
 //!   scheduling thread → binding tasks.
 
@@ -18,6 +19,7 @@ pub mod cache;
 pub mod config;
 pub mod framework;
 pub mod gang;
+pub mod pdbs;
 pub mod plugins;
 pub mod preemption;
 pub mod queue;

@@ -9,6 +9,10 @@
 //!   as upstream's scheduling cycle is serial;
 //! - **binding tasks** (async, one per pod): `ProposeBind` → confirm or
 //!   forget + re-queue;
+//! - **preemption tasks** (async): after an Unschedulable cycle in a profile
+//!   with DefaultPreemption, `ProposePreemption` for the candidate the
+//!   PostFilter chose ([`post_filter`]); the pod waits in the unschedulable
+//!   pool either way, and the victims' deletions bring it back;
 //! - **housekeeping task**: expires unconfirmed assumed pods, releases gang
 //!   members that waited past their PodGroup's timeout, and flushes the
 //!   unschedulable pool.
@@ -26,6 +30,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tonic::transport::{Channel, Endpoint};
@@ -33,15 +38,16 @@ use tracing::{debug, info, info_span, warn};
 
 use flotilla_proto::v1 as pb;
 use flotilla_proto::v1::coordinator_client::CoordinatorClient;
-use flotilla_shared::framework::{ClusterEvent, ExtensionPoint};
+use flotilla_shared::framework::{ClusterEvent, ExtensionPoint, FitError};
 use flotilla_shared::node_info::NodeSpec;
 use flotilla_shared::{PodInfo, WorkloadClass};
 
 use crate::cache::{DEFAULT_ASSUMED_POD_TTL, NodeCache, Snapshot};
-use crate::framework::{Profile, ProfileMap, Registry, RegistryError, ScheduleError};
-use crate::plugins::names;
+use crate::framework::{Framework, Profile, ProfileMap, Registry, RegistryError, ScheduleError};
 use crate::gang::{self, GangBook, PermitOutcome, Placement};
+use crate::pdbs::PdbStore;
 use crate::plugins::coscheduling;
+use crate::plugins::names;
 use crate::queue::{QueueConfig, QueueLengths, QueuedPodInfo, SchedulingQueue};
 
 /// Worker settings.
@@ -144,6 +150,10 @@ pub struct WorkerStats {
     /// Times the coordinator stream broke (each followed by an attempt to
     /// register again, which may fail and end the worker).
     pub reconnects: AtomicU64,
+    /// Preemption proposals sent (`ProposePreemption`).
+    pub preemption_attempts: AtomicU64,
+    /// Victims of the preemptions the coordinator granted.
+    pub preemption_victims: AtomicU64,
 }
 
 impl WorkerStats {
@@ -171,6 +181,8 @@ struct Shared {
     stopping: std::sync::atomic::AtomicBool,
     /// PodGroups, members and the members waiting at Permit.
     gangs: Arc<GangBook>,
+    /// PodDisruptionBudgets, for preemption.
+    pdbs: PdbStore,
 }
 
 fn pb_ref(p: &PodInfo) -> pb::PodRef {
@@ -424,6 +436,7 @@ async fn session(
         binds: Arc::new(tokio::sync::Semaphore::new(MAX_BINDS_IN_FLIGHT)),
         stopping: std::sync::atomic::AtomicBool::new(false),
         gangs,
+        pdbs: PdbStore::new(),
     });
 
     let stop = shutdown.child_token();
@@ -549,6 +562,27 @@ fn apply_event(s: &Shared, event: pb::watch_event::Event) {
         }
         Event::NamespaceDeleted(name) => s.cache.remove_namespace(&name),
         Event::Synced(_) => {}
+        Event::PdbUpsert(raw) => match serde_json::from_slice::<PodDisruptionBudget>(&raw.json) {
+            Ok(pdb) => s.pdbs.upsert(pdb),
+            Err(e) => {
+                warn!(error = %e, "coordinator sent a PodDisruptionBudget that does not parse")
+            }
+        },
+        Event::PdbDeleted(r) => {
+            s.pdbs.remove(&r.namespace, &r.name);
+        }
+        Event::NominatedPod(n) => {
+            if let Some(pod) = n.pod.as_ref().and_then(parse_pod) {
+                debug!(pod = %pod.key, node = %n.node_name, "nominated");
+                // TODO(lead, after the nominator merge): reserve its room.
+                // s.cache.set_nominated(pod, &n.node_name);
+            }
+        }
+        Event::NominationCleared(r) => {
+            debug!(uid = %r.uid, "nomination cleared");
+            // TODO(lead, after the nominator merge):
+            // s.cache.clear_nominated(&r.uid);
+        }
     }
 }
 
@@ -701,6 +735,9 @@ fn schedule_one(s: &Arc<Shared>, worker: &str, snapshot: &mut Snapshot, qp: Queu
                 })
                 .collect();
             report_unschedulable(s, &pod, message, node_statuses);
+            if let Some((node, victims)) = post_filter(s, framework, &pod, snapshot, &fit) {
+                propose_preemption(s, &pod, &node, &victims);
+            }
         }
         Err(e @ ScheduleError::Internal { .. }) => {
             warn!(error = %e, "scheduling cycle failed; backing off");
@@ -753,6 +790,78 @@ fn report(
         async move {
             if let Err(status) = client.report_unschedulable(req).await {
                 warn!(%status, "ReportUnschedulable failed");
+            }
+        },
+        &s.runtime,
+    );
+}
+
+/// The PostFilter step after an Unschedulable cycle: when the pod's profile
+/// enables DefaultPreemption, the node to nominate and the victims to evict
+/// there (upstream's `PostFilterResult` with its candidate).
+///
+/// NOT WIRED YET: returns `None` until the lead connects
+/// `preemption::preempt(fw, pod, snapshot, fit, pdbs, args, offset)` here
+/// (`PostFilterOutcome::Nominate(candidate)` → `Some((candidate.node,
+/// candidate.victims))`, `NotHelpful(_)` → `None`), with
+/// `s.pdbs.list()` as the PDBs.
+fn post_filter(
+    s: &Shared,
+    framework: &Framework,
+    pod: &Arc<PodInfo>,
+    snapshot: &Snapshot,
+    fit: &FitError,
+) -> Option<(Arc<str>, Vec<Arc<PodInfo>>)> {
+    if !framework
+        .enabled_at(ExtensionPoint::PostFilter)
+        .contains(&names::DEFAULT_PREEMPTION)
+    {
+        return None;
+    }
+    let _ = (&s.pdbs, pod, snapshot, fit);
+    None
+}
+
+/// Sends `ProposePreemption` for `pod` (in a task): on `GRANTED` the pod
+/// stays in the unschedulable pool (the victims' deletions bring it back,
+/// as upstream); on `CONFLICT` too (the next cluster event retries it); on
+/// `POD_GONE` it is dropped.
+fn propose_preemption(s: &Arc<Shared>, pod: &Arc<PodInfo>, node: &str, victims: &[Arc<PodInfo>]) {
+    s.stats.preemption_attempts.fetch_add(1, Ordering::Relaxed);
+    let mut client = s.client.clone();
+    let req = pb::PreemptionProposal {
+        worker_id: s.id.clone(),
+        pod: Some(pb_ref(pod)),
+        node_name: node.to_owned(),
+        victims: victims.iter().map(|v| pb_ref(v)).collect(),
+    };
+    let n = victims.len() as u64;
+    let s2 = s.clone();
+    let pod = pod.clone();
+    s.tracker.spawn_on(
+        async move {
+            match client.propose_preemption(req).await {
+                Ok(r) => {
+                    let d = r.into_inner();
+                    match pb::PreemptionOutcome::try_from(d.outcome) {
+                        Ok(pb::PreemptionOutcome::Granted) => {
+                            s2.stats.preemption_victims.fetch_add(n, Ordering::Relaxed);
+                        }
+                        Ok(pb::PreemptionOutcome::PodGone) => {
+                            debug!(pod = %pod.key, reason = %d.reason, "preemptor gone; dropping it");
+                            s2.queue.delete(&pod.uid);
+                        }
+                        _ => {
+                            debug!(pod = %pod.key, reason = %d.reason, "preemption refused");
+                        }
+                    }
+                }
+                Err(status) => {
+                    if !s2.stopping.load(Ordering::Acquire) {
+                        warn!(%status, "ProposePreemption failed");
+                    }
+                    s2.stats.errors.fetch_add(1, Ordering::Relaxed);
+                }
             }
         },
         &s.runtime,

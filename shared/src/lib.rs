@@ -25,6 +25,7 @@
 //!   (scheduler-plugins Coscheduling) and the pod label naming it.
 //! - [`framework`]: the plugin traits (PreFilter, Filter, Score), `Status`,
 //!   `CycleState` and `FitError`.
+//! - [`priority`]: pod priority from PriorityClasses, as admission resolves it.
 //! - [`testing`]: builders for pods and nodes.
 
 pub mod fit;
@@ -36,6 +37,7 @@ pub mod pdb;
 pub mod pod_affinity;
 pub mod pod_group;
 pub mod pod_info;
+pub mod priority;
 pub mod quantity;
 pub mod resources;
 pub mod selector;

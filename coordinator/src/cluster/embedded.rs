@@ -1,6 +1,8 @@
-//! The embedded simulated cluster: an in-memory API server for Nodes, Pods
-//! and PodGroups (`scheduling.x-k8s.io/v1alpha1`, with their `status`
-//! subresource) with resourceVersions, list + watch, Bindings, pod status conditions and
+//! The embedded simulated cluster: an in-memory API server for Nodes, Pods,
+//! PodGroups (`scheduling.x-k8s.io/v1alpha1`, with their `status`
+//! subresource), PriorityClasses and PodDisruptionBudgets with
+//! resourceVersions, list + watch, Bindings, graceful pod deletion, pod
+//! status conditions and
 //! recorded Events.
 //! The default backend, so Flotilla runs on a machine with no cluster.
 //!
@@ -9,7 +11,10 @@
 //! resourceVersion replays exactly what it missed; an older one gets
 //! [`ClusterError::Expired`] and must list again (the API server's `410 Gone`
 //! after etcd compaction). There is no kubelet: bound pods stay `Pending`
-//! with `PodScheduled=True` unless a caller changes their phase.
+//! with `PodScheduled=True` unless a caller changes their phase. A graceful
+//! delete ([`Cluster::delete_pod`]) sets `metadata.deletionTimestamp` and
+//! removes the pod when the grace period ends (a timer task standing in for
+//! the kubelet); until then it stays bound and holds its room.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
@@ -18,6 +23,10 @@ use flotilla_shared::pod_group::{PodGroup, PodGroupStatus};
 use futures::StreamExt as _;
 use futures::stream::BoxStream;
 use k8s_openapi::api::core::v1::{Node, Pod, PodCondition, PodStatus};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
@@ -31,6 +40,10 @@ pub const HISTORY_LIMIT: usize = 100_000;
 
 /// Events kept for [`EmbeddedCluster::events`] (all are counted).
 pub const EVENTS_KEPT: usize = 100_000;
+
+/// Grace period (seconds) of a delete that names none, for a pod without
+/// `spec.terminationGracePeriodSeconds` (the API's default for that field).
+pub const DEFAULT_GRACE_PERIOD_SECONDS: i64 = 30;
 
 #[derive(Debug, Default)]
 struct State {
@@ -47,6 +60,12 @@ struct State {
     events_recorded: u64,
     /// PodGroups by (namespace, name).
     pod_groups: BTreeMap<(String, String), Arc<PodGroup>>,
+    priority_classes: BTreeMap<String, Arc<PriorityClass>>,
+    pdbs: BTreeMap<(String, String), Arc<PodDisruptionBudget>>,
+    /// Overrides every grace period when set ([`EmbeddedCluster::set_grace_period`]).
+    grace_override: Option<i64>,
+    /// Graceful deletes accepted.
+    deletes: u64,
 }
 
 impl State {
@@ -61,6 +80,19 @@ impl State {
     fn next_rv(&mut self) -> String {
         self.resource_version += 1;
         self.resource_version.to_string()
+    }
+
+    /// Removes the pod at `key` (when `uid` is given, only that very pod).
+    fn remove_pod(&mut self, key: &(String, String), uid: Option<&str>) -> Option<Arc<Pod>> {
+        let cur = self.pods.get(key)?;
+        if uid.is_some_and(|u| cur.metadata.uid.as_deref() != Some(u)) {
+            return None;
+        }
+        let pod = self.pods.remove(key)?;
+        self.pod_order.retain(|k| k != key);
+        self.next_rv();
+        self.emit(WatchEvent::PodDeleted(pod.clone()));
+        Some(pod)
     }
 }
 
@@ -94,7 +126,17 @@ pub enum AdminError {
 /// The embedded cluster. Cheap to share (`Arc<EmbeddedCluster>`).
 #[derive(Debug, Default)]
 pub struct EmbeddedCluster {
-    state: Mutex<State>,
+    state: Arc<Mutex<State>>,
+}
+
+fn pdb_key(p: &PodDisruptionBudget) -> (String, String) {
+    (
+        p.metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into()),
+        p.metadata.name.clone().unwrap_or_default(),
+    )
 }
 
 fn pod_key(p: &Pod) -> (String, String) {
@@ -180,20 +222,108 @@ impl EmbeddedCluster {
         Ok(())
     }
 
-    /// Deletes a pod.
+    /// Deletes a pod at once (no grace period).
     ///
     /// # Errors
     /// [`AdminError::NotFound`].
     pub fn delete_pod(&self, namespace: &str, name: &str) -> Result<(), AdminError> {
         let mut st = self.state.lock();
         let key = (namespace.to_owned(), name.to_owned());
-        let pod = st.pods.remove(&key).ok_or_else(|| AdminError::NotFound {
-            kind: "Pod",
-            name: format!("{namespace}/{name}"),
+        st.remove_pod(&key, None)
+            .map(|_| ())
+            .ok_or_else(|| AdminError::NotFound {
+                kind: "Pod",
+                name: format!("{namespace}/{name}"),
+            })
+    }
+
+    /// Grace period (seconds) of every graceful delete from now on, whatever
+    /// the caller or the pod asks (`Some(0)`: deletes are immediate); `None`
+    /// restores the normal choice (the caller's, else the pod's
+    /// `terminationGracePeriodSeconds`, else
+    /// [`DEFAULT_GRACE_PERIOD_SECONDS`]). Negative values count as 0.
+    pub fn set_grace_period(&self, seconds: Option<i64>) {
+        self.state.lock().grace_override = seconds.map(|s| s.max(0));
+    }
+
+    /// Graceful deletes accepted so far ([`Cluster::delete_pod`]).
+    #[must_use]
+    pub fn delete_count(&self) -> u64 {
+        self.state.lock().deletes
+    }
+
+    /// Creates or replaces a PriorityClass (like `kubectl apply`).
+    ///
+    /// # Errors
+    /// [`AdminError::MissingName`].
+    pub fn apply_priority_class(&self, mut pc: PriorityClass) -> Result<(), AdminError> {
+        let name = pc.metadata.name.clone().ok_or(AdminError::MissingName {
+            kind: "PriorityClass",
         })?;
-        st.pod_order.retain(|k| k != &key);
+        let mut st = self.state.lock();
+        pc.metadata.resource_version = Some(st.next_rv());
+        let pc = Arc::new(pc);
+        st.priority_classes.insert(name, pc.clone());
+        st.emit(WatchEvent::PriorityClassApplied(pc));
+        Ok(())
+    }
+
+    /// Deletes a PriorityClass.
+    ///
+    /// # Errors
+    /// [`AdminError::NotFound`].
+    pub fn delete_priority_class(&self, name: &str) -> Result<(), AdminError> {
+        let mut st = self.state.lock();
+        let pc = st
+            .priority_classes
+            .remove(name)
+            .ok_or_else(|| AdminError::NotFound {
+                kind: "PriorityClass",
+                name: name.into(),
+            })?;
         st.next_rv();
-        st.emit(WatchEvent::PodDeleted(pod));
+        st.emit(WatchEvent::PriorityClassDeleted(pc));
+        Ok(())
+    }
+
+    /// Creates or replaces a PodDisruptionBudget (a missing namespace
+    /// becomes `default`).
+    ///
+    /// # Errors
+    /// [`AdminError::MissingName`].
+    pub fn apply_pdb(&self, mut pdb: PodDisruptionBudget) -> Result<(), AdminError> {
+        if pdb.metadata.name.is_none() {
+            return Err(AdminError::MissingName {
+                kind: "PodDisruptionBudget",
+            });
+        }
+        pdb.metadata
+            .namespace
+            .get_or_insert_with(|| "default".into());
+        let key = pdb_key(&pdb);
+        let mut st = self.state.lock();
+        pdb.metadata.resource_version = Some(st.next_rv());
+        let pdb = Arc::new(pdb);
+        st.pdbs.insert(key, pdb.clone());
+        st.emit(WatchEvent::PdbApplied(pdb));
+        Ok(())
+    }
+
+    /// Deletes a PodDisruptionBudget.
+    ///
+    /// # Errors
+    /// [`AdminError::NotFound`].
+    pub fn delete_pdb(&self, namespace: &str, name: &str) -> Result<(), AdminError> {
+        let mut st = self.state.lock();
+        let pdb = st
+            .pdbs
+            .remove(&(namespace.to_owned(), name.to_owned()))
+            .ok_or_else(|| AdminError::NotFound {
+                kind: "PodDisruptionBudget",
+                name: format!("{namespace}/{name}"),
+            })?;
+        st.next_rv();
+        st.emit(WatchEvent::PdbDeleted(pdb));
         Ok(())
     }
 
@@ -382,6 +512,8 @@ impl ListWatch for EmbeddedCluster {
                 .collect(),
             pod_groups: st.pod_groups.values().cloned().collect(),
             resource_version: st.resource_version,
+            priority_classes: st.priority_classes.values().cloned().collect(),
+            pdbs: st.pdbs.values().cloned().collect(),
         })
     }
 
@@ -504,6 +636,77 @@ impl Cluster for EmbeddedCluster {
         st.emit(WatchEvent::PodGroupApplied(next));
         Ok(())
     }
+
+    async fn delete_pod(&self, pod: &PodRef, grace: Option<i64>) -> Result<(), ClusterError> {
+        let key = (pod.namespace.clone(), pod.name.clone());
+        let mut st = self.state.lock();
+        let cur = st
+            .pods
+            .get(&key)
+            .filter(|p| pod.uid.is_empty() || p.metadata.uid.as_deref() == Some(pod.uid.as_str()))
+            .ok_or_else(|| ClusterError::PodNotFound(pod.to_string()))?
+            .clone();
+        st.deletes += 1;
+        let grace = st
+            .grace_override
+            .or(grace)
+            .or_else(|| {
+                cur.spec
+                    .as_ref()
+                    .and_then(|s| s.termination_grace_period_seconds)
+            })
+            .unwrap_or(DEFAULT_GRACE_PERIOD_SECONDS)
+            .max(0);
+        let uid = cur.metadata.uid.clone();
+        if grace == 0 {
+            st.remove_pod(&key, uid.as_deref());
+            return Ok(());
+        }
+        if cur.metadata.deletion_timestamp.is_some() {
+            // Already terminating: its own timer removes it.
+            return Ok(());
+        }
+        let deadline = Timestamp::now()
+            .checked_add(SignedDuration::from_secs(grace))
+            .unwrap_or(Timestamp::MAX);
+        Self::update_pod(&mut st, pod, |p| {
+            p.metadata.deletion_timestamp = Some(Time(deadline));
+            p.metadata.deletion_grace_period_seconds = Some(grace);
+            Ok(())
+        })?;
+        drop(st);
+        let state = self.state.clone();
+        #[allow(clippy::cast_sign_loss)] // grace > 0 here
+        let wait = std::time::Duration::from_secs(grace as u64);
+        tokio::spawn(async move {
+            tokio::time::sleep(wait).await;
+            state.lock().remove_pod(&key, uid.as_deref());
+        });
+        Ok(())
+    }
+
+    async fn set_nominated_node(&self, pod: &Pod, node: Option<&str>) -> Result<(), ClusterError> {
+        let r = PodRef::of(pod);
+        let mut st = self.state.lock();
+        let key = (r.namespace.clone(), r.name.clone());
+        let same = st.pods.get(&key).is_some_and(|p| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.nominated_node_name.as_deref())
+                == node
+        });
+        if same {
+            return Ok(());
+        }
+        Self::update_pod(&mut st, &r, |p| {
+            p.status
+                .get_or_insert_with(PodStatus::default)
+                .nominated_node_name = node.map(str::to_owned);
+            Ok(())
+        })?;
+        st.status_writes += 1;
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -608,5 +811,140 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(c.write_counts().1, 1);
+    }
+
+    fn bound(name: &str, grace: Option<i64>) -> Pod {
+        let mut p = PodBuilder::new(name).cpu("1").node_name("n1").build();
+        p.spec
+            .as_mut()
+            .expect("spec")
+            .termination_grace_period_seconds = grace;
+        p
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_graceful_delete_keeps_the_pod_bound_until_its_grace_period_ends() {
+        let c = EmbeddedCluster::new();
+        c.apply_node(NodeBuilder::new("n1").build()).unwrap();
+        c.create_pod(bound("a", None)).unwrap();
+        c.create_pod(bound("b", Some(5))).unwrap();
+        let start = tokio::time::Instant::now();
+        c.delete_pod_gracefully("a", None).await;
+        c.delete_pod_gracefully("b", None).await;
+        for name in ["a", "b"] {
+            let p = c.pod("default", name).expect("still there: terminating");
+            assert!(p.metadata.deletion_timestamp.is_some(), "{name}");
+            assert_eq!(p.spec.as_ref().unwrap().node_name.as_deref(), Some("n1"));
+        }
+        assert_eq!(
+            c.pod("default", "a")
+                .unwrap()
+                .metadata
+                .deletion_grace_period_seconds,
+            Some(DEFAULT_GRACE_PERIOD_SECONDS)
+        );
+        // The pod's own terminationGracePeriodSeconds (5 s) applies to b.
+        tokio::time::sleep_until(start + std::time::Duration::from_millis(4_900)).await;
+        assert!(c.pod("default", "b").is_some(), "b within its grace period");
+        tokio::time::sleep_until(start + std::time::Duration::from_millis(5_100)).await;
+        assert!(c.pod("default", "b").is_none(), "b gone after 5 s");
+        assert!(c.pod("default", "a").is_some(), "a has 30 s");
+        // A second delete does not restart the clock.
+        c.delete_pod_gracefully("a", Some(60)).await;
+        tokio::time::sleep_until(start + std::time::Duration::from_millis(30_100)).await;
+        assert!(c.pod("default", "a").is_none(), "a gone after 30 s");
+        assert_eq!(c.delete_count(), 3);
+    }
+
+    impl EmbeddedCluster {
+        async fn delete_pod_gracefully(&self, name: &str, grace: Option<i64>) {
+            Cluster::delete_pod(self, &pref(name), grace)
+                .await
+                .expect("the pod exists");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_zero_grace_or_the_override_deletes_at_once_and_a_namesake_is_spared() {
+        let c = EmbeddedCluster::new();
+        c.apply_node(NodeBuilder::new("n1").build()).unwrap();
+        c.create_pod(bound("a", Some(30))).unwrap();
+        c.delete_pod_gracefully("a", Some(0)).await;
+        assert!(c.pod("default", "a").is_none());
+        c.set_grace_period(Some(0));
+        c.create_pod(bound("b", Some(30))).unwrap();
+        c.delete_pod_gracefully("b", None).await;
+        assert!(c.pod("default", "b").is_none());
+        c.create_pod(bound("d", None)).unwrap();
+        let mut other = pref("d");
+        other.uid = "uid-someone-else".into();
+        assert_eq!(
+            Cluster::delete_pod(&c, &other, Some(0)).await,
+            Err(ClusterError::PodNotFound("default/d".into()))
+        );
+        assert!(c.pod("default", "d").is_some());
+    }
+
+    #[tokio::test]
+    async fn set_nominated_node_writes_and_clears_the_status_field() {
+        let c = EmbeddedCluster::new();
+        c.create_pod(PodBuilder::new("a").build()).unwrap();
+        let a = c.pod("default", "a").unwrap();
+        let nnn = |c: &EmbeddedCluster| {
+            c.pod("default", "a")
+                .unwrap()
+                .status
+                .as_ref()
+                .and_then(|s| s.nominated_node_name.clone())
+        };
+        c.set_nominated_node(&a, Some("n1")).await.unwrap();
+        assert_eq!(nnn(&c).as_deref(), Some("n1"));
+        c.set_nominated_node(&a, Some("n1")).await.unwrap();
+        assert_eq!(c.write_counts().1, 1, "the same value writes nothing");
+        c.set_nominated_node(&a, None).await.unwrap();
+        assert_eq!(nnn(&c), None);
+    }
+
+    #[tokio::test]
+    async fn priority_classes_and_pdbs_are_listed_and_watched() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+        let c = EmbeddedCluster::new();
+        let pc = PriorityClass {
+            metadata: ObjectMeta {
+                name: Some("high".into()),
+                ..ObjectMeta::default()
+            },
+            value: 1000.into(),
+            ..PriorityClass::default()
+        };
+        c.apply_priority_class(pc).unwrap();
+        let list = c.list().await.unwrap();
+        assert_eq!(list.priority_classes.len(), 1);
+        let mut w = c.watch(list.resource_version);
+        c.apply_pdb(PodDisruptionBudget {
+            metadata: ObjectMeta {
+                name: Some("web".into()),
+                ..ObjectMeta::default()
+            },
+            ..PodDisruptionBudget::default()
+        })
+        .unwrap();
+        c.delete_priority_class("high").unwrap();
+        assert!(matches!(
+            w.next().await,
+            Some(Ok(WatchEvent::PdbApplied(p))) if p.metadata.namespace.as_deref() == Some("default")
+        ));
+        assert!(matches!(
+            w.next().await,
+            Some(Ok(WatchEvent::PriorityClassDeleted(_)))
+        ));
+        assert_eq!(c.list().await.unwrap().pdbs.len(), 1);
+        assert_eq!(
+            c.delete_pdb("default", "nope"),
+            Err(AdminError::NotFound {
+                kind: "PodDisruptionBudget",
+                name: "default/nope".into()
+            })
+        );
     }
 }

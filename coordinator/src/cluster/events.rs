@@ -57,9 +57,9 @@ pub struct SchedulingEvent {
     pub pod: PodRef,
     /// `Normal` or `Warning`.
     pub type_: EventType,
-    /// `Scheduled` or `FailedScheduling`.
+    /// `Scheduled`, `FailedScheduling` or `Preempted`.
     pub reason: &'static str,
-    /// `Binding` or `Scheduling`.
+    /// `Binding`, `Scheduling` or `Preempting`.
     pub action: &'static str,
     /// Human-readable text (at most [`NOTE_LENGTH_LIMIT`] bytes).
     pub note: String,
@@ -79,6 +79,20 @@ impl SchedulingEvent {
             type_: EventType::Normal,
             reason: "Scheduled",
             action: "Binding",
+        }
+    }
+
+    /// `Normal` `Preempted` (action `Preempting`) on a preemption victim:
+    /// "Preempted by pod <preemptor uid> on node <node>" (upstream's
+    /// preemption evaluator).
+    #[must_use]
+    pub fn preempted(victim: &PodRef, preemptor_uid: &str, node: &str) -> Self {
+        SchedulingEvent {
+            pod: victim.clone(),
+            type_: EventType::Normal,
+            reason: "Preempted",
+            action: "Preempting",
+            note: truncate_note(&format!("Preempted by pod {preemptor_uid} on node {node}")),
         }
     }
 

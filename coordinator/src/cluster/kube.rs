@@ -1,8 +1,9 @@
 //! The real API-server backend, through the `kube` crate.
 //!
-//! - **Reads**: `kube::runtime::watcher` on Namespaces, Nodes and non-terminal Pods
+//! - **Reads**: `kube::runtime::watcher` on Namespaces, Nodes, non-terminal Pods
 //!   (`status.phase!=Succeeded,status.phase!=Failed`, upstream's scheduler pod
-//!   informer), with kube's default backoff on errors; it relists by itself
+//!   informer), `scheduling.k8s.io/v1` PriorityClasses and `policy/v1`
+//!   PodDisruptionBudgets, with kube's default backoff on errors; it relists by itself
 //!   after an expired resourceVersion (410) and its `Init`/`InitApply`/
 //!   `InitDone` become our `Relisting`/`*Applied`/`Listed`.
 //! - **PodGroups** (`scheduling.x-k8s.io/v1alpha1` `podgroups`, typed as
@@ -21,6 +22,12 @@
 //!   the FitError text; conditions merge by `type`, so the others stay. As
 //!   upstream's `updatePod`, nothing is written when the condition already
 //!   says so, and `lastTransitionTime` moves only when the status changes.
+//! - **Delete** (preemption's victims): `DELETE pods/<name>` with
+//!   `gracePeriodSeconds` (when given) and `preconditions.uid`, so a
+//!   namesake is never deleted; 404 and a failed uid precondition (409) →
+//!   [`ClusterError::PodNotFound`].
+//! - **Nomination**: a merge patch of `pods/<name>/status` setting (or
+//!   clearing, with `null`) `status.nominatedNodeName`.
 //! - **Events**: `events.k8s.io/v1` when the server serves it (it does since
 //!   1.19), else core `v1` Events, as upstream's event broadcaster adapter;
 //!   written by [`EventRecorder`] (rate-limited, never blocking).
@@ -33,7 +40,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use ::kube::api::{Api, Patch, PatchParams, PostParams};
+use ::kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use ::kube::config::{KubeConfigOptions, Kubeconfig};
 use ::kube::runtime::WatchStreamExt as _;
 use ::kube::runtime::watcher::{self, Event as WatcherEvent};
@@ -44,6 +51,8 @@ use k8s_openapi::api::core::v1::{
     Binding, Event as CoreEvent, EventSource, Namespace, Node, ObjectReference, Pod, PodCondition,
 };
 use k8s_openapi::api::events::v1::Event as EventsV1Event;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use tracing::{info, warn};
@@ -555,8 +564,23 @@ impl Cluster for KubeCluster {
             WatchEvent::PodApplied,
             WatchEvent::PodDeleted,
         );
+        let priority_classes = watch_stream(
+            Api::<PriorityClass>::all(self.client.clone()),
+            watcher::Config::default(),
+            Kind::PriorityClass,
+            WatchEvent::PriorityClassApplied,
+            WatchEvent::PriorityClassDeleted,
+        );
+        let pdbs = watch_stream(
+            Api::<PodDisruptionBudget>::all(self.client.clone()),
+            watcher::Config::default(),
+            Kind::PodDisruptionBudget,
+            WatchEvent::PdbApplied,
+            WatchEvent::PdbDeleted,
+        );
         let pod_groups = pod_group_stream(self.client.clone());
-        futures::stream::select_all([namespaces, nodes, pods, pod_groups]).boxed()
+        futures::stream::select_all([namespaces, nodes, pods, pod_groups, priority_classes, pdbs])
+            .boxed()
     }
 
     async fn bind(&self, pod: &PodRef, node: &str) -> Result<(), ClusterError> {
@@ -635,6 +659,55 @@ impl Cluster for KubeCluster {
             .map_err(|e| {
                 ClusterError::Unavailable(format!("patching podgroup {ns}/{name} status: {e}"))
             })
+    }
+
+    async fn delete_pod(&self, pod: &PodRef, grace: Option<i64>) -> Result<(), ClusterError> {
+        self.fence.check()?;
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &pod.namespace);
+        let dp = DeleteParams {
+            grace_period_seconds: grace.map(|g| u32::try_from(g.max(0)).unwrap_or(u32::MAX)),
+            preconditions: (!pod.uid.is_empty()).then(|| Preconditions {
+                uid: Some(pod.uid.clone()),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        self.timed(|| format!("deleting {pod}"), api.delete(&pod.name, &dp))
+            .await?
+            .map(|_| ())
+            .map_err(|e| delete_error(pod, &e))
+    }
+
+    async fn set_nominated_node(&self, pod: &Pod, node: Option<&str>) -> Result<(), ClusterError> {
+        self.fence.check()?;
+        let r = PodRef::of(pod);
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &r.namespace);
+        let patch = serde_json::json!({ "status": { "nominatedNodeName": node } });
+        let pp = PatchParams::default();
+        self.timed(
+            || format!("patching the status of {r}"),
+            api.patch_status(&r.name, &pp, &Patch::Merge(&patch)),
+        )
+        .await?
+        .map(|_| ())
+        .map_err(|e| write_error("patching the status of", &r, &e))
+    }
+}
+
+/// Maps a failed delete: 404, and 409 (the uid precondition failed: the
+/// name now belongs to another pod) → `PodNotFound`; everything else →
+/// `Unavailable`.
+#[must_use]
+pub fn delete_error(pod: &PodRef, err: &::kube::Error) -> ClusterError {
+    match err {
+        ::kube::Error::Api(s) if s.code == 404 || s.code == 409 => {
+            ClusterError::PodNotFound(pod.to_string())
+        }
+        ::kube::Error::Api(s) => ClusterError::Unavailable(format!(
+            "deleting {pod}: HTTP {} {}: {}",
+            s.code, s.reason, s.message
+        )),
+        other => ClusterError::Unavailable(format!("deleting {pod}: {other}")),
     }
 }
 

@@ -9,7 +9,7 @@
 //!
 //! # The change stream
 //! For each kind ([`Kind::Namespace`], [`Kind::Node`], [`Kind::Pod`],
-//! [`Kind::PodGroup`]) a backend emits
+//! [`Kind::PodGroup`], [`Kind::PriorityClass`], [`Kind::PodDisruptionBudget`]) a backend emits
 //! `Relisting(kind)`, then every object of that kind as `*Applied`, then
 //! `Listed(kind)`: objects of that kind the consumer knows but that were not
 //! applied in between no longer exist. After that come single changes, in
@@ -29,6 +29,8 @@ use flotilla_shared::pod_group::{PodGroup, PodGroupStatus};
 use futures::StreamExt as _;
 use futures::stream::BoxStream;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::scheduling::v1::PriorityClass;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
@@ -82,11 +84,24 @@ pub enum Kind {
     /// `scheduling.x-k8s.io/v1alpha1` PodGroup (gang scheduling). A cluster
     /// without the CustomResourceDefinition lists none.
     PodGroup,
+    /// `scheduling.k8s.io/v1` PriorityClass (resolves `spec.priority` of
+    /// pods that admission did not see).
+    PriorityClass,
+    /// `policy/v1` PodDisruptionBudget (forwarded to workers for
+    /// preemption's victim selection).
+    PodDisruptionBudget,
 }
 
 impl Kind {
     /// Every kind; the consumer is synced once each was listed.
-    pub const ALL: [Kind; 4] = [Kind::Namespace, Kind::Node, Kind::Pod, Kind::PodGroup];
+    pub const ALL: [Kind; 6] = [
+        Kind::Namespace,
+        Kind::Node,
+        Kind::Pod,
+        Kind::PodGroup,
+        Kind::PriorityClass,
+        Kind::PodDisruptionBudget,
+    ];
 }
 
 impl std::fmt::Display for Kind {
@@ -96,6 +111,8 @@ impl std::fmt::Display for Kind {
             Kind::Node => "nodes",
             Kind::Pod => "pods",
             Kind::PodGroup => "podgroups",
+            Kind::PriorityClass => "priorityclasses",
+            Kind::PodDisruptionBudget => "poddisruptionbudgets",
         })
     }
 }
@@ -113,6 +130,10 @@ pub struct ClusterList {
     pub pod_groups: Vec<Arc<PodGroup>>,
     /// Watch from here to miss nothing.
     pub resource_version: u64,
+    /// All PriorityClasses.
+    pub priority_classes: Vec<Arc<PriorityClass>>,
+    /// All PodDisruptionBudgets.
+    pub pdbs: Vec<Arc<PodDisruptionBudget>>,
 }
 
 /// One item of the change stream (see the module docs for the order).
@@ -140,6 +161,14 @@ pub enum WatchEvent {
     PodGroupApplied(Arc<PodGroup>),
     /// A PodGroup was deleted (last state).
     PodGroupDeleted(Arc<PodGroup>),
+    /// A PriorityClass was created or changed (or listed).
+    PriorityClassApplied(Arc<PriorityClass>),
+    /// A PriorityClass was deleted (last state).
+    PriorityClassDeleted(Arc<PriorityClass>),
+    /// A PodDisruptionBudget was created or changed (or listed).
+    PdbApplied(Arc<PodDisruptionBudget>),
+    /// A PodDisruptionBudget was deleted (last state).
+    PdbDeleted(Arc<PodDisruptionBudget>),
 }
 
 impl WatchEvent {
@@ -152,6 +181,10 @@ impl WatchEvent {
             WatchEvent::PodApplied(_) | WatchEvent::PodDeleted(_) => Kind::Pod,
             WatchEvent::Relisting(k) | WatchEvent::Listed(k) => *k,
             WatchEvent::PodGroupApplied(_) | WatchEvent::PodGroupDeleted(_) => Kind::PodGroup,
+            WatchEvent::PriorityClassApplied(_) | WatchEvent::PriorityClassDeleted(_) => {
+                Kind::PriorityClass
+            }
+            WatchEvent::PdbApplied(_) | WatchEvent::PdbDeleted(_) => Kind::PodDisruptionBudget,
         }
     }
 }
@@ -228,6 +261,24 @@ pub trait Cluster: Send + Sync + 'static {
     ) -> Result<(), ClusterError> {
         Ok(())
     }
+
+    /// Deletes a pod gracefully (preemption's victims): `grace` seconds
+    /// (`None`: the pod's `terminationGracePeriodSeconds`, else the API's
+    /// default of 30 s; `0`: at once), guarded by the pod's uid (a
+    /// namesake is never deleted). The pod gets `metadata.deletionTimestamp`
+    /// and stays bound, holding its room, until the grace period ends.
+    ///
+    /// # Errors
+    /// `PodNotFound` (gone already, or another uid), `Unavailable`.
+    async fn delete_pod(&self, pod: &PodRef, grace: Option<i64>) -> Result<(), ClusterError>;
+
+    /// Sets (`Some`) or clears (`None`) `status.nominatedNodeName` of `pod`
+    /// (a merge patch of the status subresource, as upstream's preemption
+    /// writes it).
+    ///
+    /// # Errors
+    /// `PodNotFound`, `Unavailable`.
+    async fn set_nominated_node(&self, pod: &Pod, node: Option<&str>) -> Result<(), ClusterError>;
 }
 
 /// A backend that lists and watches with numeric resourceVersions (the
@@ -235,7 +286,8 @@ pub trait Cluster: Send + Sync + 'static {
 /// into a change stream.
 #[tonic::async_trait]
 pub trait ListWatch: Send + Sync + 'static {
-    /// Lists every namespace, node, pod and PodGroup.
+    /// Lists every namespace, node, pod, PodGroup, PriorityClass and
+    /// PodDisruptionBudget.
     async fn list(&self) -> Result<ClusterList, ClusterError>;
 
     /// Changes after `resource_version`, in order, until the backend or the
@@ -303,6 +355,22 @@ async fn list_watch_loop<S: ListWatch + ?Sized>(
             .chain(list.nodes.into_iter().map(WatchEvent::NodeApplied))
             .chain([
                 WatchEvent::Listed(Kind::Node),
+                // Classes before pods: pods without `spec.priority` are
+                // resolved against them.
+                WatchEvent::Relisting(Kind::PriorityClass),
+            ])
+            .chain(
+                list.priority_classes
+                    .into_iter()
+                    .map(WatchEvent::PriorityClassApplied),
+            )
+            .chain([
+                WatchEvent::Listed(Kind::PriorityClass),
+                WatchEvent::Relisting(Kind::PodDisruptionBudget),
+            ])
+            .chain(list.pdbs.into_iter().map(WatchEvent::PdbApplied))
+            .chain([
+                WatchEvent::Listed(Kind::PodDisruptionBudget),
                 WatchEvent::Relisting(Kind::Pod),
             ])
             .chain(list.pods.into_iter().map(WatchEvent::PodApplied))

@@ -69,6 +69,14 @@ impl Cluster for GatedCluster {
     fn record_event(&self, event: SchedulingEvent) {
         self.inner.record_event(event);
     }
+
+    async fn delete_pod(&self, pod: &PodRef, grace: Option<i64>) -> Result<(), ClusterError> {
+        Cluster::delete_pod(&*self.inner, pod, grace).await
+    }
+
+    async fn set_nominated_node(&self, pod: &Pod, node: Option<&str>) -> Result<(), ClusterError> {
+        self.inner.set_nominated_node(pod, node).await
+    }
 }
 
 async fn start() -> (Harness, Arc<GatedCluster>) {
@@ -228,6 +236,14 @@ impl Cluster for FailingBinds {
 
     fn record_event(&self, event: SchedulingEvent) {
         self.inner.record_event(event);
+    }
+
+    async fn delete_pod(&self, pod: &PodRef, grace: Option<i64>) -> Result<(), ClusterError> {
+        Cluster::delete_pod(&*self.inner, pod, grace).await
+    }
+
+    async fn set_nominated_node(&self, pod: &Pod, node: Option<&str>) -> Result<(), ClusterError> {
+        self.inner.set_nominated_node(pod, node).await
     }
 }
 

@@ -8,6 +8,8 @@ mod cross_node;
 mod dispatch;
 mod failover;
 mod gang;
+mod preemption;
+mod priority_classes;
 mod real_workers;
 mod relist;
 mod shutdown;

@@ -62,6 +62,14 @@ impl Cluster for FlakyWatch {
     fn record_event(&self, event: SchedulingEvent) {
         self.inner.record_event(event);
     }
+
+    async fn delete_pod(&self, pod: &PodRef, grace: Option<i64>) -> Result<(), ClusterError> {
+        Cluster::delete_pod(&*self.inner, pod, grace).await
+    }
+
+    async fn set_nominated_node(&self, pod: &Pod, node: Option<&str>) -> Result<(), ClusterError> {
+        self.inner.set_nominated_node(pod, node).await
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

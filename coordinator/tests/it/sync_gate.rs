@@ -48,6 +48,14 @@ impl Cluster for Scripted {
     fn record_event(&self, event: SchedulingEvent) {
         self.inner.record_event(event);
     }
+
+    async fn delete_pod(&self, pod: &PodRef, grace: Option<i64>) -> Result<(), ClusterError> {
+        Cluster::delete_pod(&*self.inner, pod, grace).await
+    }
+
+    async fn set_nominated_node(&self, pod: &Pod, node: Option<&str>) -> Result<(), ClusterError> {
+        self.inner.set_nominated_node(pod, node).await
+    }
 }
 
 async fn send(tx: &Tx, events: Vec<WatchEvent>) {
@@ -88,6 +96,10 @@ async fn pods_listed_first_wait_for_every_list_and_namespaces_reach_workers() {
             WatchEvent::Relisting(Kind::Pod),
             WatchEvent::PodApplied(pod),
             WatchEvent::Listed(Kind::Pod),
+            WatchEvent::Relisting(Kind::PriorityClass),
+            WatchEvent::Listed(Kind::PriorityClass),
+            WatchEvent::Relisting(Kind::PodDisruptionBudget),
+            WatchEvent::Listed(Kind::PodDisruptionBudget),
         ],
     )
     .await;

@@ -601,9 +601,8 @@ impl Invalid {
 
 /// `value` of a PriorityClass whatever the k8s-openapi version feature the
 /// binary picks: an `Option<i32>` in the v1.36+ types, a plain `i32` before.
-#[allow(clippy::useless_conversion)] // identity only under v1.36+ types
 pub(crate) fn priority_class_value(pc: &PriorityClass) -> Option<i32> {
-    Option::<i32>::from(pc.value)
+    flotilla_shared::priority::priority_class_value(pc)
 }
 
 /// `value` is required (an `Option` in the v1.36+ types, so decoding alone

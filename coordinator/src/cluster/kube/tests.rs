@@ -479,3 +479,102 @@ async fn the_watch_maps_kube_watcher_events_to_list_markers() {
     drop(s);
     let _ = server.await;
 }
+
+fn pod_json() -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "ns", "uid": "u-1"},
+    })
+}
+
+#[tokio::test]
+async fn delete_pod_sends_the_grace_period_and_a_uid_precondition() {
+    // (grace given, expected gracePeriodSeconds in the body)
+    let cases = [
+        (Some(5), Some(json!(5))),
+        (None, None),
+        (Some(-3), Some(json!(0))),
+    ];
+    for (grace, want) in cases {
+        let (c, handle) = mock_cluster(true, WriteFence::new());
+        let server = serve_one(handle, 200, pod_json(), move |req, body| {
+            assert_eq!(req.method, http::Method::DELETE);
+            assert_eq!(req.uri.path(), "/api/v1/namespaces/ns/pods/p");
+            assert_eq!(body["preconditions"], json!({"uid": "u-1"}), "{body}");
+            assert_eq!(body.get("gracePeriodSeconds").cloned(), want, "{body}");
+        });
+        c.delete_pod(&pod_ref(), grace).await.expect("deleted");
+        server.await.expect("server checks pass");
+    }
+}
+
+#[tokio::test]
+async fn delete_errors_map_by_status_code() {
+    // (HTTP code, reason, message, expected)
+    let cases = [
+        (
+            404,
+            "NotFound",
+            "pods \"p\" not found",
+            ClusterError::PodNotFound("ns/p".into()),
+        ),
+        (
+            409,
+            "Conflict",
+            "Precondition failed: UID in precondition: u-1, UID in object meta: u-2",
+            ClusterError::PodNotFound("ns/p".into()),
+        ),
+        (
+            500,
+            "InternalError",
+            "etcdserver: request timed out",
+            ClusterError::Unavailable(
+                "deleting ns/p: HTTP 500 InternalError: etcdserver: request timed out".into(),
+            ),
+        ),
+    ];
+    for (code, reason, message, want) in cases {
+        let (c, handle) = mock_cluster(true, WriteFence::new());
+        let server = serve_one(handle, code, status(code, reason, message), |_, _| {});
+        let got = c.delete_pod(&pod_ref(), None).await;
+        server.await.expect("served");
+        assert_eq!(got, Err(want), "HTTP {code}: {message}");
+    }
+}
+
+#[tokio::test]
+async fn set_nominated_node_merge_patches_the_status() {
+    // (node, expected value of status.nominatedNodeName in the patch)
+    let cases = [(Some("n1"), json!("n1")), (None, Value::Null)];
+    for (node, want) in cases {
+        let (c, handle) = mock_cluster(true, WriteFence::new());
+        let server = serve_one(handle, 200, pod_json(), move |req, body| {
+            assert_eq!(req.method, http::Method::PATCH);
+            assert_eq!(req.uri.path(), "/api/v1/namespaces/ns/pods/p/status");
+            assert_eq!(
+                req.headers.get("content-type").expect("content type"),
+                "application/merge-patch+json"
+            );
+            assert_eq!(body, json!({"status": {"nominatedNodeName": want}}));
+        });
+        let pod = pod_with_conditions(vec![]);
+        c.set_nominated_node(&pod, node).await.expect("patched");
+        server.await.expect("server checks pass");
+    }
+}
+
+#[tokio::test]
+async fn preemption_writes_stop_at_a_closed_fence() {
+    let fence = WriteFence::new();
+    let (c, handle) = mock_cluster(true, fence.clone());
+    fence.set(false);
+    assert!(matches!(
+        c.delete_pod(&pod_ref(), Some(30)).await,
+        Err(ClusterError::Unavailable(m)) if m.contains("not the leader")
+    ));
+    let pod = pod_with_conditions(vec![]);
+    assert!(c.set_nominated_node(&pod, Some("n1")).await.is_err());
+    let mut handle = pin!(handle);
+    let next = pin!(handle.next_request());
+    assert!(futures::poll!(next).is_pending(), "a request went out");
+}
