@@ -206,6 +206,12 @@ struct WorkloadArgs {
     /// What to do with a malformed trace row or object.
     #[arg(long, value_enum, default_value_t = BadInput::Skip)]
     on_bad_input: BadInput,
+    /// Grace period of pods the embedded cluster deletes (preemption's
+    /// victims), overriding their terminationGracePeriodSeconds (default
+    /// 30 s): no kubelet runs there, a victim just holds its room that long.
+    /// 0 frees it at once.
+    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(i64).range(0..))]
+    grace_period: Option<i64>,
 }
 
 #[derive(Args, Debug)]
@@ -213,7 +219,8 @@ struct ReportArgs {
     /// Report format on stdout.
     #[arg(long, value_enum, default_value_t = Output::Text)]
     output: Output,
-    /// Write every pod's outcome as JSON Lines: {"pod": "ns/name", "node": "n" | null}.
+    /// Write every pod's outcome as JSON Lines: {"pod": "ns/name", "node": "n" | null},
+    /// plus "preempted": true for pods evicted by preemption.
     #[arg(long, value_name = "FILE")]
     placements: Option<PathBuf>,
     /// Give up after this many seconds; unresolved pods are reported pending.
@@ -606,6 +613,7 @@ fn main() -> ExitCode {
                     in_process_workers: n,
                     expect_workers: n,
                     scheduler: sched,
+                    grace_period: a.workload.grace_period,
                     ..RunConfig::default()
                 };
                 run_job(&a.workload, &a.report, cfg).await
@@ -617,6 +625,7 @@ fn main() -> ExitCode {
                     expect_workers: usize::from(a.workers),
                     listen: a.listen.clone(),
                     scheduler: sched,
+                    grace_period: a.workload.grace_period,
                     ..RunConfig::default()
                 };
                 run_job(&a.workload, &a.report, cfg).await

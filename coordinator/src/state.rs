@@ -535,6 +535,23 @@ impl Inner {
         }
     }
 
+    /// A bind proposal of `pod` for `node` was refused. Workers drop a
+    /// nomination when they assume its pod (upstream's nominator does), so
+    /// keep both sides agreeing: refused at its nominated node, the
+    /// nomination stands and is sent again (the room stays reserved for its
+    /// next try); refused elsewhere, it ends, as upstream clears
+    /// `nominatedNodeName` after a failed binding.
+    fn nominee_conflicted(&mut self, pod: &PodInfo, node: &str) {
+        match self.nominated.get(&pod.uid) {
+            Some(n) if &**n == node => {
+                let e = nominated_event(pod, node);
+                self.broadcast(&e);
+            }
+            Some(_) => self.clear_nomination(pod),
+            None => {}
+        }
+    }
+
     /// Nominates `pod` to `node` (replacing an earlier nomination) and
     /// tells the workers.
     fn nominate(&mut self, pod: &PodInfo, node: Arc<str>) {
@@ -1291,16 +1308,19 @@ impl Coordinator {
             let info = rec.info.clone();
             let Some((name, ninfo)) = inner.nodes.get_key_value(node) else {
                 inner.counters.conflicts += 1;
+                inner.nominee_conflicted(&info, node);
                 return Decision::Conflict(format!("node {node} not found"));
             };
             if let Err(reason) = fit::check_placement(&info, ninfo) {
                 inner.counters.conflicts += 1;
                 debug!(%pod, node, %reason, "bind conflict");
+                inner.nominee_conflicted(&info, node);
                 return Decision::Conflict(format!("node {node}: {reason}"));
             }
             let nominated = inner.nominated_on(node, &info);
             if let Err(reason) = fits_with(ninfo, &info, &nominated) {
                 inner.counters.conflicts += 1;
+                inner.nominee_conflicted(&info, node);
                 let names: Vec<String> = nominated.iter().map(|p| p.key.to_string()).collect();
                 debug!(%pod, node, %reason, "bind conflict (room reserved for nominated pods)");
                 return Decision::Conflict(format!(
@@ -1322,6 +1342,7 @@ impl Coordinator {
                 inner.anti_affinity_pods,
             ) {
                 inner.counters.conflicts += 1;
+                inner.nominee_conflicted(&info, node);
                 debug!(%pod, node, %reason, "bind conflict (cross-node constraint)");
                 return Decision::Conflict(format!("node {node}: {reason}"));
             }

@@ -47,6 +47,29 @@ pub struct Conflicts {
     pub fraction: f64,
 }
 
+/// Preemption counts (DefaultPreemption PostFilter, arbitrated by the
+/// coordinator).
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Preemption {
+    /// `ProposePreemption` calls received (upstream
+    /// `scheduler_preemption_attempts_total`).
+    pub attempts: u64,
+    /// Victims deleted for granted preemptions (upstream
+    /// `scheduler_preemption_victims`, summed).
+    pub victims: u64,
+}
+
+/// Gang scheduling counts.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Gangs {
+    /// Gang proposals granted whole (every waiting member bound at once).
+    pub scheduled: u64,
+    /// Gangs released after waiting past their `scheduleTimeoutSeconds`.
+    pub timeouts: u64,
+}
+
 /// One FitError reason and how many unschedulable pods it applied to.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct ReasonCount {
@@ -133,6 +156,13 @@ pub struct Report {
     pub unschedulable: usize,
     /// Pods neither bound nor marked unschedulable (only after a timeout).
     pub pending: usize,
+    /// Pods evicted by preemption (deleted to make room for pods of higher
+    /// priority; no controller re-creates them here).
+    pub preempted: usize,
+    /// Preemption: proposals the coordinator received and granted victims.
+    pub preemption: Preemption,
+    /// Gang scheduling (PodGroups with Coscheduling).
+    pub gangs: Gangs,
     /// Nodes the coordinator could not read, with the reason (they take no
     /// pods).
     pub invalid_nodes: Vec<String>,
@@ -361,16 +391,26 @@ pub fn build(i: &Inputs<'_>) -> Report {
     let attempts: u64 = per_worker.iter().map(|w| w.attempts).sum();
     let c = summary.counters;
     let (bindings, status_writes) = i.cluster.write_counts();
+    let (evicted, evicted_bound_by_us) = i.cluster.evicted_counts();
     Report {
         workload: i.workload_name.clone(),
         workers: i.workers,
         nodes: nodes.len(),
-        pods: pods.len() + i.rejected.len(),
+        pods: pods.len() + i.rejected.len() + evicted,
         scheduled: bound_by_us,
         already_bound,
         other_scheduler: summary.other_scheduler,
         unschedulable,
         pending,
+        preempted: evicted,
+        preemption: Preemption {
+            attempts: c.preemption_attempts,
+            victims: c.preemption_victims,
+        },
+        gangs: Gangs {
+            scheduled: c.gangs_scheduled,
+            timeouts: c.gang_timeouts,
+        },
         invalid_nodes: summary.invalid_nodes.clone(),
         invalid,
         load_warnings: i.warnings.clone(),
@@ -398,7 +438,7 @@ pub fn build(i: &Inputs<'_>) -> Report {
         },
         attempts_per_pod: {
             // Pods Flotilla had to place (not pre-bound, not another scheduler's).
-            let ours = bound_by_us + unschedulable + pending;
+            let ours = bound_by_us + evicted_bound_by_us + unschedulable + pending;
             (!i.worker_reports.is_empty() && ours > 0).then(|| attempts as f64 / ours as f64)
         },
         top_unschedulable_reasons: top,
@@ -411,7 +451,7 @@ pub fn build(i: &Inputs<'_>) -> Report {
         checks: Checks {
             overcommitted_nodes: over,
             bindings_written: bindings,
-            pods_bound_by_flotilla: bound_by_us,
+            pods_bound_by_flotilla: bound_by_us + evicted_bound_by_us,
             status_writes,
             events_recorded: i.cluster.events_recorded(),
         },
@@ -438,6 +478,20 @@ impl Report {
             self.pending,
             self.invalid.len()
         );
+        if self.preemption.attempts + self.preempted as u64 > 0 {
+            let _ = writeln!(
+                s,
+                "  preemption     {} attempts, {} victims evicted, {} pods preempted",
+                self.preemption.attempts, self.preemption.victims, self.preempted
+            );
+        }
+        if self.gangs.scheduled + self.gangs.timeouts > 0 {
+            let _ = writeln!(
+                s,
+                "  gangs          {} scheduled whole, {} timed out",
+                self.gangs.scheduled, self.gangs.timeouts
+            );
+        }
         if self.already_bound + self.other_scheduler > 0 {
             let _ = writeln!(
                 s,
@@ -553,6 +607,15 @@ pub fn write_placements(cluster: &EmbeddedCluster, path: &Path) -> std::io::Resu
         ));
         let node = serde_json::Value::from(p.spec.as_ref().and_then(|s| s.node_name.clone()));
         writeln!(out, "{{\"pod\":{pod},\"node\":{node}}}")?;
+    }
+    // Pods preemption evicted: no node any more.
+    for p in cluster.evicted_pods() {
+        let pod = serde_json::Value::String(format!(
+            "{}/{}",
+            p.metadata.namespace.as_deref().unwrap_or("default"),
+            p.metadata.name.as_deref().unwrap_or_default()
+        ));
+        writeln!(out, "{{\"pod\":{pod},\"node\":null,\"preempted\":true}}")?;
     }
     out.flush()
 }

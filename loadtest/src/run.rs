@@ -48,6 +48,12 @@ pub struct RunConfig {
     /// run and the coordinator serves (with their `workloadClass`
     /// overrides), and the queue backoffs.
     pub scheduler: SchedulerConfig,
+    /// Grace period, seconds, of every pod the embedded cluster deletes
+    /// (preemption's victims), overriding the pods' own
+    /// `terminationGracePeriodSeconds` (default 30 s). No kubelet runs
+    /// there, so a victim simply holds its room that long; `Some(0)` frees
+    /// it at once. `None`: as the pods ask.
+    pub grace_period: Option<i64>,
 }
 
 impl Default for RunConfig {
@@ -60,6 +66,7 @@ impl Default for RunConfig {
             timeout: Duration::from_secs(600),
             settle: Duration::from_millis(1000),
             scheduler: SchedulerConfig::default(),
+            grace_period: None,
         }
     }
 }
@@ -113,6 +120,7 @@ pub async fn run_embedded_with_cluster(
 ) -> Result<(Report, Arc<EmbeddedCluster>), RunError> {
     let started = Instant::now();
     let cluster = Arc::new(EmbeddedCluster::new());
+    cluster.set_grace_period(cfg.grace_period);
     for node in &workload.nodes {
         cluster.apply_node(node.clone())?;
     }
@@ -219,7 +227,11 @@ pub async fn run_embedded_with_cluster(
         let idle_workers = stats.iter().all(|(_, _, st)| st.is_idle());
         let quiet = s.last_activity.is_none_or(|t| t.elapsed() >= cfg.settle);
         let accepted = submitted_pods - rejected.len();
-        let all_seen = s.pods_total + invalid + s.other_scheduler >= accepted;
+        let (evicted, _) = cluster.evicted_counts();
+        let all_seen = s.pods_total + invalid + s.other_scheduler + evicted >= accepted;
+        // Victims still terminating will free room for their preemptors:
+        // not settled yet.
+        let quiet = quiet && cluster.terminating_count() == 0;
         if all_seen && s.pending == 0 && s.granting == 0 && idle_workers && quiet {
             match waves.next() {
                 Some(r) => {
@@ -329,9 +341,9 @@ mod tests {
 
     #[test]
     fn waves_split_at_barriers_and_ignore_empty_ones() {
-        assert_eq!(wave_bounds(5, &[]), [0..5]);
+        assert_eq!(wave_bounds(5, &[]), vec![0..5]);
         assert_eq!(wave_bounds(5, &[2]), [0..2, 2..5]);
         assert_eq!(wave_bounds(5, &[0, 2, 2, 9]), [0..2, 2..5]);
-        assert_eq!(wave_bounds(0, &[]), [0..0]);
+        assert_eq!(wave_bounds(0, &[]), vec![0..0]);
     }
 }

@@ -3,19 +3,28 @@
 //! selection (upstream's DefaultPreemption lists every PDB of the cluster and
 //! prefers victims whose eviction violates none).
 //!
-//! The raw objects are kept; preemption compiles what it needs from them.
+//! Each budget is compiled once ([`PdbInfo`]) when it arrives; one that
+//! cannot be read (a malformed selector) is logged, naming it and the field,
+//! and left out: preemption then treats its pods as unprotected, which is
+//! what a budget that selects nothing does upstream.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use parking_lot::RwLock;
+use tracing::warn;
+
+use flotilla_shared::pdb::PdbInfo;
 
 /// PodDisruptionBudgets by (namespace, name). Written by the watch task,
 /// read by the scheduling thread.
 #[derive(Debug, Default)]
 pub struct PdbStore {
     by_key: RwLock<BTreeMap<(String, String), Arc<PodDisruptionBudget>>>,
+    /// The compiled budgets, rebuilt on every change (changes are rare,
+    /// reads happen on every preemption attempt).
+    compiled: RwLock<Arc<[PdbInfo]>>,
 }
 
 impl PdbStore {
@@ -33,15 +42,38 @@ impl PdbStore {
             .get_or_insert_with(|| "default".into())
             .clone();
         let key = (namespace, pdb.metadata.name.clone().unwrap_or_default());
-        self.by_key.write().insert(key, Arc::new(pdb));
+        if let Err(e) = PdbInfo::from_pdb(&pdb) {
+            warn!(error = %e, "PodDisruptionBudget cannot be read; preemption ignores it");
+        }
+        let mut by_key = self.by_key.write();
+        by_key.insert(key, Arc::new(pdb));
+        self.recompile(&by_key);
     }
 
     /// Removes a PDB; returns whether it was there.
     pub fn remove(&self, namespace: &str, name: &str) -> bool {
-        self.by_key
-            .write()
+        let mut by_key = self.by_key.write();
+        let removed = by_key
             .remove(&(namespace.to_owned(), name.to_owned()))
-            .is_some()
+            .is_some();
+        if removed {
+            self.recompile(&by_key);
+        }
+        removed
+    }
+
+    fn recompile(&self, by_key: &BTreeMap<(String, String), Arc<PodDisruptionBudget>>) {
+        let compiled: Vec<PdbInfo> = by_key
+            .values()
+            .filter_map(|p| PdbInfo::from_pdb(p).ok())
+            .collect();
+        *self.compiled.write() = compiled.into();
+    }
+
+    /// The readable budgets, compiled, by namespace then name.
+    #[must_use]
+    pub fn compiled(&self) -> Arc<[PdbInfo]> {
+        self.compiled.read().clone()
     }
 
     /// Every PDB, by namespace then name.
@@ -92,7 +124,9 @@ mod tests {
             .map(|p| p.metadata.namespace.clone().unwrap_or_default())
             .collect();
         assert_eq!(keys, ["a", "default"]);
+        assert_eq!(s.compiled().len(), 2);
         assert!(s.remove("default", "x"));
+        assert_eq!(s.compiled().len(), 1);
         assert!(!s.remove("default", "x"));
         assert_eq!(s.len(), 1);
     }

@@ -48,6 +48,7 @@ use crate::gang::{self, GangBook, PermitOutcome, Placement};
 use crate::pdbs::PdbStore;
 use crate::plugins::coscheduling;
 use crate::plugins::names;
+use crate::preemption::{self, PostFilterOutcome};
 use crate::queue::{QueueConfig, QueueLengths, QueuedPodInfo, SchedulingQueue};
 
 /// Worker settings.
@@ -574,14 +575,16 @@ fn apply_event(s: &Shared, event: pb::watch_event::Event) {
         Event::NominatedPod(n) => {
             if let Some(pod) = n.pod.as_ref().and_then(parse_pod) {
                 debug!(pod = %pod.key, node = %n.node_name, "nominated");
-                // TODO(lead, after the nominator merge): reserve its room.
-                // s.cache.set_nominated(pod, &n.node_name);
+                // Ours: its next cycle tries the nominated node first.
+                s.queue
+                    .set_nominated_node(&pod.uid, Some(Arc::from(n.node_name.as_str())));
+                s.cache.set_nominated(pod, &n.node_name);
             }
         }
         Event::NominationCleared(r) => {
             debug!(uid = %r.uid, "nomination cleared");
-            // TODO(lead, after the nominator merge):
-            // s.cache.clear_nominated(&r.uid);
+            s.queue.set_nominated_node(&r.uid, None);
+            s.cache.clear_nominated(&r.uid);
         }
     }
 }
@@ -703,8 +706,22 @@ fn schedule_one(s: &Arc<Shared>, worker: &str, snapshot: &mut Snapshot, qp: Queu
             let s2 = s.clone();
             s.tracker.spawn_on(bind(s2, pod, r.node, cycle), &s.runtime);
         }
-        Err(ScheduleError::Unschedulable(fit)) => {
+        Err(ScheduleError::Unschedulable(mut fit)) => {
             s.stats.unschedulable.fetch_add(1, Ordering::Relaxed);
+            // PostFilter: DefaultPreemption first (upstream's default
+            // order); its message becomes part of the FitError.
+            let mut candidate = None;
+            match post_filter(s, framework, &pod, snapshot, &fit) {
+                None => {}
+                Some(Ok(PostFilterOutcome::Nominate(c))) => candidate = Some(c),
+                Some(Ok(PostFilterOutcome::NotHelpful(msg))) => {
+                    fit.diagnosis.post_filter_msg = Some(msg);
+                }
+                Some(Err(e)) => {
+                    warn!(error = %e, "preemption failed");
+                    s.stats.errors.fetch_add(1, Ordering::Relaxed);
+                }
+            }
             let mut message = fit.to_string();
             if framework
                 .enabled_at(ExtensionPoint::PostFilter)
@@ -714,8 +731,14 @@ fn schedule_one(s: &Arc<Shared>, worker: &str, snapshot: &mut Snapshot, qp: Queu
                 let (released, msg) = s.gangs.post_filter(&pod, now);
                 release(s, &released, now);
                 if let Some(m) = msg {
-                    // Upstream appends the PostFilter message to the FitError.
-                    message = format!("{message} {m}");
+                    // Upstream appends the PostFilter messages to the
+                    // FitError, joined with ", ".
+                    let sep = if fit.diagnosis.post_filter_msg.is_some() {
+                        ", "
+                    } else {
+                        " "
+                    };
+                    message = format!("{message}{sep}{m}");
                 }
             }
             debug!(%message, "unschedulable");
@@ -735,8 +758,9 @@ fn schedule_one(s: &Arc<Shared>, worker: &str, snapshot: &mut Snapshot, qp: Queu
                 })
                 .collect();
             report_unschedulable(s, &pod, message, node_statuses);
-            if let Some((node, victims)) = post_filter(s, framework, &pod, snapshot, &fit) {
-                propose_preemption(s, &pod, &node, &victims);
+            if let Some(c) = candidate {
+                debug!(node = %c.node, victims = c.victims.len(), "preempting");
+                propose_preemption(s, &pod, &c.node, &c.victims);
             }
         }
         Err(e @ ScheduleError::Internal { .. }) => {
@@ -797,29 +821,27 @@ fn report(
 }
 
 /// The PostFilter step after an Unschedulable cycle: when the pod's profile
-/// enables DefaultPreemption, the node to nominate and the victims to evict
-/// there (upstream's `PostFilterResult` with its candidate).
-///
-/// NOT WIRED YET: returns `None` until the lead connects
-/// `preemption::preempt(fw, pod, snapshot, fit, pdbs, args, offset)` here
-/// (`PostFilterOutcome::Nominate(candidate)` → `Some((candidate.node,
-/// candidate.victims))`, `NotHelpful(_)` → `None`), with
-/// `s.pdbs.list()` as the PDBs.
+/// enables DefaultPreemption, upstream's victim search over the cycle's
+/// snapshot with the cluster's PodDisruptionBudgets, starting at a random
+/// offset among the candidate nodes as upstream does.
 fn post_filter(
     s: &Shared,
     framework: &Framework,
     pod: &Arc<PodInfo>,
     snapshot: &Snapshot,
     fit: &FitError,
-) -> Option<(Arc<str>, Vec<Arc<PodInfo>>)> {
-    if !framework
-        .enabled_at(ExtensionPoint::PostFilter)
-        .contains(&names::DEFAULT_PREEMPTION)
-    {
-        return None;
-    }
-    let _ = (&s.pdbs, pod, snapshot, fit);
-    None
+) -> Option<Result<PostFilterOutcome, ScheduleError>> {
+    let args = framework.preemption()?;
+    let offset = rand::random_range(0..snapshot.len().max(1));
+    Some(preemption::preempt(
+        framework,
+        pod,
+        snapshot,
+        fit,
+        &s.pdbs.compiled(),
+        args,
+        offset,
+    ))
 }
 
 /// Sends `ProposePreemption` for `pod` (in a task): on `GRANTED` the pod

@@ -66,6 +66,11 @@ struct State {
     grace_override: Option<i64>,
     /// Graceful deletes accepted.
     deletes: u64,
+    /// Pods removed by [`Cluster::delete_pod`] (preemption's victims), last
+    /// state, in removal order.
+    evicted: Vec<Arc<Pod>>,
+    /// Uids of pods bound through [`Cluster::bind`].
+    bound_uids: std::collections::HashSet<String>,
 }
 
 impl State {
@@ -250,6 +255,41 @@ impl EmbeddedCluster {
     #[must_use]
     pub fn delete_count(&self) -> u64 {
         self.state.lock().deletes
+    }
+
+    /// Pods removed through [`Cluster::delete_pod`] (preemption's victims),
+    /// in their last state (still showing the node they ran on), in removal
+    /// order. Admin deletes are not listed.
+    pub fn evicted_pods(&self) -> Vec<Arc<Pod>> {
+        self.state.lock().evicted.clone()
+    }
+
+    /// `(evicted, of which bound through a Binding of this cluster)`: the
+    /// counts behind [`EmbeddedCluster::evicted_pods`], cheap to poll.
+    pub fn evicted_counts(&self) -> (usize, usize) {
+        let st = self.state.lock();
+        let by_binding = st
+            .evicted
+            .iter()
+            .filter(|p| {
+                p.metadata
+                    .uid
+                    .as_ref()
+                    .is_some_and(|u| st.bound_uids.contains(u))
+            })
+            .count();
+        (st.evicted.len(), by_binding)
+    }
+
+    /// Pods being deleted gracefully (`metadata.deletionTimestamp` set), still
+    /// holding their room.
+    pub fn terminating_count(&self) -> usize {
+        self.state
+            .lock()
+            .pods
+            .values()
+            .filter(|p| p.metadata.deletion_timestamp.is_some())
+            .count()
     }
 
     /// Creates or replaces a PriorityClass (like `kubectl apply`).
@@ -566,6 +606,13 @@ impl Cluster for EmbeddedCluster {
             Ok(())
         })?;
         st.bind_count += 1;
+        if let Some(uid) = st
+            .pods
+            .get(&(pod.namespace.clone(), pod.name.clone()))
+            .and_then(|p| p.metadata.uid.clone())
+        {
+            st.bound_uids.insert(uid);
+        }
         Ok(())
     }
 
@@ -659,7 +706,9 @@ impl Cluster for EmbeddedCluster {
             .max(0);
         let uid = cur.metadata.uid.clone();
         if grace == 0 {
-            st.remove_pod(&key, uid.as_deref());
+            if let Some(p) = st.remove_pod(&key, uid.as_deref()) {
+                st.evicted.push(p);
+            }
             return Ok(());
         }
         if cur.metadata.deletion_timestamp.is_some() {
@@ -680,7 +729,10 @@ impl Cluster for EmbeddedCluster {
         let wait = std::time::Duration::from_secs(grace as u64);
         tokio::spawn(async move {
             tokio::time::sleep(wait).await;
-            state.lock().remove_pod(&key, uid.as_deref());
+            let mut st = state.lock();
+            if let Some(p) = st.remove_pod(&key, uid.as_deref()) {
+                st.evicted.push(p);
+            }
         });
         Ok(())
     }

@@ -112,7 +112,12 @@ async fn the_pod_that_loses_the_last_room_stays_pending_with_the_fit_error() {
     let loser = pods.iter().find(|p| node_of(p).is_none()).expect("a loser");
     assert_eq!(
         unschedulable_message(loser),
-        Some("0/1 nodes are available: 1 Insufficient cpu.")
+        // The winner has the loser's priority: DefaultPreemption finds no
+        // victim (upstream's PostFilter suffix).
+        Some(
+            "0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are available: \
+             1 No preemption victims found for incoming pod."
+        )
     );
     assert_eq!(h.cluster.write_counts().0, 1, "one Binding written");
     let s = h.coordinator.summary();
@@ -141,7 +146,11 @@ async fn the_pod_that_loses_the_last_room_stays_pending_with_the_fit_error() {
     for f in failed {
         assert_eq!(f.pod.name, loser);
         assert_eq!((f.type_, f.action), (EventType::Warning, "Scheduling"));
-        assert_eq!(f.note, "0/1 nodes are available: 1 Insufficient cpu.");
+        assert_eq!(
+            f.note,
+            "0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are available: \
+             1 No preemption victims found for incoming pod."
+        );
     }
     stop(h, workers).await;
 }
@@ -283,7 +292,12 @@ async fn an_unschedulable_pod_carries_the_upstream_message_through_the_real_pipe
     assert_eq!(node_of(&p), None);
     assert_eq!(
         unschedulable_message(&p),
-        Some("0/5 nodes are available: 2 node(s) had untolerated taint(s), 3 Insufficient cpu.")
+        // Taints are unresolvable, and so is a request beyond allocatable
+        // (v1.34+): preemption cannot help anywhere.
+        Some(
+            "0/5 nodes are available: 2 node(s) had untolerated taint(s), 3 Insufficient cpu. \
+             preemption: 0/5 nodes are available: 5 Preemption is not helpful for scheduling."
+        )
     );
     assert_eq!(
         h.cluster.write_counts(),
@@ -351,7 +365,10 @@ async fn an_unschedulable_pod_is_placed_once_a_fitting_node_joins() {
     .await;
     assert_eq!(
         unschedulable_message(&h.cluster.pod("default", "big").expect("pod")),
-        Some("0/1 nodes are available: 1 Insufficient cpu.")
+        Some(
+            "0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are available: \
+             1 Preemption is not helpful for scheduling."
+        )
     );
 
     h.cluster

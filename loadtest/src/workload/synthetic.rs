@@ -152,7 +152,7 @@ pub fn preemption_basic(nodes: usize) -> Workload {
             spec.priority = Some(priority);
             spec.termination_grace_period_seconds = Some(0);
         }
-        let class = if i % 2 == 0 {
+        let class = if i.is_multiple_of(2) {
             WORKLOAD_CLASS_ONLINE
         } else {
             WORKLOAD_CLASS_BATCH

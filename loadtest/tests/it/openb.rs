@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use flotilla_loadtest::run::{RunConfig, run_embedded_with_cluster};
-use flotilla_loadtest::workload::openb::{NODES_ALL_FILE, PODS_DEFAULT_FILE};
+use flotilla_loadtest::workload::openb::{NODES_ALL_FILE, PODS_DEFAULT_FILE, PRIORITY_ONLINE};
 use flotilla_loadtest::workload::{OnBadInput, default_openb_dir, load_openb};
 
 use crate::{CHECKED, allocatable, key, node_of, requests, unschedulable_message, within};
@@ -34,6 +34,9 @@ async fn openb_trace_with_coordinator_and_three_workers_accounts_for_every_pod()
         expect_workers: 3,
         progress: false,
         timeout: Duration::from_secs(540),
+        // Victims free their room at once (the grace period itself is
+        // covered by the embedded cluster's tests), so the run stays short.
+        grace_period: Some(0),
         ..RunConfig::default()
     };
     let (report, cluster) = within(
@@ -49,7 +52,14 @@ async fn openb_trace_with_coordinator_and_three_workers_accounts_for_every_pod()
     assert!(!report.timed_out, "the run settled before its timeout");
     assert_eq!(report.pods, OPENB_PODS);
     assert_eq!(report.nodes, OPENB_NODES);
-    assert_eq!(report.scheduled + report.unschedulable, OPENB_PODS);
+    // LS pods (priority 1000) may preempt Burstable (500) and BE (0) pods
+    // once the GPUs run out: those victims are deleted (nothing re-creates
+    // them).
+    assert_eq!(
+        report.scheduled + report.unschedulable + report.preempted,
+        OPENB_PODS
+    );
+    assert_eq!(report.preemption.victims, report.preempted as u64);
     assert_eq!(report.pending, 0);
     assert!(report.invalid.is_empty(), "{:?}", report.invalid);
     assert!(
@@ -62,12 +72,23 @@ async fn openb_trace_with_coordinator_and_three_workers_accounts_for_every_pod()
         report.checks.bindings_written,
         report.checks.pods_bound_by_flotilla as u64
     );
-    assert_eq!(report.checks.pods_bound_by_flotilla, report.scheduled);
+    assert_eq!(
+        report.checks.pods_bound_by_flotilla,
+        report.scheduled + report.preempted
+    );
+    for victim in cluster.evicted_pods() {
+        let p = victim.spec.as_ref().and_then(|s| s.priority);
+        assert!(
+            p.is_some_and(|p| p < PRIORITY_ONLINE),
+            "{}: only pods below the top priority are victims",
+            key(&victim)
+        );
+    }
 
     // Independently, from the cluster's final state.
     let pods = cluster.pods();
     let nodes = cluster.nodes();
-    assert_eq!(pods.len(), OPENB_PODS);
+    assert_eq!(pods.len(), OPENB_PODS - report.preempted);
     let alloc: HashMap<String, HashMap<String, i64>> = nodes
         .iter()
         .map(|n| (n.metadata.name.clone().expect("named"), allocatable(n)))
@@ -113,8 +134,8 @@ async fn openb_trace_with_coordinator_and_three_workers_accounts_for_every_pod()
     assert_eq!(refused, report.unschedulable);
     assert_eq!(
         cluster.write_counts().0,
-        bound as u64,
-        "one Binding per bound pod"
+        (bound + report.preempted) as u64,
+        "one Binding per bound (or bound, then preempted) pod"
     );
     let mut over = Vec::new();
     for (node, u) in &used {

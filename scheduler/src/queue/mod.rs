@@ -335,6 +335,24 @@ impl SchedulingQueue {
         inner.pods.remove(uid).is_some()
     }
 
+    /// Records the node a preemption nominated for a tracked pod (`None`:
+    /// the nomination ended), in place: the pod keeps its position, and its
+    /// next cycle tries that node first (upstream's `evaluateNominatedNode`
+    /// reads `status.nominatedNodeName` the same way). Returns whether the
+    /// pod is tracked.
+    pub fn set_nominated_node(&self, uid: &str, node: Option<Arc<str>>) -> bool {
+        let mut inner = self.inner.lock();
+        let Some(e) = inner.pods.get_mut(uid) else {
+            return false;
+        };
+        if e.info.pod.nominated_node_name != node {
+            let mut pod = (*e.info.pod).clone();
+            pod.nominated_node_name = node;
+            e.info.pod = Arc::new(pod);
+        }
+        true
+    }
+
     /// Whether the pod is tracked (queued or in flight).
     #[must_use]
     pub fn contains(&self, uid: &str) -> bool {
@@ -867,6 +885,26 @@ mod tests {
         assert_eq!(lens.active, 3);
         assert_eq!(names(&q, t0), ["p1", "p3", "p4"]);
         assert_eq!(q.lengths().in_flight, 3);
+    }
+
+    #[test]
+    fn a_nomination_is_recorded_in_place_without_moving_the_pod() {
+        let q = queue();
+        let t0 = Instant::now();
+        q.add(pod("a", 0), t0);
+        q.add(pod("b", 0), t0 + Duration::from_millis(1));
+        assert!(q.set_nominated_node("uid-b", Some(Arc::from("n1"))));
+        assert!(!q.set_nominated_node("uid-zz", Some(Arc::from("n1"))));
+        let first = q.pop(t0 + Duration::from_secs(1)).expect("a");
+        assert_eq!(
+            first.pod.key.name.as_ref(),
+            "a",
+            "b kept its place behind a"
+        );
+        let second = q.pop(t0 + Duration::from_secs(1)).expect("b");
+        assert_eq!(second.pod.nominated_node_name.as_deref(), Some("n1"));
+        q.set_nominated_node("uid-b", None);
+        assert_eq!(q.location("uid-b"), Some(Location::InFlight));
     }
 
     #[test]

@@ -12,8 +12,8 @@ mod node_cache;
 mod nominated;
 mod partition;
 mod pod_topology_spread;
-mod queue_starvation;
 mod preemption;
+mod queue_starvation;
 mod scoring;
 
 use std::sync::Arc;
