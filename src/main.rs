@@ -84,14 +84,16 @@ Input, exactly one of:
 Nodes and Pods (bound ones have spec.nodeName) make the
 cluster; Namespaces feed namespaceSelectors; PriorityClasses resolve
 spec.priorityClassName when spec.priority is unset (globalDefault honoured; a
-missing class is an Error result for that pod). PodDisruptionBudgets and
-PodGroups (scheduling.x-k8s.io/v1alpha1) are read and counted but not used yet:
-preemption and gang scheduling come later. Other kinds are skipped with a
+missing class is an Error result for that pod). PodDisruptionBudgets guide
+preemption's choice of victims; PodGroups (scheduling.x-k8s.io/v1alpha1) make
+gangs in profiles that enable Coscheduling. Other kinds are skipped with a
 warning on stderr. A bad object is an error naming the object and field.
 
 Pending pods are scheduled one at a time in queue order (priority descending,
-then file order), each placement applied before the next; there is no
-preemption. Pods whose schedulerName has no profile, scheduling-gated,
+then file order), each placement applied before the next. A pod that fits
+nowhere may preempt (DefaultPreemption): its result adds nominatedNode and
+victims, the victims are evicted and the pod placed. Gangs are all or
+nothing. Pods whose schedulerName has no profile, scheduling-gated,
 terminal or deleting pods are listed as skipped on stderr. Profiles: those of
 --config (a KubeSchedulerConfiguration), else the default profile
 (default-scheduler). Ties between equally scored nodes are broken at random,

@@ -88,7 +88,10 @@ fn simulate_json_places_pods_in_turn() {
     );
     assert_eq!(
         results[2]["message"],
-        "0/4 nodes are available: 1 node(s) had untolerated taint(s), 3 Insufficient cpu."
+        // Every node is unresolvable for big (a taint, or a request beyond
+        // allocatable): preemption cannot help.
+        "0/4 nodes are available: 1 node(s) had untolerated taint(s), 3 Insufficient cpu. \
+         preemption: 0/4 nodes are available: 4 Preemption is not helpful for scheduling."
     );
     assert_eq!(
         results[0]["nodes"]["node-1"]["filter"]["reasons"][0],
@@ -168,7 +171,8 @@ fn explain_shows_one_pod_against_bound_pods_only() {
         stdout(&o).lines().last(),
         Some(
             "fits nowhere: 0/4 nodes are available: 1 node(s) had untolerated taint(s), \
-             3 Insufficient cpu."
+             3 Insufficient cpu. preemption: 0/4 nodes are available: 4 Preemption is not \
+             helpful for scheduling."
         )
     );
 }
@@ -323,7 +327,7 @@ fn help_says_what_is_read_and_that_a_live_cluster_is_only_read() {
     assert_eq!(o.status.code(), Some(0));
     let help = stdout(&o).replace('\n', " ");
     assert!(
-        help.contains("PodDisruptionBudgets and PodGroups (scheduling.x-k8s.io/v1alpha1) are read and counted but not used yet"),
+        help.contains("PodDisruptionBudgets guide preemption's choice of victims; PodGroups (scheduling.x-k8s.io/v1alpha1) make gangs"),
         "{help}"
     );
     let o = flotilla(&["explain", "--help"]);

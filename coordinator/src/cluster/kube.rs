@@ -2,15 +2,16 @@
 //!
 //! - **Reads**: `kube::runtime::watcher` on Namespaces, Nodes, non-terminal Pods
 //!   (`status.phase!=Succeeded,status.phase!=Failed`, upstream's scheduler pod
-//!   informer), `scheduling.k8s.io/v1` PriorityClasses and `policy/v1`
-//!   PodDisruptionBudgets, with kube's default backoff on errors; it relists by itself
+//!   informer) and `scheduling.k8s.io/v1` PriorityClasses, with kube's
+//!   default backoff on errors; it relists by itself
 //!   after an expired resourceVersion (410) and its `Init`/`InitApply`/
 //!   `InitDone` become our `Relisting`/`*Applied`/`Listed`.
 //! - **PodGroups** (`scheduling.x-k8s.io/v1alpha1` `podgroups`, typed as
-//!   [`PodGroup`]): watched like the others once the CustomResourceDefinition
-//!   exists. While the list answers 404 (CRD not installed) the kind counts
-//!   as listed and empty (logged once at info) and the list is tried again
-//!   every [`POD_GROUP_CRD_RETRY`]. Status writes are a merge patch of the
+//!   [`PodGroup`]) and **PodDisruptionBudgets**: watched like the others
+//!   once the server serves them. While the list answers 404 (PodGroup CRD
+//!   not installed; `policy/v1` before Kubernetes 1.21) the kind counts as
+//!   listed and empty (logged once at info) and the list is tried again
+//!   every [`OPTIONAL_KIND_RETRY`]. Status writes are a merge patch of the
 //!   `status` subresource, best effort.
 //! - **Bind**: `POST pods/<name>/binding` with a `v1` Binding (metadata
 //!   namespace, name and uid; target Node), as upstream's DefaultBinder. 409 →
@@ -61,15 +62,36 @@ use super::events::{EventCounts, EventLimits, EventRecorder, EventWriter, REPORT
 use super::{Cluster, ClusterError, Kind, PodRef, SchedulingEvent, WatchEvent};
 use flotilla_shared::pod_group::{PodGroup, PodGroupStatus};
 
-/// How often a cluster without the PodGroup CRD is listed again. 3 minutes.
-pub const POD_GROUP_CRD_RETRY: Duration = Duration::from_secs(180);
+/// How often a kind the server does not serve (404 on list) is listed
+/// again: the PodGroup CRD not installed, or `policy/v1`
+/// PodDisruptionBudgets on a server older than 1.21. 3 minutes.
+pub const OPTIONAL_KIND_RETRY: Duration = Duration::from_secs(180);
 
-/// The PodGroup change stream: the watcher once the CRD exists; while the
-/// list answers 404, an empty list every [`POD_GROUP_CRD_RETRY`].
-fn pod_group_stream(client: Client) -> BoxStream<'static, Result<WatchEvent, ClusterError>> {
+/// See [`OPTIONAL_KIND_RETRY`].
+pub const POD_GROUP_CRD_RETRY: Duration = OPTIONAL_KIND_RETRY;
+
+/// The change stream of a kind the server may not serve: the watcher once
+/// the list works; while it answers 404, an empty list every
+/// [`OPTIONAL_KIND_RETRY`] (logged once at info with `missing`, which says
+/// what that means).
+fn optional_stream<K>(
+    api: Api<K>,
+    kind: Kind,
+    applied: fn(Arc<K>) -> WatchEvent,
+    deleted: fn(Arc<K>) -> WatchEvent,
+    missing: &'static str,
+) -> BoxStream<'static, Result<WatchEvent, ClusterError>>
+where
+    K: ::kube::Resource
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
     let (tx, rx) = tokio::sync::mpsc::channel(1024);
     tokio::spawn(async move {
-        let api = Api::<PodGroup>::all(client);
         let mut logged = false;
         loop {
             let probe = api.list(&::kube::api::ListParams::default().limit(1)).await;
@@ -78,21 +100,18 @@ fn pod_group_stream(client: Client) -> BoxStream<'static, Result<WatchEvent, Clu
             {
                 if !logged {
                     info!(
-                        "the PodGroup CRD (scheduling.x-k8s.io/v1alpha1 podgroups) is not installed: no gang scheduling groups; checking again every {}s",
-                        POD_GROUP_CRD_RETRY.as_secs()
+                        "{missing}; checking again every {}s",
+                        OPTIONAL_KIND_RETRY.as_secs()
                     );
                     logged = true;
                 }
-                for e in [
-                    WatchEvent::Relisting(Kind::PodGroup),
-                    WatchEvent::Listed(Kind::PodGroup),
-                ] {
+                for e in [WatchEvent::Relisting(kind), WatchEvent::Listed(kind)] {
                     if tx.send(Ok(e)).await.is_err() {
                         return;
                     }
                 }
                 tokio::select! {
-                    () = tokio::time::sleep(POD_GROUP_CRD_RETRY) => continue,
+                    () = tokio::time::sleep(OPTIONAL_KIND_RETRY) => continue,
                     () = tx.closed() => return,
                 }
             }
@@ -101,9 +120,9 @@ fn pod_group_stream(client: Client) -> BoxStream<'static, Result<WatchEvent, Clu
             let mut watch = watch_stream(
                 api.clone(),
                 watcher::Config::default(),
-                Kind::PodGroup,
-                WatchEvent::PodGroupApplied,
-                WatchEvent::PodGroupDeleted,
+                kind,
+                applied,
+                deleted,
             );
             while let Some(e) = watch.next().await {
                 if tx.send(e).await.is_err() {
@@ -571,14 +590,22 @@ impl Cluster for KubeCluster {
             WatchEvent::PriorityClassApplied,
             WatchEvent::PriorityClassDeleted,
         );
-        let pdbs = watch_stream(
+        let pdbs = optional_stream(
             Api::<PodDisruptionBudget>::all(self.client.clone()),
-            watcher::Config::default(),
             Kind::PodDisruptionBudget,
             WatchEvent::PdbApplied,
             WatchEvent::PdbDeleted,
+            "policy/v1 PodDisruptionBudgets are not served (Kubernetes before 1.21): \
+             preemption sees no budget",
         );
-        let pod_groups = pod_group_stream(self.client.clone());
+        let pod_groups = optional_stream(
+            Api::<PodGroup>::all(self.client.clone()),
+            Kind::PodGroup,
+            WatchEvent::PodGroupApplied,
+            WatchEvent::PodGroupDeleted,
+            "the PodGroup CRD (scheduling.x-k8s.io/v1alpha1 podgroups) is not installed: \
+             no gang scheduling groups",
+        );
         futures::stream::select_all([namespaces, nodes, pods, pod_groups, priority_classes, pdbs])
             .boxed()
     }

@@ -18,8 +18,8 @@
 //! - `spec.priority` is resolved from PriorityClasses as admission does
 //!   ([`priority`]); a pod naming a class that does not exist gets an
 //!   [`Outcome::Error`] result instead of a place in the queue.
-//! - PodDisruptionBudgets and PodGroups are read and counted only; they
-//!   will matter for preemption and gang scheduling.
+//! - PodDisruptionBudgets feed preemption's victim choice; PodGroups feed
+//!   gang scheduling (profiles that enable `Coscheduling`).
 //!
 //! # The queue
 //! Pending pods (no `spec.nodeName`, not `Succeeded`/`Failed`, not being
@@ -27,9 +27,27 @@
 //! are scheduled one at a time in queue order, upstream `PrioritySort`:
 //! priority descending, then arrival, which is the order in the input. Each
 //! placement is applied (the pod bound to its node) before the next cycle,
-//! so later pods see the room earlier ones took. There is no preemption and
-//! no retry: a pod that fits nowhere stays unschedulable for the rest of the
-//! run. Other pending pods are [`SkippedPod`]s with the reason.
+//! so later pods see the room earlier ones took. There is no retry: a pod
+//! that fits nowhere stays unschedulable for the rest of the run. Other
+//! pending pods are [`SkippedPod`]s with the reason.
+//!
+//! # Preemption
+//! A pod that fits nowhere in a profile with `DefaultPreemption` gets
+//! upstream's PostFilter: when evicting lower-priority pods somewhere makes
+//! room ([`flotilla_scheduler::preemption::preempt`], PodDisruptionBudgets
+//! respected), the victims are evicted from the simulated cluster, the pod
+//! is nominated there and its cycle runs again (its nominated node first, as
+//! upstream's next attempt would); the result carries `nominated_node` and
+//! `victims`, and the final status and node. When preemption cannot help,
+//! the FitError message ends with upstream's `preemption: ...` text.
+//!
+//! # Gangs
+//! Pods of a PodGroup (label `scheduling.x-k8s.io/pod-group`) in a profile
+//! that enables `Coscheduling` wait, assumed, until `minMember` of the group
+//! are placed (upstream Permit), then all bind. A group that never gets
+//! there (too few pods, a member that fits nowhere, or the end of the queue)
+//! releases its room and every member is `Unschedulable` with upstream's
+//! message: all or nothing.
 //!
 //! Ties between equally scored nodes are broken at random, as upstream's
 //! `selectHost` does, so runs over such clusters can differ.
@@ -48,10 +66,15 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Pod;
 
 use flotilla_scheduler::cache::{NodeCache, Snapshot};
+use flotilla_scheduler::framework::registry::coscheduling_factory;
 use flotilla_scheduler::framework::{CycleDetail, RegistryError, ScheduleError};
+use flotilla_scheduler::gang::{self, GangBook, PermitOutcome};
+use flotilla_scheduler::plugins::{coscheduling, names};
+use flotilla_scheduler::preemption::{self, PostFilterOutcome};
 use flotilla_scheduler::{Framework, Profile, Registry};
-use flotilla_shared::framework::{Code, Status};
+use flotilla_shared::framework::{Code, ExtensionPoint, FitError, Status};
 use flotilla_shared::node_info::NodeError;
+use flotilla_shared::pdb::PdbInfo;
 use flotilla_shared::pod_info::PodError;
 use flotilla_shared::{NodeSpec, PodInfo, PodKey};
 
@@ -189,6 +212,12 @@ pub struct PodResult {
     pub num_all_nodes: usize,
     /// The profile's Score plugins and weights, in run order.
     pub score_weights: Vec<(&'static str, i64)>,
+    /// The node DefaultPreemption nominated for the pod (it fit nowhere, and
+    /// evicting [`PodResult::victims`] there made room); `None` when it did
+    /// not preempt.
+    pub nominated_node: Option<String>,
+    /// The pods evicted for it, `namespace/name`, most important first.
+    pub victims: Vec<String>,
 }
 
 /// A pending pod the simulation did not schedule, and why.
@@ -240,10 +269,21 @@ pub fn simulate(
     profiles: &[Profile],
     registry: &Registry,
 ) -> Result<Simulation, SimulateError> {
-    let frameworks = frameworks(profiles, registry)?;
+    // Gangs: one book for the run, behind every profile's Coscheduling.
+    let book = Arc::new(GangBook::new());
+    let mut registry = registry.clone();
+    registry.replace(names::COSCHEDULING, coscheduling_factory(book.clone()));
+    let frameworks = frameworks(profiles, &registry)?;
     let mut sim = Simulation::default();
     let cluster = Cluster::build(objects, None, &mut sim.notes)?;
     let classes = PriorityClasses::new(&objects.priority_classes);
+    for g in &objects.pod_groups {
+        book.apply_group(Arc::new(g.clone()));
+    }
+    for pod in objects.pods.iter().filter(|p| is_bound(p)) {
+        book.pod_bound(&PodInfo::from_pod(Arc::new(pod.clone()))?);
+    }
+    let pdbs = compile_pdbs(objects, &mut sim.notes);
 
     // (priority, input order, pod, its framework), then pods whose class
     // is unknown.
@@ -255,6 +295,11 @@ pub fn simulate(
         }
         let key = key_of(pod);
         if let Some(reason) = not_schedulable_reason(pod) {
+            // A gated pod still counts as a member of its PodGroup (upstream
+            // lists the group's pods by label, gates or not).
+            if is_gated(pod) {
+                book.pod_pending(&PodInfo::from_pod(Arc::new(pod.clone()))?);
+            }
             sim.skipped.push(SkippedPod { pod: key, reason });
             continue;
         }
@@ -270,6 +315,7 @@ pub fn simulate(
         match classes.admit(&mut admitted) {
             Ok(priority) => {
                 let info = PodInfo::from_pod(Arc::new(admitted))?;
+                book.pod_pending(&info);
                 queue.push((priority, order, info, fw));
             }
             Err(e) => {
@@ -285,6 +331,8 @@ pub fn simulate(
                     nodes: BTreeMap::new(),
                     num_all_nodes: cluster.node_count,
                     score_weights: fw.score_weights(),
+                    nominated_node: None,
+                    victims: Vec::new(),
                 });
             }
         }
@@ -292,14 +340,125 @@ pub fn simulate(
     // PrioritySort: higher priority first; equal priority keeps input order.
     queue.sort_by_key(|(priority, order, _, _)| (std::cmp::Reverse(*priority), *order));
 
+    // The simulation's clock: it does not advance, so gang timeouts happen
+    // only at the end of the queue.
+    let now = std::time::Instant::now();
     let mut snapshot = Snapshot::default();
+    // Result index of each gang member waiting at Permit, by uid.
+    let mut waiting: HashMap<Arc<str>, usize> = HashMap::new();
     for (_, _, pod, fw) in queue {
+        let pod = Arc::new(pod);
         cluster.cache.update_snapshot(&mut snapshot);
-        let result = run_cycle(fw, &pod, &snapshot);
+        let (mut result, fit) = run_cycle(fw, &pod, &snapshot);
+        let gangs = fw
+            .enabled_at(ExtensionPoint::Permit)
+            .contains(&coscheduling::NAME);
+        if let Some(mut fit) = fit {
+            if let Some(args) = fw.preemption() {
+                match preemption::preempt(fw, &pod, &snapshot, &fit, &pdbs, args, 0) {
+                    Ok(PostFilterOutcome::Nominate(c)) => {
+                        for v in &c.victims {
+                            cluster.cache.remove_pod(&v.uid);
+                        }
+                        // The next attempt, nominated: its node first.
+                        let mut nominated = (*pod).clone();
+                        nominated.nominated_node_name = Some(c.node.clone());
+                        cluster.cache.update_snapshot(&mut snapshot);
+                        let (again, _) = run_cycle(fw, &nominated, &snapshot);
+                        result = PodResult {
+                            nominated_node: Some(c.node.to_string()),
+                            victims: c.victims.iter().map(|v| v.key.to_string()).collect(),
+                            ..again
+                        };
+                    }
+                    Ok(PostFilterOutcome::NotHelpful(msg)) => {
+                        fit.diagnosis.post_filter_msg = Some(msg);
+                        result.outcome = Outcome::Unschedulable {
+                            message: fit.to_string(),
+                        };
+                    }
+                    Err(e) => {
+                        result.outcome = Outcome::Error {
+                            message: e.to_string(),
+                        };
+                    }
+                }
+            }
+            if gangs && !matches!(result.outcome, Outcome::Scheduled { .. }) {
+                // A member that fits nowhere may doom its waiting siblings.
+                let (released, msg) = book.post_filter(&pod, now);
+                if let Some(m) = msg {
+                    for (sibling, _) in &released {
+                        cluster.cache.forget(&sibling.uid);
+                        if let Some(i) = waiting.remove(&sibling.uid) {
+                            sim.results[i].outcome = Outcome::Unschedulable { message: m.clone() };
+                        }
+                    }
+                    if let Outcome::Unschedulable { message } = &mut result.outcome {
+                        let sep = if fit.diagnosis.post_filter_msg.is_some() {
+                            ", "
+                        } else {
+                            " "
+                        };
+                        message.push_str(sep);
+                        message.push_str(&m);
+                    }
+                }
+            }
+        }
         if let Outcome::Scheduled { node } = &result.outcome {
-            cluster.cache.add_bound_pod(Arc::new(bind(&pod, node)?));
+            let node: Arc<str> = Arc::from(node.as_str());
+            let permit = if gangs {
+                // Permit sees the pod assumed.
+                let _ = cluster.cache.assume(pod.clone(), &node);
+                book.permit(&pod, &node, now)
+            } else {
+                PermitOutcome::NotGang
+            };
+            match permit {
+                PermitOutcome::NotGang => {
+                    cluster.cache.forget(&pod.uid);
+                    cluster.cache.add_bound_pod(Arc::new(bind(&pod, &node)?));
+                }
+                PermitOutcome::Wait => {
+                    waiting.insert(pod.uid.clone(), sim.results.len());
+                }
+                PermitOutcome::Ready(_, members) => {
+                    for (m, n) in members {
+                        waiting.remove(&m.uid);
+                        cluster.cache.forget(&m.uid);
+                        cluster.cache.add_bound_pod(Arc::new(bind(&m, &n)?));
+                        book.pod_bound(&m);
+                    }
+                }
+                PermitOutcome::Reject(message) => {
+                    cluster.cache.forget(&pod.uid);
+                    result.outcome = Outcome::Unschedulable { message };
+                }
+            }
         }
         sim.results.push(result);
+    }
+    // Gangs still short of minMember when the queue ran dry wait out their
+    // timeout: every member is released.
+    // Past any timeout: `scheduleTimeoutSeconds` is an int32.
+    let end = now
+        .checked_add(std::time::Duration::from_secs(u64::from(u32::MAX)))
+        .unwrap_or(now);
+    for (_, timeout, members) in book.take_expired(end) {
+        let message = format!(
+            "rejected due to timeout after waiting {} at plugin {}",
+            gang::go_duration(timeout),
+            coscheduling::NAME
+        );
+        for (m, _) in members {
+            cluster.cache.forget(&m.uid);
+            if let Some(i) = waiting.remove(&m.uid) {
+                sim.results[i].outcome = Outcome::Unschedulable {
+                    message: message.clone(),
+                };
+            }
+        }
     }
     sim.results.extend(refused);
     Ok(sim)
@@ -367,7 +526,37 @@ pub fn explain(
         Ok(_) => {
             let mut snapshot = Snapshot::default();
             cluster.cache.update_snapshot(&mut snapshot);
-            run_cycle(fw, &info, &snapshot)
+            let (mut result, fit) = run_cycle(fw, &info, &snapshot);
+            // The attempt's PostFilter, as upstream reports it: the
+            // preemption message, or the node it would nominate and the
+            // pods it would evict (nothing is evicted here).
+            if let (Some(mut fit), Some(args)) = (fit, fw.preemption()) {
+                let pdbs = compile_pdbs(objects, &mut notes);
+                match preemption::preempt(fw, &info, &snapshot, &fit, &pdbs, args, 0) {
+                    Ok(PostFilterOutcome::Nominate(c)) => {
+                        notes.push(format!(
+                            "preemption would nominate node {} for pod {} and evict {}",
+                            c.node,
+                            info.key,
+                            c.victims
+                                .iter()
+                                .map(|v| v.key.to_string())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ));
+                        result.nominated_node = Some(c.node.to_string());
+                        result.victims = c.victims.iter().map(|v| v.key.to_string()).collect();
+                    }
+                    Ok(PostFilterOutcome::NotHelpful(msg)) => {
+                        fit.diagnosis.post_filter_msg = Some(msg);
+                        result.outcome = Outcome::Unschedulable {
+                            message: fit.to_string(),
+                        };
+                    }
+                    Err(e) => notes.push(format!("preemption failed: {e}")),
+                }
+            }
+            result
         }
         Err(e) => PodResult {
             pod: key,
@@ -379,6 +568,8 @@ pub fn explain(
             nodes: BTreeMap::new(),
             num_all_nodes: cluster.node_count,
             score_weights: fw.score_weights(),
+            nominated_node: None,
+            victims: Vec::new(),
         },
     };
     Ok(Explanation {
@@ -386,6 +577,19 @@ pub fn explain(
         notes,
         bound_pods: cluster.bound_pods,
     })
+}
+
+/// The input's PodDisruptionBudgets, compiled; one that cannot be read is
+/// left out with a note (preemption then sees its pods as unprotected).
+fn compile_pdbs(objects: &ClusterObjects, notes: &mut Vec<String>) -> Vec<PdbInfo> {
+    let mut pdbs = Vec::new();
+    for pdb in &objects.pod_disruption_budgets {
+        match PdbInfo::from_pdb(pdb) {
+            Ok(p) => pdbs.push(p),
+            Err(e) => notes.push(format!("{e}; preemption ignores this PodDisruptionBudget")),
+        }
+    }
+    pdbs
 }
 
 /// One framework per profile, by `schedulerName`.
@@ -456,11 +660,22 @@ impl Cluster {
         }
 
         let mut bound_pods = 0;
+        // Bound pods went through admission too: a dump of a live cluster
+        // carries their `spec.priority`, a hand-written file may only name
+        // the class. Preemption compares these priorities.
+        let classes = PriorityClasses::new(&objects.priority_classes);
         for pod in objects.pods.iter().filter(|p| is_bound(p)) {
             if exclude.is_some() && pod.metadata.uid.as_deref() == exclude {
                 continue;
             }
-            let info = PodInfo::from_pod(Arc::new(pod.clone()))?;
+            let mut admitted = pod.clone();
+            if let Err(e) = classes.admit(&mut admitted) {
+                notes.push(format!(
+                    "bound pod {}: {e}; it counts with priority 0",
+                    key_of(pod)
+                ));
+            }
+            let info = PodInfo::from_pod(Arc::new(admitted))?;
             if info.terminal {
                 continue;
             }
@@ -483,21 +698,29 @@ impl Cluster {
     }
 }
 
-/// Runs one cycle and turns its detail into a [`PodResult`].
-fn run_cycle(fw: &Framework, pod: &PodInfo, snapshot: &Snapshot) -> PodResult {
+/// Runs one cycle and turns its detail into a [`PodResult`], with the
+/// FitError when the pod fits nowhere (for the PostFilter step).
+fn run_cycle(
+    fw: &Framework,
+    pod: &PodInfo,
+    snapshot: &Snapshot,
+) -> (PodResult, Option<Box<FitError>>) {
     let (result, detail) = fw.schedule_detailed(pod, snapshot);
+    let mut fit_error = None;
     let outcome = match result {
         Ok(r) => Outcome::Scheduled {
             node: r.node.to_string(),
         },
-        Err(ScheduleError::Unschedulable(fit)) => Outcome::Unschedulable {
-            message: fit.to_string(),
-        },
+        Err(ScheduleError::Unschedulable(fit)) => {
+            let message = fit.to_string();
+            fit_error = Some(fit);
+            Outcome::Unschedulable { message }
+        }
         Err(e @ ScheduleError::Internal { .. }) => Outcome::Error {
             message: e.to_string(),
         },
     };
-    PodResult {
+    let result = PodResult {
         pod: pod.key.clone(),
         priority: Some(pod.priority),
         profile: fw.profile_name().to_owned(),
@@ -505,7 +728,10 @@ fn run_cycle(fw: &Framework, pod: &PodInfo, snapshot: &Snapshot) -> PodResult {
         nodes: node_results(detail),
         num_all_nodes: snapshot.len(),
         score_weights: fw.score_weights(),
-    }
+        nominated_node: None,
+        victims: Vec::new(),
+    };
+    (result, fit_error)
 }
 
 fn node_results(detail: CycleDetail) -> BTreeMap<String, NodeResult> {
@@ -578,6 +804,20 @@ fn not_schedulable_reason(pod: &Pod) -> Option<String> {
         ));
     }
     None
+}
+
+/// Whether the pod has `spec.schedulingGates` (and is otherwise pending).
+fn is_gated(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_none()
+        && !matches!(
+            pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Succeeded" | "Failed")
+        )
+        && pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.scheduling_gates.as_ref())
+            .is_some_and(|g| !g.is_empty())
 }
 
 /// `spec.schedulerName`, defaulting like upstream.

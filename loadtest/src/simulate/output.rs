@@ -17,6 +17,10 @@
 //! - `status`: `Scheduled`, `Unschedulable` (then `node` is null and
 //!   `message` is upstream's FitError text) or `Error` (the pod's
 //!   PriorityClass does not exist, or a plugin failed; `message` says which).
+//! - `nominatedNode` and `victims` (a list of `namespace/name`) appear only
+//!   for a pod that preempted: DefaultPreemption nominated that node and
+//!   evicted those pods there; `status`/`node` then say where the pod landed
+//!   on its next attempt (normally the nominated node).
 //! - `nodes`: every node the cycle evaluated, by name. `filter.code` is
 //!   `Success`, `Unschedulable`, `UnschedulableAndUnresolvable` or `Error`;
 //!   for a rejected node, `plugin` is the first plugin that rejected it and
@@ -38,11 +42,16 @@ struct JsonDocument<'a> {
 }
 
 #[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
 struct JsonPod<'a> {
     pod: String,
     status: &'static str,
     node: Option<&'a str>,
     message: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    nominated_node: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    victims: Option<&'a [String]>,
     nodes: BTreeMap<&'a str, JsonNode<'a>>,
 }
 
@@ -83,6 +92,8 @@ fn json_pod(r: &PodResult) -> JsonPod<'_> {
         status: r.outcome.status(),
         node: r.outcome.node(),
         message: r.outcome.message(),
+        nominated_node: r.nominated_node.as_deref(),
+        victims: r.nominated_node.as_ref().map(|_| r.victims.as_slice()),
         nodes: r
             .nodes
             .iter()
@@ -104,12 +115,11 @@ fn json_node(n: &NodeResult) -> JsonNode<'_> {
     }
 }
 
-/// One line about the input, for stderr: object counts per kind, and that
-/// PodDisruptionBudgets and PodGroups are read but not used yet.
+/// One line about the input, for stderr: object counts per kind.
 #[must_use]
 pub fn summary(objects: &ClusterObjects) -> String {
     let bound = objects.pods.iter().filter(|p| super::is_bound(p)).count();
-    let mut s = format!(
+    format!(
         "{}: {} node(s), {} pod(s) ({bound} bound, {} pending), {} Namespace(s), \
          {} PriorityClass(es), {} PodDisruptionBudget(s), {} PodGroup(s)",
         objects.name,
@@ -120,14 +130,7 @@ pub fn summary(objects: &ClusterObjects) -> String {
         objects.priority_classes.len(),
         objects.pod_disruption_budgets.len(),
         objects.pod_groups.len(),
-    );
-    if !objects.pod_disruption_budgets.is_empty() || !objects.pod_groups.is_empty() {
-        s.push_str(
-            "; PodDisruptionBudgets and PodGroups are read but not used yet \
-             (preemption and gang scheduling are not implemented)",
-        );
-    }
-    s
+    )
 }
 
 /// `flotilla simulate --output table`: one block per result, in result order.
@@ -203,6 +206,13 @@ fn pod_block(out: &mut String, r: &PodResult) {
         Outcome::Unschedulable { message } | Outcome::Error { message } => {
             let _ = writeln!(out, "  {message}");
         }
+    }
+    if let Some(node) = &r.nominated_node {
+        let _ = writeln!(
+            out,
+            "  preempted on {node}: evicted {}",
+            r.victims.join(", ")
+        );
     }
 
     let mut feasible: Vec<(&String, &NodeResult)> = r
@@ -324,6 +334,8 @@ mod tests {
             nodes: nodes.into_iter().map(|(n, r)| (n.to_owned(), r)).collect(),
             num_all_nodes,
             score_weights: vec![("TaintToleration", 3), ("NodeResourcesFit", 1)],
+            nominated_node: None,
+            victims: Vec::new(),
         }
     }
 
@@ -424,13 +436,6 @@ default/web-1: Scheduled on node-2  (priority 0, profile default-scheduler)
         );
         o.pod_groups
             .push(crate::workload::pod_group::PodGroup::default());
-        assert!(
-            summary(&o).ends_with(
-                "1 PodGroup(s); PodDisruptionBudgets and PodGroups are read but not used yet \
-                 (preemption and gang scheduling are not implemented)"
-            ),
-            "{}",
-            summary(&o)
-        );
+        assert!(summary(&o).ends_with(", 1 PodGroup(s)"), "{}", summary(&o));
     }
 }

@@ -8,6 +8,7 @@ mod external_workers;
 mod openb;
 mod profiles;
 mod simulate;
+mod simulate_preemption;
 
 use std::collections::HashMap;
 use std::future::Future;

@@ -25,7 +25,7 @@ fn load(path: &Path) -> ClusterObjects {
 }
 
 /// Writes `text` to a fresh file named `name` and loads it.
-fn load_text(name: &str, text: &str) -> ClusterObjects {
+pub(crate) fn load_text(name: &str, text: &str) -> ClusterObjects {
     let dir = std::env::temp_dir().join(format!(
         "flotilla-simulate-it-{}-{name}",
         std::process::id()

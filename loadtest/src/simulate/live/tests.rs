@@ -265,9 +265,15 @@ async fn explain_and_simulate_run_on_what_was_read() {
         assert_eq!(f.reasons, ["Insufficient cpu"], "{n}");
     }
 
+    // simulate goes on where explain stops: big (priority 1000) preempts
+    // web-0 (no class: priority 0) on n1 and lands there.
     let sim = simulate(&live.objects, &profiles, &registry).expect("simulate");
     assert_eq!(sim.results.len(), 1);
-    assert_eq!(sim.results[0].outcome.status(), "Unschedulable");
+    let r = &sim.results[0];
+    assert_eq!(r.nominated_node.as_deref(), Some("n1"));
+    assert_eq!(r.victims.len(), 1);
+    assert!(r.victims[0].ends_with("/web-0"), "{:?}", r.victims);
+    assert_eq!(r.outcome.node(), Some("n1"));
 
     let err = explain(&live.objects, &profiles, &registry, "team/nope").expect_err("unknown");
     assert_eq!(
