@@ -64,9 +64,18 @@ fi
 echo "== kubectl apply --dry-run=server -f deploy/manifests/"
 "$KUBECTL" apply --dry-run=server -f deploy/manifests/
 
+echo "== kubectl apply --dry-run=server -f deploy/crds/"
+"$KUBECTL" apply --dry-run=server -f deploy/crds/
+
 if [ "$rbac" = 1 ]; then
   echo "== applying ServiceAccounts and RBAC for real (--rbac)"
   "$KUBECTL" apply -f deploy/manifests/10-serviceaccounts.yaml -f deploy/manifests/20-rbac.yaml
+  # kubectl auth can-i maps a resource through discovery: the PodGroup
+  # checks need the CRD served (a throwaway cluster: install it for real).
+  if ! "$KUBECTL" get crd podgroups.scheduling.x-k8s.io >/dev/null 2>&1; then
+    "$KUBECTL" apply -f deploy/crds/podgroups.yaml
+    "$KUBECTL" wait --for=condition=Established --timeout=60s crd/podgroups.scheduling.x-k8s.io
+  fi
   failed=0
   # want  as-ServiceAccount  namespace  verb  resource[/name]  [--subresource=...]
   check() {

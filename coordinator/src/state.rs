@@ -1463,6 +1463,16 @@ impl Coordinator {
         }
         for v in &victims {
             let r = pod_ref_of(v);
+            // As upstream: the DisruptionTarget condition first (it tells a
+            // later attempt of the preemptor that its victims are on their
+            // way out), then the graceful delete.
+            if let Err(e) = self
+                .cluster
+                .mark_preemption_victim(&r, &preemptor.scheduler_name)
+                .await
+            {
+                debug!(victim = %r, error = %e, "could not mark the preemption victim");
+            }
             match self.cluster.delete_pod(&r, None).await {
                 Ok(()) => {
                     self.cluster.record_event(SchedulingEvent::preempted(

@@ -124,6 +124,15 @@ pub async fn run_embedded_with_cluster(
     for node in &workload.nodes {
         cluster.apply_node(node.clone())?;
     }
+    for pc in &workload.priority_classes {
+        cluster.apply_priority_class(pc.clone())?;
+    }
+    for pdb in &workload.pod_disruption_budgets {
+        cluster.apply_pdb(pdb.clone())?;
+    }
+    for g in &workload.pod_groups {
+        cluster.apply_pod_group(g.clone())?;
+    }
     let token = CancellationToken::new();
     let coordinator = Arc::new(Coordinator::with_profiles(
         cluster.clone(),

@@ -684,6 +684,29 @@ impl Cluster for EmbeddedCluster {
         Ok(())
     }
 
+    async fn mark_preemption_victim(
+        &self,
+        pod: &PodRef,
+        scheduler_name: &str,
+    ) -> Result<(), ClusterError> {
+        let mut st = self.state.lock();
+        let cond = super::preemption_victim_condition(scheduler_name);
+        Self::update_pod(&mut st, pod, |p| {
+            let conds = p
+                .status
+                .get_or_insert_with(PodStatus::default)
+                .conditions
+                .get_or_insert_with(Vec::new);
+            match conds.iter_mut().find(|c| c.type_ == cond.type_) {
+                Some(c) => *c = cond,
+                None => conds.push(cond),
+            }
+            Ok(())
+        })?;
+        st.status_writes += 1;
+        Ok(())
+    }
+
     async fn delete_pod(&self, pod: &PodRef, grace: Option<i64>) -> Result<(), ClusterError> {
         let key = (pod.namespace.clone(), pod.name.clone());
         let mut st = self.state.lock();

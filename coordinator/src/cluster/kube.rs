@@ -688,6 +688,29 @@ impl Cluster for KubeCluster {
             })
     }
 
+    async fn mark_preemption_victim(
+        &self,
+        pod: &PodRef,
+        scheduler_name: &str,
+    ) -> Result<(), ClusterError> {
+        self.fence.check()?;
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &pod.namespace);
+        let cond = super::preemption_victim_condition(scheduler_name);
+        // Strategic merge: conditions merge by type, others stay.
+        let patch = serde_json::json!({ "status": { "conditions": [cond] } });
+        self.timed(
+            || format!("patching the status of {pod}"),
+            api.patch_status(
+                &pod.name,
+                &PatchParams::default(),
+                &Patch::Strategic(&patch),
+            ),
+        )
+        .await?
+        .map(|_| ())
+        .map_err(|e| write_error("patching the status of", pod, &e))
+    }
+
     async fn delete_pod(&self, pod: &PodRef, grace: Option<i64>) -> Result<(), ClusterError> {
         self.fence.check()?;
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &pod.namespace);

@@ -272,6 +272,24 @@ pub trait Cluster: Send + Sync + 'static {
     /// `PodNotFound` (gone already, or another uid), `Unavailable`.
     async fn delete_pod(&self, pod: &PodRef, grace: Option<i64>) -> Result<(), ClusterError>;
 
+    /// Marks `pod` as about to be evicted by preemption, before
+    /// [`Cluster::delete_pod`]: condition `DisruptionTarget=True`, reason
+    /// `PreemptionByScheduler`, message `<scheduler_name>: preempting to
+    /// accommodate a higher priority pod`, merged by condition type (what
+    /// upstream's preemption writes; DefaultPreemption reads it to tell a
+    /// preemption's victims still terminating). Best effort; the default
+    /// writes nothing.
+    ///
+    /// # Errors
+    /// `PodNotFound`, `Unavailable`.
+    async fn mark_preemption_victim(
+        &self,
+        _pod: &PodRef,
+        _scheduler_name: &str,
+    ) -> Result<(), ClusterError> {
+        Ok(())
+    }
+
     /// Sets (`Some`) or clears (`None`) `status.nominatedNodeName` of `pod`
     /// (a merge patch of the status subresource, as upstream's preemption
     /// writes it).
@@ -403,5 +421,22 @@ async fn list_watch_loop<S: ListWatch + ?Sized>(
                 }
             }
         }
+    }
+}
+
+/// The `DisruptionTarget` condition [`Cluster::mark_preemption_victim`]
+/// writes.
+#[must_use]
+pub fn preemption_victim_condition(
+    scheduler_name: &str,
+) -> k8s_openapi::api::core::v1::PodCondition {
+    k8s_openapi::api::core::v1::PodCondition {
+        type_: "DisruptionTarget".to_owned(),
+        status: "True".to_owned(),
+        reason: Some("PreemptionByScheduler".to_owned()),
+        message: Some(format!(
+            "{scheduler_name}: preempting to accommodate a higher priority pod"
+        )),
+        ..Default::default()
     }
 }

@@ -115,8 +115,27 @@ async fn a_granted_preemption_nominates_the_pod_and_deletes_the_victims_graceful
         h.coordinator.nominated_node("default", "hi").as_deref(),
         Some("n1")
     );
-    // The victims are terminating, each with upstream's Preempted Event.
+    // The victims are terminating, marked as preemption's targets (the
+    // condition upstream writes before deleting), each with upstream's
+    // Preempted Event.
     assert!(terminating(&h, "v1") && terminating(&h, "v2"));
+    for v in ["v1", "v2"] {
+        let pod = h.cluster.pod("default", v).expect("still terminating");
+        let cond = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == "DisruptionTarget"))
+            .unwrap_or_else(|| panic!("{v} has no DisruptionTarget condition"));
+        assert_eq!(
+            (cond.status.as_str(), cond.reason.as_deref()),
+            ("True", Some("PreemptionByScheduler"))
+        );
+        assert_eq!(
+            cond.message.as_deref(),
+            Some("default-scheduler: preempting to accommodate a higher priority pod")
+        );
+    }
     let preempted: Vec<_> = h
         .cluster
         .events()

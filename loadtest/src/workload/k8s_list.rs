@@ -69,8 +69,9 @@ pub struct ClusterObjects {
 /// Which kinds a load keeps; objects of other kinds become warnings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kinds {
-    /// Node and Pod only (a [`Workload`]).
-    NodesAndPods,
+    /// What a run creates in the embedded cluster (a [`Workload`]): Node,
+    /// Pod, PriorityClass, PodDisruptionBudget, PodGroup.
+    Workload,
     /// Every kind of [`ClusterObjects`].
     Cluster,
 }
@@ -78,7 +79,10 @@ enum Kinds {
 impl Kinds {
     fn keeps(self, kind: &str) -> bool {
         match self {
-            Kinds::NodesAndPods => matches!(kind, "Node" | "Pod"),
+            Kinds::Workload => matches!(
+                kind,
+                "Node" | "Pod" | "PriorityClass" | "PodDisruptionBudget" | "PodGroup"
+            ),
             Kinds::Cluster => matches!(
                 kind,
                 "Node" | "Pod" | "Namespace" | "PriorityClass" | "PodDisruptionBudget" | "PodGroup"
@@ -88,7 +92,7 @@ impl Kinds {
 
     fn described(self) -> &'static str {
         match self {
-            Kinds::NodesAndPods => "only Node and Pod",
+            Kinds::Workload => "only Node, Pod, PriorityClass, PodDisruptionBudget and PodGroup",
             Kinds::Cluster => {
                 "only Node, Pod, Namespace, PriorityClass, PodDisruptionBudget and PodGroup"
             }
@@ -108,13 +112,16 @@ impl Kinds {
 ///
 /// The workload is named after the file stem.
 pub fn load_k8s_list(path: &Path, on_bad: OnBadInput) -> Result<Workload> {
-    let objects = load(path, on_bad, Kinds::NodesAndPods)?;
+    let objects = load(path, on_bad, Kinds::Workload)?;
     Ok(Workload {
         name: objects.name,
         nodes: objects.nodes,
         pods: objects.pods,
         warnings: objects.warnings,
         barriers: Vec::new(),
+        priority_classes: objects.priority_classes,
+        pod_disruption_budgets: objects.pod_disruption_budgets,
+        pod_groups: objects.pod_groups,
     })
 }
 
@@ -1139,13 +1146,22 @@ spec: {containers: [{name: c}]}
             ]
         );
 
-        // A run reads only Nodes and Pods: the rest are warnings there.
+        // A run creates Nodes, Pods, PriorityClasses, PDBs and PodGroups in
+        // its cluster; the rest are warnings there.
         let w = load_k8s_list(f.path(), OnBadInput::Fail).expect("load as workload");
         assert_eq!(w.pods.len(), 1);
-        assert_eq!(w.warnings.len(), 5, "{:?}", w.warnings);
+        assert_eq!(
+            (
+                w.priority_classes.len(),
+                w.pod_disruption_budgets.len(),
+                w.pod_groups.len()
+            ),
+            (o.priority_classes.len(), o.pod_disruption_budgets.len(), 1)
+        );
         assert_eq!(
             w.warnings[0].to_string(),
-            "kinds.yaml: item 1 (Namespace team-a): skipped: kind Namespace is not loaded (only Node and Pod)"
+            "kinds.yaml: item 1 (Namespace team-a): skipped: kind Namespace is not loaded \
+             (only Node, Pod, PriorityClass, PodDisruptionBudget and PodGroup)"
         );
     }
 

@@ -148,6 +148,14 @@ pub struct Workload {
     /// until every one of them is resolved (bound or unschedulable), then
     /// submits the next ones. Empty: everything at once.
     pub barriers: Vec<usize>,
+    /// PriorityClasses to create before the pods (resolve
+    /// `priorityClassName`).
+    pub priority_classes: Vec<k8s_openapi::api::scheduling::v1::PriorityClass>,
+    /// PodDisruptionBudgets to create before the pods (preemption respects
+    /// them).
+    pub pod_disruption_budgets: Vec<k8s_openapi::api::policy::v1::PodDisruptionBudget>,
+    /// PodGroups to create before the pods (gangs, with Coscheduling).
+    pub pod_groups: Vec<pod_group::PodGroup>,
 }
 
 /// What a loader does with a bad row (CSV) or bad object (Kubernetes list).

@@ -182,6 +182,7 @@ pub fn load_openb(nodes_csv: &Path, pods_csv: &Path, on_bad: OnBadInput) -> Resu
         pods,
         warnings,
         barriers: Vec::new(),
+        ..Default::default()
     })
 }
 

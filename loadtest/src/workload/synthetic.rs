@@ -99,6 +99,7 @@ pub fn scheduling_basic(nodes: usize, pods: usize) -> Workload {
         pods: pods_out,
         warnings: Vec::new(),
         barriers: Vec::new(),
+        ..Default::default()
     }
 }
 
@@ -181,6 +182,7 @@ pub fn preemption_basic(nodes: usize) -> Workload {
         pods,
         warnings: Vec::new(),
         barriers: vec![low],
+        ..Default::default()
     }
 }
 

@@ -89,6 +89,7 @@ async fn four_workers_never_put_two_anti_affine_pods_in_one_zone() {
         pods,
         warnings: Vec::new(),
         barriers: Vec::new(),
+        ..Default::default()
     };
     let (report, cluster) = within(
         Duration::from_secs(120),
@@ -144,6 +145,7 @@ async fn four_workers_keep_max_skew_across_zones() {
         pods,
         warnings: Vec::new(),
         barriers: Vec::new(),
+        ..Default::default()
     };
     let (report, cluster) = within(
         Duration::from_secs(120),

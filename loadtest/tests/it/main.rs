@@ -7,6 +7,7 @@ mod cross_node;
 mod external_workers;
 mod openb;
 mod profiles;
+mod run_priorities_gangs;
 mod simulate;
 mod simulate_preemption;
 

@@ -55,6 +55,7 @@ async fn each_pod_runs_the_profile_it_selects_and_the_profile_class_picks_the_po
         pods,
         warnings: Vec::new(),
         barriers: Vec::new(),
+        ..Default::default()
     };
     let cfg = RunConfig {
         in_process_workers: 2,

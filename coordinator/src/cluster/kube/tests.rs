@@ -564,6 +564,32 @@ async fn set_nominated_node_merge_patches_the_status() {
 }
 
 #[tokio::test]
+async fn a_preemption_victim_gets_upstreams_disruption_target_condition() {
+    let (c, handle) = mock_cluster(true, WriteFence::new());
+    let server = serve_one(handle, 200, pod_json(), |req, body| {
+        assert_eq!(req.method, http::Method::PATCH);
+        assert_eq!(req.uri.path(), "/api/v1/namespaces/ns/pods/p/status");
+        assert_eq!(
+            req.headers.get("content-type").expect("content type"),
+            "application/strategic-merge-patch+json"
+        );
+        assert_eq!(
+            body,
+            json!({"status": {"conditions": [{
+                "type": "DisruptionTarget",
+                "status": "True",
+                "reason": "PreemptionByScheduler",
+                "message": "default-scheduler: preempting to accommodate a higher priority pod"
+            }]}})
+        );
+    });
+    c.mark_preemption_victim(&pod_ref(), "default-scheduler")
+        .await
+        .expect("patched");
+    server.await.expect("server checks pass");
+}
+
+#[tokio::test]
 async fn preemption_writes_stop_at_a_closed_fence() {
     let fence = WriteFence::new();
     let (c, handle) = mock_cluster(true, fence.clone());
