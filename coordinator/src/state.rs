@@ -308,16 +308,6 @@ fn pb_pod_ref(p: &PodInfo) -> pb::PodRef {
     }
 }
 
-fn pdb_key(p: &PodDisruptionBudget) -> (String, String) {
-    (
-        p.metadata
-            .namespace
-            .clone()
-            .unwrap_or_else(|| "default".into()),
-        p.metadata.name.clone().unwrap_or_default(),
-    )
-}
-
 fn pdb_deleted_event((namespace, name): (String, String)) -> pb::WatchEvent {
     ev(pb::watch_event::Event::PdbDeleted(pb::ObjectRef {
         namespace,
@@ -356,7 +346,67 @@ fn fits_with(node: &NodeInfo, pod: &PodInfo, nominated: &[Arc<PodInfo>]) -> Resu
     fit::check_placement(pod, &n)
 }
 
+/// Why the arbiter refuses a placement, if it does.
+#[derive(Debug)]
+enum Refusal {
+    /// The node is not known.
+    NoNode,
+    /// The pod does not fit the node (resources, ports, cordon).
+    Fit(String),
+    /// It fits only by eating room reserved for nominated pods of equal or
+    /// higher priority (named).
+    Reserved(String, Vec<String>),
+    /// A cross-node constraint (pod affinity, topology spread) fails.
+    CrossNode(&'static str),
+}
+
+impl Refusal {
+    /// The conflict reason for `node`, as workers and logs see it.
+    fn reason(&self, node: &str) -> String {
+        match self {
+            Refusal::NoNode => format!("node {node} not found"),
+            Refusal::Fit(r) => format!("node {node}: {r}"),
+            Refusal::CrossNode(r) => format!("node {node}: {r}"),
+            Refusal::Reserved(r, names) => format!(
+                "node {node}: {r} (room reserved for nominated pods {})",
+                names.join(", ")
+            ),
+        }
+    }
+}
+
 impl Inner {
+    /// The bind arbiter's check of one placement against the authoritative
+    /// view: the shared fit check, the room nominated pods hold, and the
+    /// cross-node constraints the pod's profile filters on. Returns the
+    /// node's interned name when granted.
+    fn check_grant(&self, info: &PodInfo, node: &str) -> Result<Arc<str>, Refusal> {
+        let Some((name, ninfo)) = self.nodes.get_key_value(node) else {
+            return Err(Refusal::NoNode);
+        };
+        fit::check_placement(info, ninfo).map_err(Refusal::Fit)?;
+        let nominated = self.nominated_on(node, info);
+        if let Err(reason) = fits_with(ninfo, info, &nominated) {
+            let names = nominated.iter().map(|p| p.key.to_string()).collect();
+            return Err(Refusal::Reserved(reason, names));
+        }
+        let checks = self
+            .cross_node_checks
+            .get(&*info.scheduler_name)
+            .copied()
+            .unwrap_or_default();
+        arbiter::check(
+            checks,
+            info,
+            ninfo,
+            &self.nodes,
+            &self.namespaces,
+            self.anti_affinity_pods,
+        )
+        .map_err(Refusal::CrossNode)?;
+        Ok(name.clone())
+    }
+
     fn broadcast(&self, e: &pb::WatchEvent) {
         for w in self.workers.values() {
             if let Some(tx) = &w.tx {
@@ -853,14 +903,14 @@ impl Coordinator {
                 let keys: HashSet<(String, String)> = listed
                     .iter()
                     .filter_map(|e| match e {
-                        WatchEvent::PdbApplied(p) => Some(pdb_key(p)),
+                        WatchEvent::PdbApplied(p) => Some(flotilla_shared::pdb::key_of(p)),
                         _ => None,
                     })
                     .collect();
                 let gone: Vec<_> = inner
                     .pdbs
                     .values()
-                    .filter(|p| !keys.contains(&pdb_key(p)))
+                    .filter(|p| !keys.contains(&flotilla_shared::pdb::key_of(p)))
                     .cloned()
                     .collect();
                 for p in gone {
@@ -976,11 +1026,11 @@ impl Coordinator {
             }
             WatchEvent::PdbApplied(pdb) => {
                 let msg = ev(pb::watch_event::Event::PdbUpsert(raw(&*pdb)));
-                inner.pdbs.insert(pdb_key(&pdb), pdb);
+                inner.pdbs.insert(flotilla_shared::pdb::key_of(&pdb), pdb);
                 inner.broadcast(&msg);
             }
             WatchEvent::PdbDeleted(pdb) => {
-                let key = pdb_key(&pdb);
+                let key = flotilla_shared::pdb::key_of(&pdb);
                 if inner.pdbs.remove(&key).is_some() {
                     inner.broadcast(&pdb_deleted_event(key));
                 }
@@ -1306,47 +1356,16 @@ impl Coordinator {
                 PodPhase::Pending(_) => {}
             }
             let info = rec.info.clone();
-            let Some((name, ninfo)) = inner.nodes.get_key_value(node) else {
-                inner.counters.conflicts += 1;
-                inner.nominee_conflicted(&info, node);
-                return Decision::Conflict(format!("node {node} not found"));
+            let name = match inner.check_grant(&info, node) {
+                Ok(name) => name,
+                Err(refusal) => {
+                    inner.counters.conflicts += 1;
+                    inner.nominee_conflicted(&info, node);
+                    let reason = refusal.reason(node);
+                    debug!(%pod, node, %reason, "bind conflict");
+                    return Decision::Conflict(reason);
+                }
             };
-            if let Err(reason) = fit::check_placement(&info, ninfo) {
-                inner.counters.conflicts += 1;
-                debug!(%pod, node, %reason, "bind conflict");
-                inner.nominee_conflicted(&info, node);
-                return Decision::Conflict(format!("node {node}: {reason}"));
-            }
-            let nominated = inner.nominated_on(node, &info);
-            if let Err(reason) = fits_with(ninfo, &info, &nominated) {
-                inner.counters.conflicts += 1;
-                inner.nominee_conflicted(&info, node);
-                let names: Vec<String> = nominated.iter().map(|p| p.key.to_string()).collect();
-                debug!(%pod, node, %reason, "bind conflict (room reserved for nominated pods)");
-                return Decision::Conflict(format!(
-                    "node {node}: {reason} (room reserved for nominated pods {})",
-                    names.join(", ")
-                ));
-            }
-            let checks = inner
-                .cross_node_checks
-                .get(&*info.scheduler_name)
-                .copied()
-                .unwrap_or_default();
-            if let Err(reason) = arbiter::check(
-                checks,
-                &info,
-                ninfo,
-                &inner.nodes,
-                &inner.namespaces,
-                inner.anti_affinity_pods,
-            ) {
-                inner.counters.conflicts += 1;
-                inner.nominee_conflicted(&info, node);
-                debug!(%pod, node, %reason, "bind conflict (cross-node constraint)");
-                return Decision::Conflict(format!("node {node}: {reason}"));
-            }
-            let name = name.clone();
             inner.counters.grants += 1;
             inner.place(&name, &info);
             if let Some(rec) = inner.pods.get_mut(&info.uid) {

@@ -37,6 +37,7 @@ pub mod pdb;
 pub mod pod_affinity;
 pub mod pod_group;
 pub mod pod_info;
+pub mod preemption;
 pub mod priority;
 pub mod quantity;
 pub mod resources;

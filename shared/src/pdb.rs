@@ -51,6 +51,19 @@ pub struct PdbError {
     pub message: String,
 }
 
+/// `(namespace, name)` of a PodDisruptionBudget (`default` when the
+/// namespace is unset): the key stores use.
+#[must_use]
+pub fn key_of(p: &PodDisruptionBudget) -> (String, String) {
+    (
+        p.metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into()),
+        p.metadata.name.clone().unwrap_or_default(),
+    )
+}
+
 impl PdbInfo {
     /// Compiles a `PodDisruptionBudget`.
     ///

@@ -134,16 +134,6 @@ pub struct EmbeddedCluster {
     state: Arc<Mutex<State>>,
 }
 
-fn pdb_key(p: &PodDisruptionBudget) -> (String, String) {
-    (
-        p.metadata
-            .namespace
-            .clone()
-            .unwrap_or_else(|| "default".into()),
-        p.metadata.name.clone().unwrap_or_default(),
-    )
-}
-
 fn pod_key(p: &Pod) -> (String, String) {
     (
         p.metadata
@@ -340,7 +330,7 @@ impl EmbeddedCluster {
         pdb.metadata
             .namespace
             .get_or_insert_with(|| "default".into());
-        let key = pdb_key(&pdb);
+        let key = flotilla_shared::pdb::key_of(&pdb);
         let mut st = self.state.lock();
         pdb.metadata.resource_version = Some(st.next_rv());
         let pdb = Arc::new(pdb);
@@ -690,7 +680,7 @@ impl Cluster for EmbeddedCluster {
         scheduler_name: &str,
     ) -> Result<(), ClusterError> {
         let mut st = self.state.lock();
-        let cond = super::preemption_victim_condition(scheduler_name);
+        let cond = flotilla_shared::preemption::disruption_target_condition(scheduler_name);
         Self::update_pod(&mut st, pod, |p| {
             let conds = p
                 .status

@@ -695,7 +695,7 @@ impl Cluster for KubeCluster {
     ) -> Result<(), ClusterError> {
         self.fence.check()?;
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &pod.namespace);
-        let cond = super::preemption_victim_condition(scheduler_name);
+        let cond = flotilla_shared::preemption::disruption_target_condition(scheduler_name);
         // Strategic merge: conditions merge by type, others stay.
         let patch = serde_json::json!({ "status": { "conditions": [cond] } });
         self.timed(

@@ -423,20 +423,3 @@ async fn list_watch_loop<S: ListWatch + ?Sized>(
         }
     }
 }
-
-/// The `DisruptionTarget` condition [`Cluster::mark_preemption_victim`]
-/// writes.
-#[must_use]
-pub fn preemption_victim_condition(
-    scheduler_name: &str,
-) -> k8s_openapi::api::core::v1::PodCondition {
-    k8s_openapi::api::core::v1::PodCondition {
-        type_: "DisruptionTarget".to_owned(),
-        status: "True".to_owned(),
-        reason: Some("PreemptionByScheduler".to_owned()),
-        message: Some(format!(
-            "{scheduler_name}: preempting to accommodate a higher priority pod"
-        )),
-        ..Default::default()
-    }
-}

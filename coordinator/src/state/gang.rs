@@ -36,12 +36,10 @@ use std::time::Instant;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tracing::{debug, info, warn};
 
-use flotilla_shared::fit;
 use flotilla_shared::pod_group::{self, PodGroup, PodGroupStatus};
 use flotilla_shared::pod_info::PodInfo;
 
 use super::{Coordinator, Decision, Inner, PodPhase};
-use crate::arbiter;
 use crate::cluster::{ClusterError, PodRef, SchedulingEvent};
 use crate::partition::WorkerId;
 
@@ -396,34 +394,9 @@ fn reserve(inner: &mut Inner, pod: &PodRef, node: &str) -> Result<Option<Reserve
         PodPhase::Pending(_) => {}
     }
     let info = rec.info.clone();
-    let Some((name, ninfo)) = inner.nodes.get_key_value(node) else {
-        return Err(Decision::Conflict(format!(
-            "pod {pod}: node {node} not found"
-        )));
-    };
-    if let Err(reason) = fit::check_placement(&info, ninfo) {
-        return Err(Decision::Conflict(format!(
-            "pod {pod}: node {node}: {reason}"
-        )));
-    }
-    let checks = inner
-        .cross_node_checks
-        .get(&*info.scheduler_name)
-        .copied()
-        .unwrap_or_default();
-    if let Err(reason) = arbiter::check(
-        checks,
-        &info,
-        ninfo,
-        &inner.nodes,
-        &inner.namespaces,
-        inner.anti_affinity_pods,
-    ) {
-        return Err(Decision::Conflict(format!(
-            "pod {pod}: node {node}: {reason}"
-        )));
-    }
-    let name = name.clone();
+    let name = inner
+        .check_grant(&info, node)
+        .map_err(|r| Decision::Conflict(format!("pod {pod}: {}", r.reason(node))))?;
     inner.place(&name, &info);
     Ok(Some((name, info)))
 }

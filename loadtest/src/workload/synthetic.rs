@@ -37,6 +37,24 @@ pub const POD_MEMORY: &str = "500Mi";
 /// Name of the single container of every generated pod.
 pub const CONTAINER_NAME: &str = "pause";
 
+/// `n` upstream `node-default` nodes `node-00000`, `node-00001`, …
+fn default_nodes(n: usize) -> Vec<k8s_openapi::api::core::v1::Node> {
+    let node_resources = resource_list([
+        ("cpu", NODE_CPU.to_owned()),
+        ("memory", NODE_MEMORY.to_owned()),
+        ("pods", NODE_PODS.to_owned()),
+    ]);
+    (0..n)
+        .map(|i| {
+            ready_node(
+                &format!("node-{i:05}"),
+                BTreeMap::new(),
+                node_resources.clone(),
+            )
+        })
+        .collect()
+}
+
 /// `nodes` identical nodes and `pods` identical pods, like upstream
 /// `SchedulingBasic`.
 ///
@@ -49,25 +67,12 @@ pub const CONTAINER_NAME: &str = "pause";
 ///
 /// Names are zero-padded to 5 digits (wider beyond 99,999).
 pub fn scheduling_basic(nodes: usize, pods: usize) -> Workload {
-    let node_resources = resource_list([
-        ("cpu", NODE_CPU.to_owned()),
-        ("memory", NODE_MEMORY.to_owned()),
-        ("pods", NODE_PODS.to_owned()),
-    ]);
     let pod_requests = resource_list([
         ("cpu", POD_CPU.to_owned()),
         ("memory", POD_MEMORY.to_owned()),
     ]);
 
-    let nodes_out = (0..nodes)
-        .map(|i| {
-            ready_node(
-                &format!("node-{i:05}"),
-                BTreeMap::new(),
-                node_resources.clone(),
-            )
-        })
-        .collect();
+    let nodes_out = default_nodes(nodes);
     let pods_out = (0..pods)
         .map(|i| {
             let container = Container {
@@ -121,20 +126,7 @@ pub const PREEMPTION_NODES: usize = 500;
 /// priority 10, grace period 0), each of which fits only by preempting three
 /// low-priority pods. Pods alternate between the online and batch pools.
 pub fn preemption_basic(nodes: usize) -> Workload {
-    let node_resources = resource_list([
-        ("cpu", NODE_CPU.to_owned()),
-        ("memory", NODE_MEMORY.to_owned()),
-        ("pods", NODE_PODS.to_owned()),
-    ]);
-    let nodes_out = (0..nodes)
-        .map(|i| {
-            ready_node(
-                &format!("node-{i:05}"),
-                BTreeMap::new(),
-                node_resources.clone(),
-            )
-        })
-        .collect();
+    let nodes_out = default_nodes(nodes);
     let pod = |name: String, cpu: &str, priority: i32, i: usize| {
         let container = Container {
             name: CONTAINER_NAME.to_owned(),

@@ -262,34 +262,7 @@ fn eligible_to_preempt_others(
 /// (first) `DisruptionTarget` condition is `True` with reason
 /// `PreemptionByScheduler`.
 fn terminating_by_preemption(p: &PodInfo) -> bool {
-    p.terminating
-        && p.pod
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .and_then(|cs| cs.iter().find(|c| c.type_ == "DisruptionTarget"))
-            .is_some_and(|c| {
-                c.status == "True" && c.reason.as_deref() == Some("PreemptionByScheduler")
-            })
+    p.terminating && flotilla_shared::preemption::marked_by_preemption(&p.pod)
 }
 
-/// The pod condition upstream sets on a victim before deleting it
-/// (`DisruptionTarget`, `True`, reason `PreemptionByScheduler`), which
-/// [`preempt`] reads to recognise victims still terminating. Callers that
-/// evict victims should patch it onto each victim's status first, as
-/// upstream's `PreemptPod` does. `scheduler_name` is the preemptor's
-/// `spec.schedulerName`.
-#[must_use]
-pub fn disruption_target_condition(
-    scheduler_name: &str,
-) -> k8s_openapi::api::core::v1::PodCondition {
-    k8s_openapi::api::core::v1::PodCondition {
-        type_: "DisruptionTarget".to_owned(),
-        status: "True".to_owned(),
-        reason: Some("PreemptionByScheduler".to_owned()),
-        message: Some(format!(
-            "{scheduler_name}: preempting to accommodate a higher priority pod"
-        )),
-        ..Default::default()
-    }
-}
+pub use flotilla_shared::preemption::disruption_target_condition;
