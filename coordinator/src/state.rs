@@ -164,6 +164,12 @@ pub struct Summary {
     pub bound_by_us: usize,
     /// Whether every kind was listed once (pods are dispatched from then on).
     pub synced: bool,
+    /// Pending pods nominated to a node by a granted preemption, not bound
+    /// yet (they wait for their victims to go).
+    pub nominated: usize,
+    /// Pending pods held by `spec.schedulingGates` (counted apart from
+    /// `pending`: nothing schedules them until the gates are removed).
+    pub gated: usize,
 }
 
 #[derive(Debug, Default)]
@@ -1645,6 +1651,7 @@ impl Coordinator {
                 PodPhase::Bound(_) => s.bound += 1,
                 PodPhase::Granted(_) => s.granting += 1,
                 PodPhase::Pending(_) if rec.unschedulable.is_some() => s.unschedulable += 1,
+                PodPhase::Pending(_) if !rec.info.scheduling_gates.is_empty() => s.gated += 1,
                 PodPhase::Pending(_) => s.pending += 1,
             }
         }
@@ -1654,6 +1661,7 @@ impl Coordinator {
         s.nodes = inner.nodes.len();
         s.bound_by_us = inner.pods.values().filter(|r| r.bound_at.is_some()).count();
         s.synced = inner.synced;
+        s.nominated = inner.nominated.len();
         s.workers = inner
             .workers
             .values()

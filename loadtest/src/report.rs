@@ -159,6 +159,9 @@ pub struct Report {
     /// Pods evicted by preemption (deleted to make room for pods of higher
     /// priority; no controller re-creates them here).
     pub preempted: usize,
+    /// Pods held by `spec.schedulingGates` (never tried until the gates
+    /// are removed).
+    pub gated: usize,
     /// Preemption: proposals the coordinator received and granted victims.
     pub preemption: Preemption,
     /// Gang scheduling (PodGroups with Coscheduling).
@@ -307,7 +310,8 @@ pub fn build(i: &Inputs<'_>) -> Report {
             None => pending += 1,
         }
     }
-    let pending = pending.saturating_sub(summary.invalid.len() + summary.other_scheduler);
+    let pending =
+        pending.saturating_sub(summary.invalid.len() + summary.other_scheduler + summary.gated);
     let mut top: Vec<ReasonCount> = reasons
         .into_iter()
         .map(|(reason, pods)| ReasonCount { reason, pods })
@@ -403,6 +407,7 @@ pub fn build(i: &Inputs<'_>) -> Report {
         unschedulable,
         pending,
         preempted: evicted,
+        gated: summary.gated,
         preemption: Preemption {
             attempts: c.preemption_attempts,
             victims: c.preemption_victims,
@@ -470,19 +475,26 @@ impl Report {
             "  cluster        {} nodes, {} pods, {} workers",
             self.nodes, self.pods, self.workers
         );
+        let mut extra = String::new();
+        if self.preempted > 0 {
+            let _ = write!(extra, ", {} preempted", self.preempted);
+        }
+        if self.gated > 0 {
+            let _ = write!(extra, ", {} gated", self.gated);
+        }
         let _ = writeln!(
             s,
-            "  pods           {} scheduled, {} unschedulable, {} pending, {} invalid",
+            "  pods           {} scheduled, {} unschedulable{extra}, {} pending, {} invalid",
             self.scheduled,
             self.unschedulable,
             self.pending,
             self.invalid.len()
         );
-        if self.preemption.attempts + self.preempted as u64 > 0 {
+        if self.preemption.attempts > 0 {
             let _ = writeln!(
                 s,
-                "  preemption     {} attempts, {} victims evicted, {} pods preempted",
-                self.preemption.attempts, self.preemption.victims, self.preempted
+                "  preemption     {} attempts, {} victims evicted",
+                self.preemption.attempts, self.preemption.victims
             );
         }
         if self.gangs.scheduled + self.gangs.timeouts > 0 {

@@ -238,9 +238,17 @@ pub async fn run_embedded_with_cluster(
         let accepted = submitted_pods - rejected.len();
         let (evicted, _) = cluster.evicted_counts();
         let all_seen = s.pods_total + invalid + s.other_scheduler + evicted >= accepted;
-        // Victims still terminating will free room for their preemptors:
-        // not settled yet.
-        let quiet = quiet && cluster.terminating_count() == 0;
+        // Victims still terminating will free room for their preemptors, and
+        // a nominated preemptor retries once they are gone (after its
+        // backoff): not settled while either waits, unless nothing at all
+        // happened for longer than the longest backoff (a nominee that can
+        // no longer fit anywhere).
+        let nominee_patience = cfg.settle + cfg.scheduler.queue_config().backoff.max;
+        let quiet = quiet
+            && cluster.terminating_count() == 0
+            && (s.nominated == 0
+                || s.last_activity
+                    .is_none_or(|t| t.elapsed() >= nominee_patience));
         if all_seen && s.pending == 0 && s.granting == 0 && idle_workers && quiet {
             match waves.next() {
                 Some(r) => {

@@ -850,6 +850,10 @@ fn post_filter(
 /// `POD_GONE` it is dropped.
 fn propose_preemption(s: &Arc<Shared>, pod: &Arc<PodInfo>, node: &str, victims: &[Arc<PodInfo>]) {
     s.stats.preemption_attempts.fetch_add(1, Ordering::Relaxed);
+    // Claim the room at once, as upstream's nominator does in the cycle:
+    // this worker's next preemptors and pods then see it taken, before the
+    // coordinator's answer (and its broadcast) arrives. Undone if refused.
+    s.cache.set_nominated(pod.clone(), node);
     let mut client = s.client.clone();
     let req = pb::PreemptionProposal {
         worker_id: s.id.clone(),
@@ -871,14 +875,17 @@ fn propose_preemption(s: &Arc<Shared>, pod: &Arc<PodInfo>, node: &str, victims: 
                         }
                         Ok(pb::PreemptionOutcome::PodGone) => {
                             debug!(pod = %pod.key, reason = %d.reason, "preemptor gone; dropping it");
+                            s2.cache.clear_nominated(&pod.uid);
                             s2.queue.delete(&pod.uid);
                         }
                         _ => {
                             debug!(pod = %pod.key, reason = %d.reason, "preemption refused");
+                            s2.cache.clear_nominated(&pod.uid);
                         }
                     }
                 }
                 Err(status) => {
+                    s2.cache.clear_nominated(&pod.uid);
                     if !s2.stopping.load(Ordering::Acquire) {
                         warn!(%status, "ProposePreemption failed");
                     }

@@ -408,42 +408,32 @@ impl Framework {
     }
 
     /// Preemption's dry-run check: every PreFilter plugin over `snap` (fresh
-    /// cycle state), then every Filter plugin not skipped by its PreFilter
-    /// on `node`. The first rejecting status is returned (with its plugin);
-    /// a node outside a PreFilterResult gets upstream's
-    /// `node is filtered out by the prefilter result`.
+    /// cycle state), then the Filter plugins not skipped by their PreFilter
+    /// on `node`, counting the pods nominated to it with a priority at least
+    /// the pod's, as upstream's `SelectVictimsOnNode` does (through
+    /// `RunFilterPluginsWithNominatedPods`): a node whose room a previous
+    /// preemption already claimed does not look free. The first rejecting
+    /// status is returned (with its plugin); a node outside a
+    /// PreFilterResult gets upstream's `node is filtered out by the
+    /// prefilter result`.
     pub(crate) fn dry_run_filters(
         &self,
         pod: &PodInfo,
         snap: &Snapshot,
         node: &NodeInfo,
     ) -> Status {
-        let mut state = CycleState::default();
-        let mut skipped: Vec<&'static str> = Vec::new();
-        for p in &self.pre_filters {
-            let (res, st) = p.pre_filter(&mut state, pod, snap);
-            match st.code {
-                Code::Success => {}
-                Code::Skip => skipped.push(p.name()),
-                _ => return st.with_plugin(p.name()),
-            }
-            if res
-                .node_names
-                .is_some_and(|names| !names.contains(node.name()))
-            {
-                return Status::unresolvable(REASON_FILTERED_BY_PREFILTER).with_plugin(p.name());
-            }
+        let pre = match self.run_pre_filter_plugins(pod, snap) {
+            Ok(pre) => pre,
+            Err(st) => return st,
+        };
+        if pre
+            .node_names
+            .as_ref()
+            .is_some_and(|names| !names.contains(node.name()))
+        {
+            return Status::unresolvable(REASON_FILTERED_BY_PREFILTER);
         }
-        for f in &self.filters {
-            if skipped.contains(&f.name()) {
-                continue;
-            }
-            let st = f.filter(&state, pod, node);
-            if !st.is_success() {
-                return st.with_plugin(f.name());
-            }
-        }
-        Status::success()
+        self.filter_with_nominated_pods(&pre, pod, node, snap)
     }
 
     /// Cluster event → plugins that registered for it (feeds the queue).
