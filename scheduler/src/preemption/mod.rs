@@ -48,6 +48,8 @@ use flotilla_shared::pdb::PdbInfo;
 use flotilla_shared::{NodeInfo, PodInfo};
 
 pub use args::DefaultPreemptionArgs;
+/// The mark victims get before their delete (re-exported from `shared`).
+pub use flotilla_shared::preemption::disruption_target_condition;
 pub use pick::pick_one_node_for_preemption;
 pub use victims::REASON_NO_VICTIMS;
 
@@ -264,5 +266,3 @@ fn eligible_to_preempt_others(
 fn terminating_by_preemption(p: &PodInfo) -> bool {
     p.terminating && flotilla_shared::preemption::marked_by_preemption(&p.pod)
 }
-
-pub use flotilla_shared::preemption::disruption_target_condition;
