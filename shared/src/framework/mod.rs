@@ -216,10 +216,15 @@ pub trait PreFilterPlugin: Plugin {
     ) -> (PreFilterResult, Status);
 }
 
-/// Filter: is `node` feasible for `pod`? Success, `Unschedulable` (preemption
-/// may help) or `UnschedulableAndUnresolvable`, with upstream reason texts.
+/// Filter: is `node` feasible for `pod`? Success, `Unschedulable` (evicting
+/// lower-priority pods from this node may help: DefaultPreemption tries it)
+/// or `UnschedulableAndUnresolvable` (nothing on the node can change it:
+/// preemption skips it), with upstream reason texts; the reasons are counted
+/// per node in the pod's FitError. `Error` aborts the cycle. Guide:
+/// `docs/plugins.md`.
 pub trait FilterPlugin: Plugin {
-    /// Decide feasibility. Called concurrently for many nodes.
+    /// Decide feasibility. Called concurrently for many nodes (from several
+    /// threads): read `state`, never block.
     fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status;
 }
 
@@ -238,7 +243,10 @@ pub trait PreScorePlugin: Plugin {
 }
 
 /// Score: rank a feasible node. Raw scores may use any non-negative range if
-/// [`ScorePlugin::normalize_score`] maps them into 0..=100.
+/// [`ScorePlugin::normalize_score`] maps them into 0..=100
+/// ([`MIN_NODE_SCORE`]..=[`MAX_NODE_SCORE`]); the profile's weight for the
+/// plugin multiplies the normalized score, and the node with the highest
+/// weighted sum over all Score plugins wins (ties at random, as upstream).
 pub trait ScorePlugin: Plugin {
     /// Raw score of `node` for `pod`.
     ///
