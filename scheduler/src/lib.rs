@@ -12,11 +12,14 @@
 //! - [`preemption`]: DefaultPreemption's PostFilter (victims, candidate
 //!   node), pure over a snapshot.
 //! - [`pdbs`]: the PodDisruptionBudgets the coordinator forwards.
+//! - [`gang`]: gang scheduling's book (PodGroups, members waiting at Permit).
+//! - [`extender`]: the upstream HTTP scheduler extender (its wire format).
 //! - [`worker`]: the worker process: coordinator stream → cache/queue →
 //!   scheduling thread → binding tasks.
 
 pub mod cache;
 pub mod config;
+pub mod extender;
 pub mod framework;
 pub mod gang;
 pub mod pdbs;
