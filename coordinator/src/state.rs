@@ -382,6 +382,51 @@ impl Refusal {
 }
 
 impl Inner {
+    /// The Binding of `info` to `node`, granted to `worker`'s proposal, was
+    /// written: the record is bound (by that worker), no worker holds the
+    /// pod any more, its nomination ends.
+    fn binding_written(&mut self, worker: WorkerId, info: &PodInfo, node: &Arc<str>) {
+        let worker_name = self.workers.get(&worker).map(|w| w.name.clone());
+        if let Some(w) = self.workers.get_mut(&worker) {
+            w.bound += 1;
+        }
+        if let Some(rec) = self.pods.get_mut(&info.uid) {
+            rec.bound_at = Some(Instant::now());
+            rec.bound_by = worker_name;
+            rec.unschedulable = None;
+            if rec.phase == PodPhase::Granted(node.clone()) {
+                rec.phase = PodPhase::Bound(node.clone());
+            }
+        }
+        for w in self.workers.values_mut() {
+            w.assigned.remove(&info.uid);
+        }
+        self.clear_nomination(info);
+    }
+
+    /// The Binding granted to `worker`'s proposal failed at the cluster: the
+    /// grant's room is released and the pod is pending again with that
+    /// worker, or, if the worker left meanwhile (nobody would retry it),
+    /// dispatched to another.
+    fn binding_failed(&mut self, worker: WorkerId, info: &PodInfo, node: &Arc<str>) {
+        self.counters.bind_errors += 1;
+        let granted_here = self
+            .pods
+            .get(&info.uid)
+            .is_some_and(|r| r.phase == PodPhase::Granted(node.clone()));
+        if !granted_here {
+            return;
+        }
+        self.unplace(node, &info.uid);
+        let alive = self.workers.get(&worker).is_some_and(|w| w.tx.is_some());
+        if let Some(rec) = self.pods.get_mut(&info.uid) {
+            rec.phase = PodPhase::Pending(alive.then_some(worker));
+        }
+        if !alive {
+            self.dispatch(&info.uid);
+        }
+    }
+
     /// The bind arbiter's check of one placement against the authoritative
     /// view: the shared fit check, the room nominated pods hold, and the
     /// cross-node constraints the pod's profile filters on. Returns the
@@ -1383,47 +1428,16 @@ impl Coordinator {
         let result = self.cluster.bind(pod, &node_name).await;
 
         let mut inner = self.inner.lock();
-        let worker_name = inner.workers.get(&worker).map(|w| w.name.clone());
         match result {
             Ok(()) => {
-                if let Some(w) = inner.workers.get_mut(&worker) {
-                    w.bound += 1;
-                }
-                if let Some(rec) = inner.pods.get_mut(&info.uid) {
-                    rec.bound_at = Some(Instant::now());
-                    rec.bound_by = worker_name;
-                    rec.unschedulable = None;
-                    if rec.phase == PodPhase::Granted(node_name.clone()) {
-                        rec.phase = PodPhase::Bound(node_name.clone());
-                    }
-                }
-                for w in inner.workers.values_mut() {
-                    w.assigned.remove(&info.uid);
-                }
-                inner.clear_nomination(&info);
+                inner.binding_written(worker, &info, &node_name);
                 drop(inner);
                 self.cluster
                     .record_event(SchedulingEvent::scheduled(pod, &node_name));
                 Decision::Bound
             }
             Err(e) => {
-                inner.counters.bind_errors += 1;
-                let granted_here = inner
-                    .pods
-                    .get(&info.uid)
-                    .is_some_and(|r| r.phase == PodPhase::Granted(node_name.clone()));
-                if granted_here {
-                    inner.unplace(&node_name, &info.uid);
-                    let alive = inner.workers.get(&worker).is_some_and(|w| w.tx.is_some());
-                    if let Some(rec) = inner.pods.get_mut(&info.uid) {
-                        rec.phase = PodPhase::Pending(alive.then_some(worker));
-                    }
-                    if !alive {
-                        // The proposer left while the Binding was written:
-                        // nobody would retry it, so hand it to another worker.
-                        inner.dispatch(&info.uid);
-                    }
-                }
+                inner.binding_failed(worker, &info, &node_name);
                 match e {
                     ClusterError::PodNotFound(m) => Decision::PodGone(m),
                     ClusterError::AlreadyBound { pod, node } if node.is_empty() => {

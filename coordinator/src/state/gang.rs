@@ -317,43 +317,15 @@ impl Coordinator {
         let mut events = Vec::new();
         {
             let mut inner = self.inner.lock();
-            let worker_name = inner.workers.get(&worker).map(|w| w.name.clone());
-            let alive = inner.workers.get(&worker).is_some_and(|w| w.tx.is_some());
             for (pod, node, info, result) in results {
-                let granted_here = inner
-                    .pods
-                    .get(&info.uid)
-                    .is_some_and(|r| r.phase == PodPhase::Granted(node.clone()));
                 match result {
                     Ok(()) => {
-                        if let Some(w) = inner.workers.get_mut(&worker) {
-                            w.bound += 1;
-                        }
-                        if let Some(rec) = inner.pods.get_mut(&info.uid) {
-                            rec.bound_at = Some(Instant::now());
-                            rec.bound_by.clone_from(&worker_name);
-                            rec.unschedulable = None;
-                            if granted_here {
-                                rec.phase = PodPhase::Bound(node.clone());
-                            }
-                        }
-                        for w in inner.workers.values_mut() {
-                            w.assigned.remove(&info.uid);
-                        }
+                        inner.binding_written(worker, &info, &node);
                         events.push(SchedulingEvent::scheduled(&pod, &node));
                     }
                     Err(e) => {
-                        inner.counters.bind_errors += 1;
                         warn!(%pod, %node, error = %e, "gang member's Binding failed");
-                        if granted_here {
-                            inner.unplace(&node, &info.uid);
-                            if let Some(rec) = inner.pods.get_mut(&info.uid) {
-                                rec.phase = PodPhase::Pending(alive.then_some(worker));
-                            }
-                            if !alive {
-                                inner.dispatch(&info.uid);
-                            }
-                        }
+                        inner.binding_failed(worker, &info, &node);
                         if !matches!(
                             e,
                             ClusterError::PodNotFound(_) | ClusterError::AlreadyBound { .. }

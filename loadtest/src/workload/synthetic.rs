@@ -37,6 +37,20 @@ pub const POD_MEMORY: &str = "500Mi";
 /// Name of the single container of every generated pod.
 pub const CONTAINER_NAME: &str = "pause";
 
+/// Labels the `i`-th generated pod online (even `i`) or batch (odd), so
+/// both worker pools work.
+fn alternate_class(pod: &mut k8s_openapi::api::core::v1::Pod, i: usize) {
+    let class = if i.is_multiple_of(2) {
+        WORKLOAD_CLASS_ONLINE
+    } else {
+        WORKLOAD_CLASS_BATCH
+    };
+    pod.metadata
+        .labels
+        .get_or_insert_with(BTreeMap::new)
+        .insert(LABEL_WORKLOAD_CLASS.to_owned(), class.to_owned());
+}
+
 /// `n` upstream `node-default` nodes `node-00000`, `node-00001`, …
 fn default_nodes(n: usize) -> Vec<k8s_openapi::api::core::v1::Node> {
     let node_resources = resource_list([
@@ -85,15 +99,7 @@ pub fn scheduling_basic(nodes: usize, pods: usize) -> Workload {
                 ..Container::default()
             };
             let mut pod = pending_pod(NAMESPACE, &format!("pod-{i:05}"), container);
-            let class = if i % 2 == 0 {
-                WORKLOAD_CLASS_ONLINE
-            } else {
-                WORKLOAD_CLASS_BATCH
-            };
-            pod.metadata
-                .labels
-                .get_or_insert_with(BTreeMap::new)
-                .insert(LABEL_WORKLOAD_CLASS.to_owned(), class.to_owned());
+            alternate_class(&mut pod, i);
             pod
         })
         .collect();
@@ -145,15 +151,7 @@ pub fn preemption_basic(nodes: usize) -> Workload {
             spec.priority = Some(priority);
             spec.termination_grace_period_seconds = Some(0);
         }
-        let class = if i.is_multiple_of(2) {
-            WORKLOAD_CLASS_ONLINE
-        } else {
-            WORKLOAD_CLASS_BATCH
-        };
-        pod.metadata
-            .labels
-            .get_or_insert_with(BTreeMap::new)
-            .insert(LABEL_WORKLOAD_CLASS.to_owned(), class.to_owned());
+        alternate_class(&mut pod, i);
         pod
     };
     let low = 4 * nodes;
