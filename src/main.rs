@@ -438,6 +438,7 @@ async fn worker(args: WorkerArgs, sched: SchedulerConfig) -> anyhow::Result<Exit
     let mut cfg = WorkerConfig::new(&addr, &name, class);
     cfg.queue = sched.queue_config();
     cfg.profiles = sched.profiles;
+    cfg.extenders = sched.extenders;
     cfg.connect_timeout = Duration::from_secs(args.connect_timeout);
     let token = CancellationToken::new();
     let t = token.clone();
@@ -488,7 +489,12 @@ async fn load_cluster(
 
 async fn simulate_cmd(args: &SimulateArgs, sched: &SchedulerConfig) -> anyhow::Result<ExitCode> {
     let objects = load_cluster(&args.source).await?;
-    let sim = simulate::simulate(&objects, &sched.profiles, &Registry::in_tree())?;
+    let sim = simulate::simulate_with(
+        &objects,
+        &sched.profiles,
+        &Registry::in_tree(),
+        &sched.extenders,
+    )?;
     for note in &sim.notes {
         eprintln!("note: {note}");
     }
@@ -504,7 +510,13 @@ async fn simulate_cmd(args: &SimulateArgs, sched: &SchedulerConfig) -> anyhow::R
 
 async fn explain_cmd(args: &ExplainArgs, sched: &SchedulerConfig) -> anyhow::Result<ExitCode> {
     let objects = load_cluster(&args.source).await?;
-    let e = simulate::explain(&objects, &sched.profiles, &Registry::in_tree(), &args.pod)?;
+    let e = simulate::explain_with(
+        &objects,
+        &sched.profiles,
+        &Registry::in_tree(),
+        &sched.extenders,
+        &args.pod,
+    )?;
     let source = match &args.source.cluster {
         Some(path) => path.display().to_string(),
         None => objects.name.clone(),

@@ -45,6 +45,7 @@ use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
 use flotilla_proto::v1 as pb;
+use flotilla_shared::extender::{ExtenderConfig, HttpExtender};
 use flotilla_shared::fit;
 use flotilla_shared::node_info::{NodeInfo, NodeSpec, Orphans};
 use flotilla_shared::pod_info::PodInfo;
@@ -250,6 +251,9 @@ struct ListState {
 pub struct Coordinator {
     cluster: Arc<dyn Cluster>,
     inner: Mutex<Inner>,
+    /// The extender with a `bindVerb`, if any: it writes the Bindings of
+    /// the pods it is interested in.
+    binder: parking_lot::RwLock<Option<Arc<HttpExtender>>>,
 }
 
 impl std::fmt::Debug for Coordinator {
@@ -717,6 +721,7 @@ impl Coordinator {
     ) -> Self {
         Coordinator {
             cluster,
+            binder: parking_lot::RwLock::new(None),
             inner: Mutex::new(Inner {
                 next_worker_id: 1,
                 scheduler_names: profiles
@@ -743,6 +748,66 @@ impl Coordinator {
     #[must_use]
     pub fn cluster(&self) -> &Arc<dyn Cluster> {
         &self.cluster
+    }
+
+    /// Delegates Bindings to the extender of `extenders` that has a
+    /// `bindVerb` (configuration validation allows at most one), as
+    /// upstream's `extendersBinding`: for a pod it is interested in, once
+    /// the arbiter granted the placement, the coordinator POSTs the bind
+    /// verb instead of writing the Binding; a failure of an `ignorable`
+    /// binder falls back to the API Binding, any other failure fails the
+    /// bind (the room is freed and the worker re-queues the pod). After the
+    /// extender's success the backend is told
+    /// ([`Cluster::bound_by_extender`]): a real API server shows the
+    /// extender's Binding through the watch; the embedded cluster, which no
+    /// extender can reach, records it itself.
+    ///
+    /// # Errors
+    /// The binder's TLS settings cannot be used.
+    pub fn set_extenders(
+        &self,
+        extenders: &[ExtenderConfig],
+    ) -> Result<(), flotilla_shared::http::HttpError> {
+        let binder = extenders
+            .iter()
+            .find(|e| !e.bind_verb.is_empty())
+            .map(|e| HttpExtender::new(e.clone()).map(Arc::new))
+            .transpose()?;
+        *self.binder.write() = binder;
+        Ok(())
+    }
+
+    /// The binder extender, if any (its counters).
+    #[must_use]
+    pub fn binder(&self) -> Option<Arc<HttpExtender>> {
+        self.binder.read().clone()
+    }
+
+    /// Writes the Binding of `pod` (granted on `node`): through the binder
+    /// extender when it is interested in the pod, else the API's
+    /// `pods/binding`.
+    pub(crate) async fn write_binding(
+        &self,
+        pod: &PodRef,
+        info: &PodInfo,
+        node: &str,
+    ) -> Result<(), ClusterError> {
+        let binder = self
+            .binder
+            .read()
+            .clone()
+            .filter(|b| b.is_interested(&info.pod));
+        if let Some(b) = binder {
+            match b.bind(&pod.namespace, &pod.name, &pod.uid, node).await {
+                Ok(()) => return self.cluster.bound_by_extender(pod, node).await,
+                Err(e) if b.is_ignorable() => {
+                    b.stats().record_ignored();
+                    warn!(%pod, node, error = %e, "ignorable extender failed to bind; writing the Binding instead");
+                }
+                Err(e) => return Err(ClusterError::Unavailable(e.to_string())),
+            }
+        }
+        self.cluster.bind(pod, node).await
     }
 
     /// Follows the cluster's change stream until it ends or `shutdown` fires.
@@ -1425,7 +1490,7 @@ impl Coordinator {
             (info, name)
         };
 
-        let result = self.cluster.bind(pod, &node_name).await;
+        let result = self.write_binding(pod, &info, &node_name).await;
 
         let mut inner = self.inner.lock();
         match result {

@@ -172,6 +172,9 @@ pub enum LiveError {
     /// The coordinator could not start.
     #[error("coordinator: {0}")]
     Coordinator(#[from] server::ServeError),
+    /// The binder extender's client could not be built (TLS).
+    #[error("extenders: {0}")]
+    Extender(#[from] flotilla_shared::http::HttpError),
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -206,6 +209,7 @@ pub async fn serve(
         &cfg.scheduler.dispatch_classes(),
     ));
     crate::run::configure_arbiter(&coordinator, &cfg.scheduler);
+    coordinator.set_extenders(&cfg.scheduler.extenders)?;
     let running = server::start(coordinator.clone(), &cfg.listen, token.clone()).await?;
     eprintln!("coordinator listening on {}", running.addr);
     let lost = async {
@@ -247,6 +251,7 @@ pub async fn serve(
                 let mut wcfg = WorkerConfig::new(&format!("http://{}", running.addr), &name, class);
                 wcfg.profiles = cfg.scheduler.profiles.clone();
                 wcfg.queue = cfg.scheduler.queue_config();
+                wcfg.extenders = cfg.scheduler.extenders.clone();
                 let st = Arc::new(WorkerStats::default());
                 stats.push(st.clone());
                 let registry = registry.clone();

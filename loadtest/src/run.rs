@@ -80,6 +80,9 @@ pub enum RunError {
     /// A node of the workload was rejected by the cluster.
     #[error("loading node: {0}")]
     Load(#[from] flotilla_coordinator::cluster::embedded::AdminError),
+    /// The binder extender's client could not be built (TLS).
+    #[error("extenders: {0}")]
+    Extender(#[from] flotilla_shared::http::HttpError),
     /// Workers did not connect in time.
     #[error("only {connected} of {expected} workers connected within {waited:?}")]
     Workers {
@@ -139,6 +142,7 @@ pub async fn run_embedded_with_cluster(
         &cfg.scheduler.dispatch_classes(),
     ));
     configure_arbiter(&coordinator, &cfg.scheduler);
+    coordinator.set_extenders(&cfg.scheduler.extenders)?;
     let running = server::start(coordinator.clone(), &cfg.listen, token.clone()).await?;
     let _ = running.synced.await;
     info!(addr = %running.addr, "coordinator listening");
@@ -163,6 +167,7 @@ pub async fn run_embedded_with_cluster(
             let mut wcfg = WorkerConfig::new(&format!("http://{}", running.addr), &name, class);
             wcfg.profiles = cfg.scheduler.profiles.clone();
             wcfg.queue = cfg.scheduler.queue_config();
+            wcfg.extenders = cfg.scheduler.extenders.clone();
             let st = Arc::new(WorkerStats::default());
             stats.push((name.clone(), class, st.clone()));
             let registry = registry.clone();

@@ -13,7 +13,11 @@
 //!   node), pure over a snapshot.
 //! - [`pdbs`]: the PodDisruptionBudgets the coordinator forwards.
 //! - [`gang`]: gang scheduling's book (PodGroups, members waiting at Permit).
-//! - [`extender`]: the upstream HTTP scheduler extender (its wire format).
+//! - [`extender`]: the upstream HTTP scheduler extender in the cycle (the
+//!   filter chain, prioritize, preempt); its wire format and client are in
+//!   `flotilla_shared::extender`.
+//! - [`webhook`]: the placement webhook a profile may delegate the choice
+//!   of node to.
 //! - [`worker`]: the worker process: coordinator stream → cache/queue →
 //!   scheduling thread → binding tasks.
 
@@ -26,6 +30,7 @@ pub mod pdbs;
 pub mod plugins;
 pub mod preemption;
 pub mod queue;
+pub mod webhook;
 pub mod worker;
 
 pub use framework::{Framework, Profile, Registry};

@@ -24,6 +24,7 @@
 //!
 //! Data flows one way: events → cache → queue → cycle → bind.
 
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -38,18 +39,24 @@ use tracing::{debug, info, info_span, warn};
 
 use flotilla_proto::v1 as pb;
 use flotilla_proto::v1::coordinator_client::CoordinatorClient;
+use flotilla_shared::extender::ExtenderConfig;
 use flotilla_shared::framework::{ClusterEvent, ExtensionPoint, FitError};
+use flotilla_shared::http::HttpError;
 use flotilla_shared::node_info::NodeSpec;
 use flotilla_shared::{PodInfo, WorkloadClass};
 
 use crate::cache::{DEFAULT_ASSUMED_POD_TTL, NodeCache, Snapshot};
-use crate::framework::{Framework, Profile, ProfileMap, Registry, RegistryError, ScheduleError};
+use crate::extender::Extenders;
+use crate::framework::{
+    Framework, Profile, ProfileMap, Registry, RegistryError, ScheduleError, ScheduleResult,
+};
 use crate::gang::{self, GangBook, PermitOutcome, Placement};
 use crate::pdbs::PdbStore;
 use crate::plugins::coscheduling;
 use crate::plugins::names;
 use crate::preemption::{self, PostFilterOutcome};
 use crate::queue::{QueueConfig, QueueLengths, QueuedPodInfo, SchedulingQueue};
+use crate::webhook::{Ask, Resolution, Shard, Webhook};
 
 /// Worker settings.
 #[derive(Debug, Clone)]
@@ -73,6 +80,10 @@ pub struct WorkerConfig {
     /// the addresses), at start and after the stream breaks. Defaults to
     /// 10 s.
     pub connect_timeout: Duration,
+    /// The HTTP extenders every profile calls
+    /// (`KubeSchedulerConfiguration.extenders`; see [`crate::extender`]).
+    /// Their bind verb is the coordinator's to call.
+    pub extenders: Vec<ExtenderConfig>,
 }
 
 impl WorkerConfig {
@@ -87,6 +98,7 @@ impl WorkerConfig {
             queue: QueueConfig::default(),
             assumed_pod_ttl: DEFAULT_ASSUMED_POD_TTL,
             connect_timeout: Duration::from_secs(10),
+            extenders: Vec::new(),
         }
     }
 }
@@ -97,6 +109,15 @@ pub enum WorkerError {
     /// The profile could not be built.
     #[error("profile: {0}")]
     Profile(#[from] RegistryError),
+    /// An extender or placement webhook client could not be built (TLS).
+    #[error("{what}: {source}")]
+    Http {
+        /// Which extender or webhook.
+        what: String,
+        /// Cause.
+        #[source]
+        source: HttpError,
+    },
     /// The coordinator address is malformed.
     #[error("coordinator address {addr:?}: {source}")]
     Address {
@@ -155,6 +176,10 @@ pub struct WorkerStats {
     pub preemption_attempts: AtomicU64,
     /// Victims of the preemptions the coordinator granted.
     pub preemption_victims: AtomicU64,
+    /// The extenders this worker calls (their call counters), once built.
+    pub extenders: std::sync::OnceLock<Arc<Extenders>>,
+    /// The placement webhooks, by profile (their counters), once built.
+    pub webhooks: std::sync::OnceLock<Vec<(String, Arc<Webhook>)>>,
 }
 
 impl WorkerStats {
@@ -184,6 +209,10 @@ struct Shared {
     gangs: Arc<GangBook>,
     /// PodDisruptionBudgets, for preemption.
     pdbs: PdbStore,
+    /// Who asks a placement webhook (worker name, pool).
+    shard: (String, WorkloadClass),
+    /// Placement webhooks by profile name.
+    webhooks: HashMap<String, Arc<Webhook>>,
 }
 
 fn pb_ref(p: &PodInfo) -> pb::PodRef {
@@ -372,6 +401,32 @@ pub async fn run(
     stats: Arc<WorkerStats>,
     shutdown: CancellationToken,
 ) -> Result<(), WorkerError> {
+    // Extender and webhook clients live across sessions (their counters
+    // and connection pools with them).
+    let extenders =
+        Arc::new(
+            Extenders::new(&cfg.extenders).map_err(|source| WorkerError::Http {
+                what: "extenders".into(),
+                source,
+            })?,
+        );
+    let mut webhooks = HashMap::new();
+    for p in &cfg.profiles {
+        if let Some(w) = &p.webhook {
+            let hook = Webhook::new(w.clone()).map_err(|source| WorkerError::Http {
+                what: format!("profile {:?}: placementWebhook", p.scheduler_name),
+                source,
+            })?;
+            webhooks.insert(p.scheduler_name.clone(), Arc::new(hook));
+        }
+    }
+    let _ = stats.extenders.set(extenders.clone());
+    let _ = stats.webhooks.set(
+        webhooks
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+    );
     loop {
         // Each session has its own gang book, read by its Coscheduling.
         let gangs = Arc::new(GangBook::new());
@@ -380,8 +435,16 @@ pub async fn run(
             coscheduling::NAME,
             crate::framework::registry::coscheduling_factory(gangs.clone()),
         );
-        let frameworks = ProfileMap::new(&cfg.profiles, &registry)?;
-        let end = session(&cfg, frameworks, gangs, stats.clone(), shutdown.clone()).await;
+        let frameworks = ProfileMap::with_extenders(&cfg.profiles, &registry, &extenders)?;
+        let end = session(
+            &cfg,
+            frameworks,
+            gangs,
+            webhooks.clone(),
+            stats.clone(),
+            shutdown.clone(),
+        )
+        .await;
         // This session's queue is gone (its pods are the coordinator's again).
         *stats.queue.lock() = QueueLengths::default();
         stats.ready.store(false, Ordering::Release);
@@ -409,6 +472,7 @@ async fn session(
     cfg: &WorkerConfig,
     frameworks: ProfileMap,
     gangs: Arc<GangBook>,
+    webhooks: HashMap<String, Arc<Webhook>>,
     stats: Arc<WorkerStats>,
     shutdown: CancellationToken,
 ) -> Result<SessionEnd, WorkerError> {
@@ -438,6 +502,8 @@ async fn session(
         stopping: std::sync::atomic::AtomicBool::new(false),
         gangs,
         pdbs: PdbStore::new(),
+        shard: (cfg.name.clone(), cfg.class),
+        webhooks,
     });
 
     let stop = shutdown.child_token();
@@ -628,12 +694,87 @@ fn nanos(d: Duration) -> u64 {
 
 fn scheduling_loop(s: &Arc<Shared>, worker: &str) {
     let mut snapshot = Snapshot::default();
+    // Pods popped while filling a webhook batch that belong elsewhere.
+    let mut later: VecDeque<QueuedPodInfo> = VecDeque::new();
     loop {
-        match s.queue.pop_blocking(Duration::from_millis(200)) {
-            Some(qp) => schedule_one(s, worker, &mut snapshot, qp),
+        let next = match later.pop_front() {
+            Some(qp) => Some(qp),
+            None => s.queue.pop_blocking(Duration::from_millis(200)),
+        };
+        match next {
+            Some(qp) => match batched_webhook(s, &qp) {
+                None => schedule_one(s, worker, &mut snapshot, qp),
+                Some(hook) => {
+                    let batch = fill_batch(s, qp, &hook, &mut later);
+                    schedule_batch(s, worker, &mut snapshot, &hook, batch);
+                }
+            },
             None if s.queue.is_closed() => return,
             None => {}
         }
+    }
+}
+
+/// The batched placement webhook of `qp`'s profile, if it has one.
+fn batched_webhook(s: &Shared, qp: &QueuedPodInfo) -> Option<Arc<Webhook>> {
+    s.webhooks
+        .get(&*qp.pod.scheduler_name)
+        .filter(|w| w.config().is_batched())
+        .cloned()
+}
+
+/// `first` and more pods of its profile, up to `batch.maxPods`, waiting at
+/// most `batch.maxWait` for them; pods of other profiles popped meanwhile go
+/// to `later` (scheduled next, in order).
+fn fill_batch(
+    s: &Shared,
+    first: QueuedPodInfo,
+    hook: &Webhook,
+    later: &mut VecDeque<QueuedPodInfo>,
+) -> Vec<QueuedPodInfo> {
+    let profile = first.pod.scheduler_name.clone();
+    let cfg = hook.config().batch;
+    let deadline = Instant::now() + cfg.max_wait;
+    let mut batch = vec![first];
+    // Pods already popped for later that belong here come first.
+    let mut i = 0;
+    while i < later.len() && batch.len() < cfg.max_pods {
+        if later[i].pod.scheduler_name == profile {
+            batch.extend(later.remove(i));
+        } else {
+            i += 1;
+        }
+    }
+    while batch.len() < cfg.max_pods {
+        let wait = deadline.saturating_duration_since(Instant::now());
+        match s.queue.pop_blocking(wait) {
+            None => break,
+            Some(qp) if qp.pod.scheduler_name == profile => batch.push(qp),
+            Some(qp) => later.push_back(qp),
+        }
+    }
+    batch
+}
+
+/// The no-profile case: the coordinator serves a scheduler name this
+/// worker's configuration lacks (both must load the same file).
+fn no_profile(s: &Arc<Shared>, pod: &Arc<PodInfo>) {
+    let message = format!(
+        "no profile for schedulerName {:?} in this worker's configuration",
+        pod.scheduler_name
+    );
+    warn!(%message, "cannot schedule the pod");
+    s.stats.errors.fetch_add(1, Ordering::Relaxed);
+    s.queue
+        .add_unschedulable(&pod.uid, Default::default(), Instant::now());
+    report_unschedulable(s, pod, message, Vec::new());
+}
+
+fn shard(s: &Shared, framework: &Framework) -> Shard {
+    Shard {
+        worker: s.shard.0.clone(),
+        workload_class: s.shard.1.to_string(),
+        profile: framework.profile_name().to_owned(),
     }
 }
 
@@ -643,23 +784,155 @@ fn schedule_one(s: &Arc<Shared>, worker: &str, snapshot: &mut Snapshot, qp: Queu
     let _enter = span.enter();
     let start = Instant::now();
     let Some(framework) = s.frameworks.for_pod(&pod) else {
-        // The coordinator serves a scheduler name this worker's
-        // configuration lacks: both must load the same file.
-        let message = format!(
-            "no profile for schedulerName {:?} in this worker's configuration",
-            pod.scheduler_name
-        );
-        warn!(%message, "cannot schedule the pod");
-        s.stats.errors.fetch_add(1, Ordering::Relaxed);
-        s.queue
-            .add_unschedulable(&pod.uid, Default::default(), Instant::now());
-        report_unschedulable(s, &pod, message, Vec::new());
+        no_profile(s, &pod);
         return;
     };
     s.cache.update_snapshot(snapshot);
     s.stats.attempts.fetch_add(1, Ordering::Relaxed);
-    let result = framework.schedule(&pod, snapshot);
+    let result = match s.webhooks.get(framework.profile_name()) {
+        None => framework.schedule(&pod, snapshot),
+        Some(hook) => {
+            let (result, candidates) = framework.schedule_with_candidates(&pod, snapshot);
+            match result {
+                Ok(r) => {
+                    let snap = &*snapshot;
+                    let node_of = |n: &str| snap.get(n).map(|i| i.spec.node.clone());
+                    let ask = Ask {
+                        pod: &pod,
+                        candidates: &candidates,
+                        in_process: &r.node,
+                        node_of: &node_of,
+                    };
+                    let answer = hook.decide(&shard(s, framework), &ask);
+                    let feasible = |n: &str| {
+                        candidates
+                            .iter()
+                            .find(|(c, _)| &**c == n)
+                            .map(|(c, _)| c.clone())
+                    };
+                    match hook.resolve(answer, feasible, &r.node) {
+                        Resolution::Place { node, .. } => Ok(ScheduleResult { node, ..r }),
+                        Resolution::Pending { message } => {
+                            leave_pending(s, &pod, message, start.elapsed());
+                            return;
+                        }
+                    }
+                }
+                Err(e) => Err(e),
+            }
+        }
+    };
     let cycle = start.elapsed();
+    finish_cycle(s, framework, &pod, snapshot, result, cycle);
+}
+
+/// A webhook left the pod pending: reported with `message`, retried after
+/// its backoff (no cluster event would change the service's mind).
+fn leave_pending(s: &Arc<Shared>, pod: &Arc<PodInfo>, message: String, cycle: Duration) {
+    s.stats
+        .cycle_nanos
+        .fetch_add(nanos(cycle), Ordering::Relaxed);
+    debug!(pod = %pod.key, %message, "left pending by the placement webhook");
+    s.queue.add_backoff(&pod.uid, Instant::now());
+    report_unschedulable(s, pod, message, Vec::new());
+}
+
+/// One batched webhook round: every pod's in-process cycle over the same
+/// snapshot, one call for those that fit somewhere, then each decision
+/// applied in order, its node re-checked (Filter) against the cache with
+/// the batch's earlier pods assumed.
+fn schedule_batch(
+    s: &Arc<Shared>,
+    worker: &str,
+    snapshot: &mut Snapshot,
+    hook: &Webhook,
+    batch: Vec<QueuedPodInfo>,
+) {
+    let span = info_span!("webhook_batch", worker, pods = batch.len());
+    let _enter = span.enter();
+    let start = Instant::now();
+    s.cache.update_snapshot(snapshot);
+    // (pod, its in-process result, its candidates)
+    let mut placed: Vec<(Arc<PodInfo>, ScheduleResult, Vec<(Arc<str>, i64)>)> = Vec::new();
+    let Some(framework) = s.frameworks.for_pod(&batch[0].pod) else {
+        for qp in &batch {
+            no_profile(s, &qp.pod);
+        }
+        return;
+    };
+    for qp in &batch {
+        s.stats.attempts.fetch_add(1, Ordering::Relaxed);
+        let t = Instant::now();
+        let (result, candidates) = framework.schedule_with_candidates(&qp.pod, snapshot);
+        match result {
+            Ok(r) => placed.push((qp.pod.clone(), r, candidates)),
+            Err(e) => finish_cycle(s, framework, &qp.pod, snapshot, Err(e), t.elapsed()),
+        }
+    }
+    if placed.is_empty() {
+        return;
+    }
+    let answers = {
+        let snap = &*snapshot;
+        let node_of = |n: &str| snap.get(n).map(|i| i.spec.node.clone());
+        let asks: Vec<Ask<'_>> = placed
+            .iter()
+            .map(|(pod, r, candidates)| Ask {
+                pod,
+                candidates,
+                in_process: &r.node,
+                node_of: &node_of,
+            })
+            .collect();
+        hook.decide_batch(&shard(s, framework), &asks)
+    };
+    // The call's time, shared among the pods it decided.
+    let share = start.elapsed() / u32::try_from(placed.len()).unwrap_or(u32::MAX).max(1);
+    for (i, (pod, r, candidates)) in placed.into_iter().enumerate() {
+        // Earlier pods of this batch are assumed now.
+        s.cache.update_snapshot(snapshot);
+        let answer = answers.as_ref().map(|d| d[i].clone()).map_err(Clone::clone);
+        let snap = &*snapshot;
+        let feasible = |n: &str| {
+            let (name, _) = candidates.iter().find(|(c, _)| &**c == n)?;
+            let node = snap.get(n)?;
+            framework
+                .dry_run_filters(&pod, snap, node)
+                .is_success()
+                .then(|| name.clone())
+        };
+        let result = match hook.resolve(answer, feasible, &r.node) {
+            Resolution::Place {
+                node,
+                by_webhook: true,
+                ..
+            } => Ok(ScheduleResult { node, ..r }),
+            // The in-process choice was made before the batch's earlier
+            // pods were placed: decide again, now.
+            Resolution::Place {
+                by_webhook: false, ..
+            } => framework.schedule(&pod, snapshot),
+            Resolution::Pending { message } => {
+                leave_pending(s, &pod, message, share);
+                continue;
+            }
+        };
+        finish_cycle(s, framework, &pod, snapshot, result, share);
+    }
+}
+
+/// The rest of a cycle once its result is known: assume and bind (through
+/// Permit for gang members), or the unschedulable path (PostFilter,
+/// report), or back off after an error.
+fn finish_cycle(
+    s: &Arc<Shared>,
+    framework: &Framework,
+    pod: &Arc<PodInfo>,
+    snapshot: &Snapshot,
+    result: Result<ScheduleResult, ScheduleError>,
+    cycle: Duration,
+) {
+    let pod = pod.clone();
     s.stats
         .cycle_nanos
         .fetch_add(nanos(cycle), Ordering::Relaxed);
@@ -767,6 +1040,15 @@ fn schedule_one(s: &Arc<Shared>, worker: &str, snapshot: &mut Snapshot, qp: Queu
             warn!(error = %e, "scheduling cycle failed; backing off");
             s.stats.errors.fetch_add(1, Ordering::Relaxed);
             s.queue.add_backoff(&pod.uid, Instant::now());
+            // An extender's failure is the operator's to see on the pod
+            // (upstream records it as a FailedScheduling event).
+            if let ScheduleError::Internal {
+                plugin: flotilla_shared::extender::EXTENDER_NAME,
+                message,
+            } = &e
+            {
+                report_unschedulable(s, &pod, message.clone(), Vec::new());
+            }
         }
     }
 }

@@ -26,10 +26,16 @@
 //! - [`framework`]: the plugin traits (PreFilter, Filter, Score), `Status`,
 //!   `CycleState` and `FitError`.
 //! - [`priority`]: pod priority from PriorityClasses, as admission resolves it.
+//! - [`extender`]: the upstream HTTP scheduler extender: wire format,
+//!   configuration, and one client per extender.
+//! - [`http`]: JSON over HTTP(S) POST with deadlines and TLS, the transport
+//!   of extenders and placement webhooks.
 //! - [`testing`]: builders for pods and nodes.
 
+pub mod extender;
 pub mod fit;
 pub mod framework;
+pub mod http;
 pub mod images;
 pub mod label_selector;
 pub mod node_info;

@@ -606,6 +606,13 @@ impl Cluster for EmbeddedCluster {
         Ok(())
     }
 
+    /// No extender can reach the embedded cluster: the Binding it reports
+    /// is applied here, as the extender's own write would be on a real
+    /// server (it counts as a Binding written).
+    async fn bound_by_extender(&self, pod: &PodRef, node: &str) -> Result<(), ClusterError> {
+        self.bind(pod, node).await
+    }
+
     async fn mark_unschedulable(&self, pod: &Pod, message: &str) -> Result<(), ClusterError> {
         let pod = &PodRef::of(pod);
         let mut st = self.state.lock();

@@ -232,6 +232,17 @@ pub trait Cluster: Send + Sync + 'static {
     /// `PodNotFound`, `AlreadyBound`, `NodeNotFound`, `Unavailable`.
     async fn bind(&self, pod: &PodRef, node: &str) -> Result<(), ClusterError>;
 
+    /// The scheduler extender with the bind verb wrote the Binding of
+    /// `pod` to `node` (upstream `extendersBinding`). A real API server
+    /// shows it through the watch, so the default does nothing; a backend
+    /// no extender can reach (the embedded cluster) applies it itself.
+    ///
+    /// # Errors
+    /// As [`Cluster::bind`], for backends that apply it.
+    async fn bound_by_extender(&self, _pod: &PodRef, _node: &str) -> Result<(), ClusterError> {
+        Ok(())
+    }
+
     /// Sets condition `PodScheduled=False`, reason `Unschedulable`, with
     /// `message` (the FitError text) on `pod` (the coordinator's current
     /// copy: upstream's `updatePod` diffs against its informer's copy), merged

@@ -307,7 +307,7 @@ impl Coordinator {
                 uid: info.uid.to_string(),
             };
             async move {
-                let r = self.cluster.bind(&pod, node).await;
+                let r = self.write_binding(&pod, info, node).await;
                 (pod, node.clone(), info.clone(), r)
             }
         });

@@ -66,12 +66,15 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Pod;
 
 use flotilla_scheduler::cache::{NodeCache, Snapshot};
+use flotilla_scheduler::extender::Extenders;
 use flotilla_scheduler::framework::registry::coscheduling_factory;
 use flotilla_scheduler::framework::{CycleDetail, RegistryError, ScheduleError};
 use flotilla_scheduler::gang::{self, GangBook, PermitOutcome};
 use flotilla_scheduler::plugins::{coscheduling, names};
 use flotilla_scheduler::preemption::{self, PostFilterOutcome};
+use flotilla_scheduler::webhook::{Ask, Resolution, Shard, Webhook};
 use flotilla_scheduler::{Framework, Profile, Registry};
+use flotilla_shared::extender::ExtenderConfig;
 use flotilla_shared::framework::{Code, ExtensionPoint, FitError, Status};
 use flotilla_shared::node_info::NodeError;
 use flotilla_shared::pdb::PdbInfo;
@@ -98,6 +101,15 @@ pub enum SimulateError {
     /// A profile does not make a valid framework.
     #[error(transparent)]
     Profile(#[from] RegistryError),
+    /// An extender's or placement webhook's client could not be built.
+    #[error("{what}: {source}")]
+    Http {
+        /// Which one.
+        what: String,
+        /// Cause.
+        #[source]
+        source: flotilla_shared::http::HttpError,
+    },
     /// Two profiles share a `schedulerName`.
     #[error("profiles: schedulerName {0:?} is used by more than one profile")]
     DuplicateProfile(String),
@@ -190,8 +202,26 @@ pub struct NodeResult {
     /// Each Score plugin's normalized score (0..=100) before weighting, in
     /// run order; `None` for rejected nodes.
     pub scores: Option<Vec<(&'static str, i64)>>,
-    /// Weighted sum of [`NodeResult::scores`]; `None` for rejected nodes.
+    /// Each extender's scaled score (`score × weight × 10`) by its
+    /// `urlPrefix`; empty when no extender scored the node.
+    pub extender_scores: Vec<(String, i64)>,
+    /// Weighted sum of [`NodeResult::scores`] and the extender scores;
+    /// `None` for rejected nodes.
     pub total_score: Option<i64>,
+}
+
+/// What a profile's placement webhook did for a pod the in-process
+/// pipeline could place.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebhookResult {
+    /// Where the in-process pipeline would have placed it.
+    pub in_process_choice: String,
+    /// `webhook` (the service chose the node), `fallback` (it failed: the
+    /// in-process choice was used) or `pending` (it declined, or failed with
+    /// `fallback: Pending`).
+    pub decided_by: &'static str,
+    /// The service's reason, or the failure.
+    pub message: String,
 }
 
 /// One pod's result.
@@ -218,6 +248,8 @@ pub struct PodResult {
     pub nominated_node: Option<String>,
     /// The pods evicted for it, `namespace/name`, most important first.
     pub victims: Vec<String>,
+    /// The placement webhook's part, for profiles that have one.
+    pub webhook: Option<WebhookResult>,
 }
 
 /// A pending pod the simulation did not schedule, and why.
@@ -269,11 +301,31 @@ pub fn simulate(
     profiles: &[Profile],
     registry: &Registry,
 ) -> Result<Simulation, SimulateError> {
+    simulate_with(objects, profiles, registry, &[])
+}
+
+/// [`simulate`] calling `extenders` (the configuration's `extenders`: their
+/// filter, prioritize and preempt verbs, over HTTP, as the workers would)
+/// and each profile's placement webhook. Calls block until answered or
+/// timed out; failures are handled as in the workers (ignorable extenders
+/// skipped, the webhook's fallback).
+///
+/// # Errors
+/// As [`simulate`], and an extender or webhook whose TLS settings cannot be
+/// used.
+pub fn simulate_with(
+    objects: &ClusterObjects,
+    profiles: &[Profile],
+    registry: &Registry,
+    extenders: &[ExtenderConfig],
+) -> Result<Simulation, SimulateError> {
     // Gangs: one book for the run, behind every profile's Coscheduling.
     let book = Arc::new(GangBook::new());
     let mut registry = registry.clone();
     registry.replace(names::COSCHEDULING, coscheduling_factory(book.clone()));
-    let frameworks = frameworks(profiles, &registry)?;
+    let extenders = build_extenders(extenders)?;
+    let frameworks = frameworks(profiles, &registry, &extenders)?;
+    let webhooks = webhooks(profiles)?;
     let mut sim = Simulation::default();
     let cluster = Cluster::build(objects, None, &mut sim.notes)?;
     let classes = PriorityClasses::new(&objects.priority_classes);
@@ -333,6 +385,7 @@ pub fn simulate(
                     score_weights: fw.score_weights(),
                     nominated_node: None,
                     victims: Vec::new(),
+                    webhook: None,
                 });
             }
         }
@@ -350,6 +403,12 @@ pub fn simulate(
         let pod = Arc::new(pod);
         cluster.cache.update_snapshot(&mut snapshot);
         let (mut result, fit) = run_cycle(fw, &pod, &snapshot);
+        ask_webhook(
+            webhooks.get(fw.profile_name()),
+            &pod,
+            &snapshot,
+            &mut result,
+        );
         let gangs = fw
             .enabled_at(ExtensionPoint::Permit)
             .contains(&coscheduling::NAME);
@@ -364,7 +423,13 @@ pub fn simulate(
                         let mut nominated = (*pod).clone();
                         nominated.nominated_node_name = Some(c.node.clone());
                         cluster.cache.update_snapshot(&mut snapshot);
-                        let (again, _) = run_cycle(fw, &nominated, &snapshot);
+                        let (mut again, _) = run_cycle(fw, &nominated, &snapshot);
+                        ask_webhook(
+                            webhooks.get(fw.profile_name()),
+                            &nominated,
+                            &snapshot,
+                            &mut again,
+                        );
                         result = PodResult {
                             nominated_node: Some(c.node.to_string()),
                             victims: c.victims.iter().map(|v| v.key.to_string()).collect(),
@@ -479,6 +544,21 @@ pub fn explain(
     registry: &Registry,
     pod: &str,
 ) -> Result<Explanation, SimulateError> {
+    explain_with(objects, profiles, registry, &[], pod)
+}
+
+/// [`explain`] calling `extenders` and the pod's profile's placement
+/// webhook, as [`simulate_with`] does.
+///
+/// # Errors
+/// As [`explain`] and [`simulate_with`].
+pub fn explain_with(
+    objects: &ClusterObjects,
+    profiles: &[Profile],
+    registry: &Registry,
+    extenders: &[ExtenderConfig],
+    pod: &str,
+) -> Result<Explanation, SimulateError> {
     let key = parse_pod_key(pod)?;
     let Some(target) = objects.pods.iter().find(|p| key_of(p) == key) else {
         return Err(SimulateError::UnknownPod {
@@ -486,7 +566,8 @@ pub fn explain(
             source_name: objects.name.clone(),
         });
     };
-    let frameworks = frameworks(profiles, registry)?;
+    let frameworks = frameworks(profiles, registry, &build_extenders(extenders)?)?;
+    let webhooks = webhooks(profiles)?;
     let scheduler = scheduler_name(target);
     let Some(fw) = frameworks.get(scheduler) else {
         return Err(SimulateError::NoProfile {
@@ -527,6 +608,12 @@ pub fn explain(
             let mut snapshot = Snapshot::default();
             cluster.cache.update_snapshot(&mut snapshot);
             let (mut result, fit) = run_cycle(fw, &info, &snapshot);
+            ask_webhook(
+                webhooks.get(fw.profile_name()),
+                &info,
+                &snapshot,
+                &mut result,
+            );
             // The attempt's PostFilter, as upstream reports it: the
             // preemption message, or the node it would nominate and the
             // pods it would evict (nothing is evicted here).
@@ -570,6 +657,7 @@ pub fn explain(
             score_weights: fw.score_weights(),
             nominated_node: None,
             victims: Vec::new(),
+            webhook: None,
         },
     };
     Ok(Explanation {
@@ -592,10 +680,99 @@ fn compile_pdbs(objects: &ClusterObjects, notes: &mut Vec<String>) -> Vec<PdbInf
     pdbs
 }
 
-/// One framework per profile, by `schedulerName`.
+fn build_extenders(configs: &[ExtenderConfig]) -> Result<Arc<Extenders>, SimulateError> {
+    Extenders::new(configs)
+        .map(Arc::new)
+        .map_err(|source| SimulateError::Http {
+            what: "extenders".into(),
+            source,
+        })
+}
+
+/// Each profile's placement webhook, by `schedulerName`.
+fn webhooks(profiles: &[Profile]) -> Result<HashMap<String, Webhook>, SimulateError> {
+    let mut out = HashMap::new();
+    for p in profiles {
+        if let Some(w) = &p.webhook {
+            let hook = Webhook::new(w.clone()).map_err(|source| SimulateError::Http {
+                what: format!("profile {:?}: placementWebhook", p.scheduler_name),
+                source,
+            })?;
+            out.insert(p.scheduler_name.clone(), hook);
+        }
+    }
+    Ok(out)
+}
+
+/// For a pod the in-process cycle placed, in a profile with a placement
+/// webhook: asks the service (its scored nodes are the candidates) and
+/// applies its decision, or the fallback, to `result`.
+fn ask_webhook(hook: Option<&Webhook>, pod: &PodInfo, snapshot: &Snapshot, result: &mut PodResult) {
+    let Some(hook) = hook else {
+        return;
+    };
+    let Outcome::Scheduled { node } = &result.outcome else {
+        return;
+    };
+    let in_process: Arc<str> = Arc::from(node.as_str());
+    let candidates: Vec<(Arc<str>, i64)> = result
+        .nodes
+        .iter()
+        .filter_map(|(n, r)| r.total_score.map(|t| (Arc::from(n.as_str()), t)))
+        .collect();
+    let node_of = |n: &str| snapshot.get(n).map(|i| i.spec.node.clone());
+    let ask = Ask {
+        pod,
+        candidates: &candidates,
+        in_process: &in_process,
+        node_of: &node_of,
+    };
+    let shard = Shard {
+        worker: "simulate".into(),
+        workload_class: pod.class.to_string(),
+        profile: result.profile.clone(),
+    };
+    let answer = hook.decide_one(&shard, &ask);
+    let feasible = |n: &str| {
+        candidates
+            .iter()
+            .find(|(c, _)| &**c == n)
+            .map(|(c, _)| c.clone())
+    };
+    let webhook = match hook.resolve(answer, feasible, &in_process) {
+        Resolution::Place {
+            node,
+            by_webhook,
+            reason,
+        } => {
+            result.outcome = Outcome::Scheduled {
+                node: node.to_string(),
+            };
+            WebhookResult {
+                in_process_choice: in_process.to_string(),
+                decided_by: if by_webhook { "webhook" } else { "fallback" },
+                message: reason,
+            }
+        }
+        Resolution::Pending { message } => {
+            result.outcome = Outcome::Unschedulable {
+                message: message.clone(),
+            };
+            WebhookResult {
+                in_process_choice: in_process.to_string(),
+                decided_by: "pending",
+                message,
+            }
+        }
+    };
+    result.webhook = Some(webhook);
+}
+
+/// One framework per profile, by `schedulerName`, each calling `extenders`.
 fn frameworks(
     profiles: &[Profile],
     registry: &Registry,
+    extenders: &Arc<Extenders>,
 ) -> Result<HashMap<String, Framework>, SimulateError> {
     let mut out = HashMap::new();
     for profile in profiles {
@@ -606,7 +783,7 @@ fn frameworks(
         }
         out.insert(
             profile.scheduler_name.clone(),
-            Framework::new(profile, registry)?,
+            Framework::new(profile, registry)?.with_extenders(extenders.clone()),
         );
     }
     Ok(out)
@@ -730,6 +907,7 @@ fn run_cycle(
         score_weights: fw.score_weights(),
         nominated_node: None,
         victims: Vec::new(),
+        webhook: None,
     };
     (result, fit_error)
 }
@@ -742,6 +920,7 @@ fn node_results(detail: CycleDetail) -> BTreeMap<String, NodeResult> {
             NodeResult {
                 filter: status,
                 scores: None,
+                extender_scores: Vec::new(),
                 total_score: None,
             },
         );
@@ -752,6 +931,11 @@ fn node_results(detail: CycleDetail) -> BTreeMap<String, NodeResult> {
             NodeResult {
                 filter: Status::success(),
                 scores: Some(scored.plugin_scores),
+                extender_scores: scored
+                    .extender_scores
+                    .iter()
+                    .map(|(e, s)| (e.to_string(), *s))
+                    .collect(),
                 total_score: Some(scored.total),
             },
         );

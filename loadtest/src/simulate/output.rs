@@ -27,6 +27,16 @@
 //!   `reasons` its reasons in order. Feasible nodes add `scores` (each Score
 //!   plugin's normalized 0..=100 score before weighting, by plugin name) and
 //!   `totalScore` (the weighted sum). Nodes not evaluated are absent.
+//! - With `extenders` configured: nodes an extender's filter rejected have
+//!   `plugin: "Extender"` and the extender's reasons (a node it removed
+//!   without a reason says so); feasible nodes add `extenderScores`
+//!   (`urlPrefix` → `score × weight × 10`, already in `totalScore`).
+//! - For a profile with a placement webhook, pods the pipeline could place
+//!   add `webhook`: `{"inProcessChoice": "node-2", "decidedBy": "webhook" |
+//!   "fallback" | "pending", "message": "..."}` (`fallback`: the service
+//!   failed and the in-process choice was used; `pending`: the service
+//!   declined, or failed with `fallback: Pending`, and `status` is then
+//!   `Unschedulable` with that message).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -52,7 +62,17 @@ struct JsonPod<'a> {
     nominated_node: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     victims: Option<&'a [String]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    webhook: Option<JsonWebhook<'a>>,
     nodes: BTreeMap<&'a str, JsonNode<'a>>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct JsonWebhook<'a> {
+    in_process_choice: &'a str,
+    decided_by: &'static str,
+    message: &'a str,
 }
 
 #[derive(Serialize)]
@@ -61,6 +81,8 @@ struct JsonNode<'a> {
     filter: JsonFilter<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
     scores: Option<BTreeMap<&'static str, i64>>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    extender_scores: BTreeMap<&'a str, i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     total_score: Option<i64>,
 }
@@ -94,6 +116,11 @@ fn json_pod(r: &PodResult) -> JsonPod<'_> {
         message: r.outcome.message(),
         nominated_node: r.nominated_node.as_deref(),
         victims: r.nominated_node.as_ref().map(|_| r.victims.as_slice()),
+        webhook: r.webhook.as_ref().map(|w| JsonWebhook {
+            in_process_choice: &w.in_process_choice,
+            decided_by: w.decided_by,
+            message: &w.message,
+        }),
         nodes: r
             .nodes
             .iter()
@@ -111,6 +138,11 @@ fn json_node(n: &NodeResult) -> JsonNode<'_> {
             reasons: (!passed).then(|| n.filter.reasons.iter().map(AsRef::as_ref).collect()),
         },
         scores: n.scores.as_ref().map(|s| s.iter().copied().collect()),
+        extender_scores: n
+            .extender_scores
+            .iter()
+            .map(|(e, s)| (e.as_str(), *s))
+            .collect(),
         total_score: n.total_score,
     }
 }
@@ -214,6 +246,23 @@ fn pod_block(out: &mut String, r: &PodResult) {
             r.victims.join(", ")
         );
     }
+    if let Some(w) = &r.webhook {
+        let what = match w.decided_by {
+            "webhook" => "chosen by the placement webhook",
+            "fallback" => "the placement webhook failed; in-process choice used",
+            _ => "left pending by the placement webhook",
+        };
+        let reason = if w.message.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", w.message)
+        };
+        let _ = writeln!(
+            out,
+            "  {what} (in-process choice {}){reason}",
+            w.in_process_choice
+        );
+    }
 
     let mut feasible: Vec<(&String, &NodeResult)> = r
         .nodes
@@ -231,8 +280,14 @@ fn pod_block(out: &mut String, r: &PodResult) {
         out.push_str(
             "  feasible nodes: each plugin's normalized score (x its weight), weighted total\n",
         );
+        // Extenders that scored any of these nodes, in name order.
+        let extenders: std::collections::BTreeSet<&str> = feasible
+            .iter()
+            .flat_map(|(_, n)| n.extender_scores.iter().map(|(e, _)| e.as_str()))
+            .collect();
         let mut header = vec![String::new(), "NODE".to_owned()];
         header.extend(r.score_weights.iter().map(|(p, w)| format!("{p} x{w}")));
+        header.extend(extenders.iter().map(|e| format!("extender {e}")));
         header.push("TOTAL".to_owned());
         let mut rows = vec![header];
         for (name, n) in &feasible {
@@ -242,6 +297,15 @@ fn pod_block(out: &mut String, r: &PodResult) {
             row.extend(r.score_weights.iter().map(|(p, _)| {
                 scores
                     .get(p)
+                    .map_or_else(|| "-".to_owned(), ToString::to_string)
+            }));
+            let ext: BTreeMap<&str, i64> = n
+                .extender_scores
+                .iter()
+                .map(|(e, s)| (e.as_str(), *s))
+                .collect();
+            row.extend(extenders.iter().map(|e| {
+                ext.get(e)
                     .map_or_else(|| "-".to_owned(), ToString::to_string)
             }));
             row.push(n.total_score.map_or_else(String::new, |t| t.to_string()));
@@ -336,6 +400,7 @@ mod tests {
             score_weights: vec![("TaintToleration", 3), ("NodeResourcesFit", 1)],
             nominated_node: None,
             victims: Vec::new(),
+            webhook: None,
         }
     }
 
@@ -343,6 +408,7 @@ mod tests {
         NodeResult {
             filter: Status::success(),
             scores: Some(vec![("TaintToleration", taint), ("NodeResourcesFit", fit)]),
+            extender_scores: Vec::new(),
             total_score: Some(3 * taint + fit),
         }
     }
@@ -360,6 +426,7 @@ mod tests {
                         filter: Status::unschedulable("Insufficient cpu")
                             .with_plugin("NodeResourcesFit"),
                         scores: None,
+                        extender_scores: Vec::new(),
                         total_score: None,
                     },
                 ),
@@ -387,6 +454,63 @@ default/web-1: Scheduled on node-2  (priority 0, profile default-scheduler)
     }
 
     #[test]
+    fn extender_scores_and_the_webhook_show_in_table_and_json() {
+        let ext = "http://127.0.0.1:8888/scheduler";
+        let mut n2 = scored(100, 62);
+        n2.extender_scores = vec![(ext.to_owned(), 100)];
+        n2.total_score = Some(462);
+        let mut r = result(
+            Outcome::Scheduled {
+                node: "node-2".into(),
+            },
+            vec![
+                (
+                    "node-1",
+                    NodeResult {
+                        filter: Status::unschedulable("label exclude-from-scheduling=true")
+                            .with_plugin("Extender"),
+                        scores: None,
+                        extender_scores: Vec::new(),
+                        total_score: None,
+                    },
+                ),
+                ("node-2", n2),
+                ("node-4", scored(0, 69)),
+            ],
+            3,
+        );
+        r.webhook = Some(super::super::WebhookResult {
+            in_process_choice: "node-4".into(),
+            decided_by: "webhook",
+            message: "rack r7".into(),
+        });
+        let sim = Simulation {
+            results: vec![r.clone()],
+            ..Simulation::default()
+        };
+        let want = "\
+default/web-1: Scheduled on node-2  (priority 0, profile default-scheduler)
+  chosen by the placement webhook (in-process choice node-4): rack r7
+  feasible nodes: each plugin's normalized score (x its weight), weighted total
+      NODE    TaintToleration x3  NodeResourcesFit x1  extender http://127.0.0.1:8888/scheduler  TOTAL
+  ->  node-2                 100                   62                                       100    462
+      node-4                   0                   69                                         -     69
+  rejected nodes: first plugin that rejected each, and why
+    NODE    PLUGIN    CODE           REASONS
+    node-1  Extender  Unschedulable  label exclude-from-scheduling=true
+";
+        assert_eq!(table(&sim), want);
+        let doc: serde_json::Value =
+            serde_json::from_str(&json(&[r]).expect("json")).expect("parses");
+        let pod = &doc["results"][0];
+        assert_eq!(pod["webhook"]["decidedBy"], "webhook");
+        assert_eq!(pod["webhook"]["inProcessChoice"], "node-4");
+        assert_eq!(pod["nodes"]["node-2"]["extenderScores"][ext], 100);
+        assert!(pod["nodes"]["node-4"].get("extenderScores").is_none());
+        assert_eq!(pod["nodes"]["node-1"]["filter"]["plugin"], "Extender");
+    }
+
+    #[test]
     fn explain_ends_with_the_verdict() {
         let fit = "0/1 nodes are available: 1 Insufficient cpu.";
         let e = Explanation {
@@ -400,6 +524,7 @@ default/web-1: Scheduled on node-2  (priority 0, profile default-scheduler)
                         filter: Status::unschedulable("Insufficient cpu")
                             .with_plugin("NodeResourcesFit"),
                         scores: None,
+                        extender_scores: Vec::new(),
                         total_score: None,
                     },
                 )],

@@ -47,8 +47,13 @@
 //!   left out, with a warning saying what that means (e.g. pods placed
 //!   without volume constraints). Their `pluginConfig` is
 //!   ignored with a warning.
-//! - **`extenders`**: a non-empty list is refused (`extenders: not supported
-//!   yet`) until extenders are implemented, rather than silently ignored.
+//! - **`extenders`**: upstream's fields and rules (see [`crate::extender`]);
+//!   Flotilla also refuses, at load time, a `urlPrefix` that is not an
+//!   `http(s)://` URL and TLS settings that cannot be used (unreadable
+//!   files, bad PEM), naming the field.
+//! - **`placementWebhook`** (Flotilla's extension): an optional profile
+//!   field delegating the choice of node to an HTTP service
+//!   ([`crate::webhook`]).
 //! - Unknown plugin names in `disabled` are errors (upstream ignores them),
 //!   so a typo cannot leave a plugin enabled; upstream's own plugin names
 //!   are always accepted there.
@@ -83,6 +88,7 @@
 
 mod duration;
 mod error;
+mod extenders;
 mod merge;
 mod types;
 mod validate;
@@ -91,6 +97,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use flotilla_shared::WorkloadClass;
+use flotilla_shared::extender::ExtenderConfig;
 
 pub use error::ConfigError;
 
@@ -219,6 +226,8 @@ pub struct SchedulerConfig {
     pub enable_contention_profiling: bool,
     /// `delayCacheUntilActive` (accepted, no effect yet). Defaults to false.
     pub delay_cache_until_active: bool,
+    /// `extenders`, in file order (see [`crate::extender`]).
+    pub extenders: Vec<ExtenderConfig>,
 }
 
 impl Default for SchedulerConfig {
@@ -237,6 +246,7 @@ impl Default for SchedulerConfig {
             enable_profiling: true,
             enable_contention_profiling: true,
             delay_cache_until_active: false,
+            extenders: Vec::new(),
         }
     }
 }

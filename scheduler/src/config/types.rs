@@ -126,6 +126,38 @@ pub(crate) struct KubeSchedulerProfile {
     pub plugin_config: Vec<PluginConfig>,
     /// Flotilla's extension: `online` or `batch`.
     pub workload_class: Option<String>,
+    /// Flotilla's extension: delegate the choice of node to an HTTP service.
+    pub placement_webhook: Option<PlacementWebhook>,
+}
+
+/// Flotilla's `placementWebhook` profile field (see [`crate::webhook`]).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct PlacementWebhook {
+    /// `url`: where decisions are POSTed.
+    #[serde(default, deserialize_with = "nullable")]
+    pub url: String,
+    /// `timeout` (Go duration).
+    pub timeout: Option<String>,
+    /// `fallback`: `InProcess` or `Pending`.
+    pub fallback: Option<String>,
+    /// `nodeObjects`: send whole Node objects with the candidates.
+    #[serde(default, deserialize_with = "nullable")]
+    pub node_objects: bool,
+    /// `batch`.
+    pub batch: Option<PlacementWebhookBatch>,
+    /// `tlsConfig` (the extenders' `ExtenderTLSConfig`).
+    pub tls_config: Option<ExtenderTlsConfig>,
+}
+
+/// `placementWebhook.batch`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct PlacementWebhookBatch {
+    /// `maxPods`.
+    pub max_pods: Option<i64>,
+    /// `maxWait` (Go duration).
+    pub max_wait: Option<String>,
 }
 
 /// `Plugins`: one set per extension point, plus `multiPoint`.
@@ -219,10 +251,9 @@ pub(crate) struct PluginConfig {
     pub args: Option<serde_json::Value>,
 }
 
-/// `Extender` (accepted so the file decodes; a non-empty list is refused).
+/// `Extender`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-#[allow(dead_code)]
 pub(crate) struct Extender {
     /// `urlPrefix`.
     #[serde(default, deserialize_with = "nullable")]
@@ -263,7 +294,6 @@ pub(crate) struct Extender {
 /// `ExtenderManagedResource`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-#[allow(dead_code)]
 pub(crate) struct ExtenderManagedResource {
     /// `name`.
     #[serde(default, deserialize_with = "nullable")]
@@ -276,7 +306,6 @@ pub(crate) struct ExtenderManagedResource {
 /// `ExtenderTLSConfig`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-#[allow(dead_code)]
 pub(crate) struct ExtenderTlsConfig {
     /// `insecure`.
     #[serde(default, deserialize_with = "nullable")]

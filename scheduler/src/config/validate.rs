@@ -13,6 +13,7 @@ use flotilla_shared::pod_info::DEFAULT_SCHEDULER_NAME;
 
 use super::duration::parse_go_duration;
 use super::error::FieldError;
+use super::extenders::{build_extenders, build_webhook, ignored_by_scheduler};
 use super::merge::merge_plugins;
 use super::types::{self, KubeSchedulerConfiguration, KubeSchedulerProfile};
 use super::{
@@ -187,17 +188,7 @@ pub(crate) fn build(
     raw: KubeSchedulerConfiguration,
     registry: &Registry,
 ) -> Result<SchedulerConfig, FieldError> {
-    if !raw.extenders.is_empty() {
-        return Err(FieldError::new(
-            "extenders",
-            format!(
-                "not supported yet ({} configured): Flotilla would schedule without calling \
-                 them and place pods differently from what they decide; remove the section \
-                 (extender support is tracked in issue 5)",
-                raw.extenders.len()
-            ),
-        ));
-    }
+    let extenders = build_extenders(&raw.extenders)?;
     let client_connection = client_connection(&raw.client_connection)?;
     let leader_election = leader_election(&raw.leader_election)?;
 
@@ -244,6 +235,21 @@ pub(crate) fn build(
         profiles.push(profile);
         pc_index.push(index);
     }
+    // Upstream's buildExtenders: resources an extender manages with
+    // `ignoredByScheduler` become NodeResourcesFit's `ignoredResources` in
+    // every profile (replacing what the file says there).
+    let ignored = ignored_by_scheduler(&extenders);
+    if !ignored.is_empty() {
+        for p in &mut profiles {
+            let args = p
+                .plugin_config
+                .entry(names::NODE_RESOURCES_FIT.to_owned())
+                .or_insert_with(|| serde_json::json!({}));
+            if let Some(obj) = args.as_object_mut() {
+                obj.insert("ignoredResources".into(), serde_json::json!(ignored));
+            }
+        }
+    }
 
     let cfg = SchedulerConfig {
         profiles,
@@ -258,6 +264,7 @@ pub(crate) fn build(
             .enable_contention_profiling
             .unwrap_or(raw.enable_profiling.unwrap_or(true)),
         delay_cache_until_active: raw.delay_cache_until_active,
+        extenders,
     };
     check_profiles(&cfg, registry, &pc_index)?;
     Ok(cfg)
@@ -558,12 +565,18 @@ fn profile(
             &mut handles,
         )?),
     };
+    let webhook = raw
+        .placement_webhook
+        .as_ref()
+        .map(|w| build_webhook(&at("placementWebhook"), w))
+        .transpose()?;
     let profile = Profile {
         scheduler_name,
         plugins: merge_plugins(custom.as_ref()),
         plugin_config,
         percentage_of_nodes_to_score: pct,
         workload_class,
+        webhook,
     };
     Ok((profile, index))
 }

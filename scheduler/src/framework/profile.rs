@@ -9,6 +9,7 @@ use flotilla_shared::WorkloadClass;
 use flotilla_shared::framework::ExtensionPoint;
 
 use crate::plugins::names;
+use crate::webhook::WebhookConfig;
 
 /// One plugin named in a plugin set.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,6 +79,10 @@ pub struct Profile {
     /// Flotilla extension: the workload class every pod of this profile is
     /// dispatched as (`None`: classify each pod by label / owner / QoS).
     pub workload_class: Option<WorkloadClass>,
+    /// Flotilla extension: the placement webhook the profile delegates the
+    /// choice of node to ([`crate::webhook`]); `None`: the in-process
+    /// pipeline chooses.
+    pub webhook: Option<WebhookConfig>,
 }
 
 /// Upstream's default `multiPoint` plugins (`getDefaultPlugins`, 1.35), in
@@ -123,6 +128,7 @@ impl Default for Profile {
             plugin_config: BTreeMap::new(),
             percentage_of_nodes_to_score: DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE,
             workload_class: None,
+            webhook: None,
         }
     }
 }

@@ -3,6 +3,7 @@
 //! `pkg/scheduler/profile/profile.go`).
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use flotilla_shared::PodInfo;
 use flotilla_shared::framework::{ClusterEvent, ExtensionPoint};
@@ -10,6 +11,7 @@ use flotilla_shared::framework::{ClusterEvent, ExtensionPoint};
 use super::profile::Profile;
 use super::registry::{Registry, RegistryError};
 use super::runtime::Framework;
+use crate::extender::Extenders;
 
 /// The frameworks of a scheduler, by scheduler name.
 #[derive(Debug)]
@@ -24,9 +26,22 @@ impl ProfileMap {
     /// A profile that does not make a framework ([`Framework::new`]), or two
     /// profiles with one scheduler name ([`RegistryError::Profile`]).
     pub fn new(profiles: &[Profile], registry: &Registry) -> Result<Self, RegistryError> {
+        Self::with_extenders(profiles, registry, &Arc::new(Extenders::default()))
+    }
+
+    /// [`ProfileMap::new`], every framework calling `extenders` (upstream's
+    /// extenders are shared by all profiles).
+    ///
+    /// # Errors
+    /// As [`ProfileMap::new`].
+    pub fn with_extenders(
+        profiles: &[Profile],
+        registry: &Registry,
+        extenders: &Arc<Extenders>,
+    ) -> Result<Self, RegistryError> {
         let mut frameworks = HashMap::with_capacity(profiles.len());
         for p in profiles {
-            let fw = Framework::new(p, registry)?;
+            let fw = Framework::new(p, registry)?.with_extenders(extenders.clone());
             if frameworks.insert(p.scheduler_name.clone(), fw).is_some() {
                 return Err(RegistryError::Profile {
                     profile: p.scheduler_name.clone(),

@@ -38,6 +38,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use rand::RngExt as _;
 use rayon::prelude::*;
 
+use flotilla_shared::extender::EXTENDER_NAME;
 use flotilla_shared::framework::{
     ClusterEvent, Code, CycleState, Diagnosis, ExtensionPoint, FilterPlugin, FitError,
     PreFilterPlugin, PreScorePlugin, REASON_FILTERED_BY_PREFILTER, ScorePlugin, SharedLister,
@@ -48,6 +49,7 @@ use flotilla_shared::{NodeInfo, PodInfo};
 use super::profile::{Profile, num_feasible_nodes_to_find};
 use super::registry::{PluginHandle, Registry, RegistryError};
 use crate::cache::Snapshot;
+use crate::extender::Extenders;
 use crate::preemption::DefaultPreemptionArgs;
 
 /// Filter runs on the calling thread for the first this-many candidates;
@@ -58,6 +60,10 @@ use crate::preemption::DefaultPreemptionArgs;
 /// limit and thread wake-ups cost more than the work; pods that fit on few
 /// nodes (long scans) are where parallelism pays.
 const SEQUENTIAL_FILTER_PREFIX: usize = 1024;
+/// What `simulate` / `explain` show for a node an extender's filter
+/// removed without naming it in `FailedNodes` (the FitError, as upstream's,
+/// counts only the nodes given a reason).
+pub const REASON_EXTENDER_REMOVED: &str = "removed by an extender's filter (no reason given)";
 /// Nodes per parallel Filter task.
 const FILTER_CHUNK: usize = 256;
 /// Below this many feasible nodes, Score runs on the calling thread.
@@ -111,6 +117,9 @@ pub struct Framework {
     next_start: AtomicUsize,
     /// DefaultPreemption's args when the profile enables it at postFilter.
     preemption: Option<DefaultPreemptionArgs>,
+    /// The scheduler's HTTP extenders (none: `None`), called after Filter,
+    /// beside Score and in preemption ([`crate::extender`]).
+    extenders: Option<Arc<Extenders>>,
 }
 
 impl std::fmt::Debug for Framework {
@@ -181,13 +190,16 @@ pub struct NodeScores {
     /// Each Score plugin's normalized score (0..=100) before weighting, in
     /// run order.
     pub plugin_scores: Vec<(&'static str, i64)>,
-    /// Weighted sum.
+    /// Each extender's scaled score (`score × weight × 10`), by its
+    /// `urlPrefix`, in call order (extenders that failed are absent).
+    pub extender_scores: Vec<(Arc<str>, i64)>,
+    /// Weighted sum of plugin and extender scores.
     pub total: i64,
 }
 
-/// What one cycle saw, for `simulate` / `explain`: every node Filter
-/// rejected with its status, and every node scored. Nodes the search never
-/// reached (`percentageOfNodesToScore`) appear in neither.
+/// What one cycle saw, for `simulate` / `explain`: every node Filter (or an
+/// extender) rejected with its status, and every node scored. Nodes the
+/// search never reached (`percentageOfNodesToScore`) appear in neither.
 #[derive(Debug, Clone, Default)]
 pub struct CycleDetail {
     /// Rejected nodes with the first rejecting plugin's status (PreFilter
@@ -340,6 +352,7 @@ impl Framework {
             interest: HashMap::new(),
             next_start: AtomicUsize::new(0),
             preemption: None,
+            extenders: None,
         };
         for (point, names) in &enabled {
             for name in names {
@@ -405,6 +418,29 @@ impl Framework {
     #[must_use]
     pub fn preemption(&self) -> Option<&DefaultPreemptionArgs> {
         self.preemption.as_ref()
+    }
+
+    /// Gives the framework the scheduler's HTTP extenders (upstream's
+    /// extenders are scheduler-wide: every profile calls the same ones). An
+    /// empty set changes nothing.
+    #[must_use]
+    pub fn with_extenders(mut self, extenders: Arc<Extenders>) -> Self {
+        self.extenders = (!extenders.is_empty()).then_some(extenders);
+        if self.extenders.is_some() {
+            // Extenders register for no event: a pod they filtered nodes
+            // out for is retried on any (upstream `ExtenderName` in the
+            // rejecting plugins).
+            for ev in ClusterEvent::ALL {
+                self.interest.entry(ev).or_default().insert(EXTENDER_NAME);
+            }
+        }
+        self
+    }
+
+    /// The extenders this framework calls, if any.
+    #[must_use]
+    pub fn extenders(&self) -> Option<&Arc<Extenders>> {
+        self.extenders.as_ref()
     }
 
     /// Preemption's dry-run check: every PreFilter plugin over `snap` (fresh
@@ -607,7 +643,24 @@ impl Framework {
         pod: &PodInfo,
         snap: &Snapshot,
     ) -> Result<ScheduleResult, ScheduleError> {
-        self.run_cycle(pod, snap, None)
+        self.run_cycle(pod, snap, None, None)
+    }
+
+    /// [`Framework::schedule`], also returning every feasible node that was
+    /// scored (or, when only one was feasible, that one, with score 0),
+    /// with its weighted total, in the order found: the candidates a
+    /// placement webhook chooses among.
+    ///
+    /// # Errors
+    /// As [`Framework::schedule`].
+    pub fn schedule_with_candidates(
+        &self,
+        pod: &PodInfo,
+        snap: &Snapshot,
+    ) -> (Result<ScheduleResult, ScheduleError>, Vec<(Arc<str>, i64)>) {
+        let mut candidates = Vec::new();
+        let r = self.run_cycle(pod, snap, None, Some(&mut candidates));
+        (r, candidates)
     }
 
     /// [`Framework::schedule`], also reporting every node's filter status and
@@ -622,7 +675,7 @@ impl Framework {
         snap: &Snapshot,
     ) -> (Result<ScheduleResult, ScheduleError>, CycleDetail) {
         let mut detail = CycleDetail::default();
-        let r = self.run_cycle(pod, snap, Some(&mut detail));
+        let r = self.run_cycle(pod, snap, Some(&mut detail), None);
         (r, detail)
     }
 
@@ -631,6 +684,7 @@ impl Framework {
         pod: &PodInfo,
         snap: &Snapshot,
         mut detail: Option<&mut CycleDetail>,
+        mut candidates: Option<&mut Vec<(Arc<str>, i64)>>,
     ) -> Result<ScheduleResult, ScheduleError> {
         let mut pre = match self.run_pre_filter_plugins(pod, snap) {
             Ok(pre) => pre,
@@ -665,28 +719,51 @@ impl Framework {
         let allowed = pre.node_names.take();
         let filters = self.active_filters(&pre.skipped);
         let filters = filters.as_slice();
+        let nodes = snap.nodes();
+        // Extenders that would filter this pod (most pods: none).
+        let extenders = self.extenders.as_deref().filter(|e| e.filters(pod));
+        // Nodes the extenders failed, with their statuses.
+        let mut ext_statuses: BTreeMap<Arc<str>, Status> = BTreeMap::new();
+        // Nodes the extenders removed (with a status or without).
+        let mut ext_removed: Vec<usize> = Vec::new();
+        let mut pass_extenders =
+            |feasible: Vec<usize>, statuses: &mut BTreeMap<Arc<str>, Status>| match extenders {
+                None => Ok(feasible),
+                Some(e) => {
+                    let (left, removed) = e.filter(pod, nodes, feasible, statuses)?;
+                    ext_removed.extend(removed);
+                    Ok::<_, ScheduleError>(left)
+                }
+            };
 
         // A node nominated for this pod by an earlier preemption is most
         // likely the one it fits: try it alone first (upstream
-        // `evaluateNominatedNode`; a failure there just falls through to
-        // the full search).
+        // `evaluateNominatedNode`, extenders included; a failure there just
+        // falls through to the full search).
         if let Some(idx) = pod
             .nominated_node_name
             .as_deref()
             .and_then(|n| snap.index_of(n))
         {
-            let node = &snap.nodes()[idx];
+            let node = &nodes[idx];
             if self
                 .filter_node(filters, &pre, pod, node, snap)
                 .is_success()
+                && extenders.map_or(Ok(true), |e| {
+                    e.filter(pod, nodes, vec![idx], &mut BTreeMap::new())
+                        .map(|(left, _)| !left.is_empty())
+                })?
             {
                 let score = match detail {
                     Some(d) => {
-                        self.score_and_select(&mut pre.state, pod, snap, &[idx], Some(d))?
+                        self.score_and_select(&mut pre.state, pod, snap, &[idx], Some(d), None)?
                             .1
                     }
                     None => 0,
                 };
+                if let Some(c) = candidates.as_deref_mut() {
+                    c.push((node.spec.name.clone(), score));
+                }
                 return Ok(ScheduleResult {
                     node: node.spec.name.clone(),
                     score,
@@ -696,10 +773,13 @@ impl Framework {
                 });
             }
         }
-        let nodes = snap.nodes();
         let total = nodes.len();
         let limit = num_feasible_nodes_to_find(self.percentage_of_nodes_to_score, total);
         let eval = |idx: usize| self.filter_node(filters, &pre, pod, &nodes[idx], snap);
+        // Parallel chunks may find a few feasible nodes past the limit; like
+        // upstream, only `limit` of them count as processed (and get scored
+        // and sent to the extenders).
+        let mut evaluated = 0;
         let (mut feasible, rejected) = match &allowed {
             Some(names) => {
                 let mut cands: Vec<usize> = names.iter().filter_map(|n| snap.index_of(n)).collect();
@@ -713,31 +793,38 @@ impl Framework {
                             .map(|n| (n.spec.name.clone(), st.clone())),
                     );
                 }
-                Self::filter_phase(&eval, cands.len(), limit, |i| cands[i])
+                let (mut f, r) = Self::filter_phase(&eval, cands.len(), limit, |i| cands[i]);
+                f.truncate(limit);
+                evaluated += f.len() + r.len();
+                (pass_extenders(f, &mut ext_statuses)?, r)
             }
             None => {
                 // The partition first (rotating start); only if nothing there
-                // fits, every other node (Gödel's fallback).
+                // fits (Filter and extenders), every other node (Gödel's
+                // fallback).
                 let p = snap.partition_len();
                 let start = self.next_start.load(Ordering::Relaxed);
                 let (feasible, mut rejected) = if p > 0 {
-                    Self::filter_phase(&eval, p, limit, |i| (start + i) % p)
+                    let (mut f, r) = Self::filter_phase(&eval, p, limit, |i| (start + i) % p);
+                    f.truncate(limit);
+                    evaluated += f.len() + r.len();
+                    (pass_extenders(f, &mut ext_statuses)?, r)
                 } else {
                     (Vec::new(), Vec::new())
                 };
                 if feasible.is_empty() && total > p {
                     let rest = total - p;
-                    let (f, r) = Self::filter_phase(&eval, rest, limit, |i| p + (start + i) % rest);
+                    let (mut f, r) =
+                        Self::filter_phase(&eval, rest, limit, |i| p + (start + i) % rest);
+                    f.truncate(limit);
+                    evaluated += f.len() + r.len();
                     rejected.extend(r);
-                    (f, rejected)
+                    (pass_extenders(f, &mut ext_statuses)?, rejected)
                 } else {
                     (feasible, rejected)
                 }
             }
         };
-        // Parallel chunks may find a few feasible nodes past the limit; like
-        // upstream, only `limit` of them count as processed (and get scored).
-        let evaluated = feasible.len().min(limit) + rejected.len();
         if allowed.is_none() && !nodes.is_empty() {
             self.next_start.fetch_add(evaluated, Ordering::Relaxed);
         }
@@ -747,6 +834,21 @@ impl Framework {
                     .iter()
                     .map(|(i, st)| (nodes[*i].spec.name.clone(), st.clone())),
             );
+            d.rejected
+                .extend(ext_statuses.iter().map(|(n, st)| (n.clone(), st.clone())));
+            // Removed without a reason in FailedNodes: say so.
+            d.rejected.extend(
+                ext_removed
+                    .iter()
+                    .filter(|&&i| !ext_statuses.contains_key(nodes[i].name()))
+                    .map(|&i| {
+                        (
+                            nodes[i].spec.name.clone(),
+                            Status::unschedulable(REASON_EXTENDER_REMOVED)
+                                .with_plugin(EXTENDER_NAME),
+                        )
+                    }),
+            );
         }
         if let Some(st) = rejected.iter().find(|(_, st)| st.code == Code::Error) {
             return Err(ScheduleError::Internal {
@@ -755,18 +857,24 @@ impl Framework {
             });
         }
         if feasible.is_empty() {
-            let unschedulable_plugins = rejected.iter().map(|(_, st)| st.plugin).collect();
+            let mut unschedulable_plugins: BTreeSet<&'static str> =
+                rejected.iter().map(|(_, st)| st.plugin).collect();
+            if !ext_removed.is_empty() {
+                unschedulable_plugins.insert(EXTENDER_NAME);
+            }
             let absent_nodes_status = allowed
                 .as_ref()
                 .map(|_| Status::unresolvable(REASON_FILTERED_BY_PREFILTER));
+            let mut node_to_status: Vec<(Arc<str>, Status)> = rejected
+                .into_iter()
+                .map(|(idx, st)| (nodes[idx].spec.name.clone(), st))
+                .collect();
+            node_to_status.extend(ext_statuses);
             return Err(ScheduleError::Unschedulable(Box::new(FitError {
                 pod: pod.key.clone(),
                 num_all_nodes: snap.len(),
                 diagnosis: Diagnosis {
-                    node_to_status: rejected
-                        .into_iter()
-                        .map(|(idx, st)| (nodes[idx].spec.name.clone(), st))
-                        .collect(),
+                    node_to_status,
                     absent_nodes_status,
                     unschedulable_plugins,
                     pre_filter_msg: None,
@@ -777,9 +885,12 @@ impl Framework {
         feasible.truncate(limit);
 
         let (best, score) = if feasible.len() == 1 && detail.is_none() {
+            if let Some(c) = candidates.as_deref_mut() {
+                c.push((nodes[feasible[0]].spec.name.clone(), 0));
+            }
             (feasible[0], 0)
         } else {
-            self.score_and_select(&mut pre.state, pod, snap, &feasible, detail)?
+            self.score_and_select(&mut pre.state, pod, snap, &feasible, detail, candidates)?
         };
         Ok(ScheduleResult {
             node: nodes[best].spec.name.clone(),
@@ -845,6 +956,7 @@ impl Framework {
         snap: &Snapshot,
         feasible: &[usize],
         detail: Option<&mut CycleDetail>,
+        candidates: Option<&mut Vec<(Arc<str>, i64)>>,
     ) -> Result<(usize, i64), ScheduleError> {
         let nodes = snap.nodes();
         let mut skipped_scores: Vec<&'static str> = Vec::new();
@@ -906,6 +1018,20 @@ impl Framework {
                 per_plugin.push((plugin.name(), scores));
             }
         }
+        // The extenders' prioritize verbs (in parallel), scaled into the
+        // plugins' range and weighted.
+        let ext_scores = self
+            .extenders
+            .as_deref()
+            .map(|e| e.prioritize(pod, nodes, feasible))
+            .unwrap_or_default();
+        for (_, by_node) in &ext_scores {
+            for (t, &i) in totals.iter_mut().zip(feasible) {
+                if let Some(s) = by_node.get(nodes[i].name()) {
+                    *t = t.saturating_add(*s);
+                }
+            }
+        }
         if let Some(d) = detail {
             d.scored = feasible
                 .iter()
@@ -913,9 +1039,23 @@ impl Framework {
                 .map(|(k, &i)| NodeScores {
                     node: nodes[i].spec.name.clone(),
                     plugin_scores: per_plugin.iter().map(|(n, v)| (*n, v[k])).collect(),
+                    extender_scores: ext_scores
+                        .iter()
+                        .filter_map(|(e, by_node)| {
+                            by_node.get(nodes[i].name()).map(|s| (e.clone(), *s))
+                        })
+                        .collect(),
                     total: totals[k],
                 })
                 .collect();
+        }
+        if let Some(c) = candidates {
+            c.extend(
+                feasible
+                    .iter()
+                    .zip(&totals)
+                    .map(|(&i, &t)| (nodes[i].spec.name.clone(), t)),
+            );
         }
         // Highest total; ties broken uniformly at random (reservoir sampling).
         let mut best = 0usize;

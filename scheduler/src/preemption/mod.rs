@@ -30,11 +30,11 @@
 //!    node changed, then its Filter plugins: pod affinity, topology spread
 //!    and the rest are respected as in a real cycle. The snapshot is copied
 //!    once per call; node entries are swapped in and restored.
-//! 4. **Pick** one candidate ([`pick::pick_one_node_for_preemption`]).
-//!
-//! Not mirrored: nominated pods are not added to the dry run's Filter
-//! (upstream `RunFilterPluginsWithNominatedPods`); the framework has no
-//! nominated-pod view yet. Extenders do not exist in Flotilla.
+//! 4. **Extenders** with a preempt verb see the candidates and may drop
+//!    some or change their victims ([`crate::extender::Extenders::process_preemption`],
+//!    upstream `callExtenders`); none left: `preemption: no candidate node
+//!    for preemption`.
+//! 5. **Pick** one candidate ([`pick::pick_one_node_for_preemption`]).
 
 pub mod args;
 pub mod pick;
@@ -66,6 +66,9 @@ pub const NOT_ELIGIBLE_PREEMPTION_POLICY_NEVER: &str =
 /// by an earlier preemption.
 pub const NOT_ELIGIBLE_TERMINATING_POD: &str =
     "not eligible due to a terminating pod on the nominated node.";
+/// Message when the extenders dropped every candidate (upstream's
+/// `SelectCandidate` found none).
+pub const NO_CANDIDATE_AFTER_EXTENDERS: &str = "no candidate node for preemption";
 /// Per-node reason for nodes preemption did not try (their filter status
 /// was UnschedulableAndUnresolvable, or they had none).
 pub const REASON_NOT_HELPFUL: &str = "Preemption is not helpful for scheduling";
@@ -178,6 +181,16 @@ pub fn preempt(
 
     let mut candidates = non_violating;
     candidates.extend(violating);
+    // Upstream `callExtenders`: extenders with a preempt verb may drop
+    // candidates or change their victims before one is picked.
+    if !candidates.is_empty()
+        && let Some(ext) = fw.extenders()
+    {
+        candidates = ext.process_preemption(pod, snap, candidates)?;
+        if candidates.is_empty() {
+            return not_helpful(NO_CANDIDATE_AFTER_EXTENDERS);
+        }
+    }
     match pick_one_node_for_preemption(&candidates) {
         Some(i) => Ok(PostFilterOutcome::Nominate(candidates.swap_remove(i))),
         None if !errors.is_empty() => Err(internal(errors.join(", "))),

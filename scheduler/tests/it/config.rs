@@ -578,9 +578,9 @@ fn bad_input_is_refused_with_the_exact_path() {
             "must be non-negative",
         ),
         (
-            "extenders:\n- urlPrefix: http://127.0.0.1:8888\n  filterVerb: filter\n",
-            "extenders",
-            "not supported yet",
+            "extenders:\n- urlPrefix: 127.0.0.1:8888\n  filterVerb: filter\n",
+            "extenders[0].urlPrefix",
+            "no scheme",
         ),
         (
             "extenders:\n- urlPrefix: x\n  bogus: 1\n",

@@ -67,6 +67,21 @@ pub enum ClusterEvent {
     PodGroupChanged,
 }
 
+impl ClusterEvent {
+    /// Every event (what a pod rejected by an extender waits for: any).
+    pub const ALL: [ClusterEvent; 9] = [
+        ClusterEvent::NodeAdded,
+        ClusterEvent::NodeAllocatableGrew,
+        ClusterEvent::NodeLabelChanged,
+        ClusterEvent::NodeTaintChanged,
+        ClusterEvent::NodeBecameSchedulable,
+        ClusterEvent::AssignedPodDeleted,
+        ClusterEvent::AssignedPodAdded,
+        ClusterEvent::UnscheduledPodAdded,
+        ClusterEvent::PodGroupChanged,
+    ];
+}
+
 /// The extension points of the scheduling framework, as named in
 /// `KubeSchedulerConfiguration` (`plugins.<point>`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -42,7 +42,7 @@ pub const DEFAULT_EXTENDER_TIMEOUT: Duration = Duration::from_secs(5);
 pub fn scaled_priority(score: i64, weight: i64) -> i64 {
     score
         .saturating_mul(weight)
-        .saturating_mul(flotilla_shared::framework::MAX_NODE_SCORE / MAX_EXTENDER_PRIORITY)
+        .saturating_mul(crate::framework::MAX_NODE_SCORE / MAX_EXTENDER_PRIORITY)
 }
 
 /// A reply (or request, on the extender's side) that cannot be read.
@@ -253,11 +253,20 @@ pub struct HostPriority {
 }
 
 impl HostPriority {
-    /// Reads a prioritize reply (a JSON array), any key case.
+    /// Whether the score is within the protocol's range,
+    /// [`MIN_EXTENDER_PRIORITY`]..=[`MAX_EXTENDER_PRIORITY`].
+    #[must_use]
+    pub fn in_range(&self) -> bool {
+        (MIN_EXTENDER_PRIORITY..=MAX_EXTENDER_PRIORITY).contains(&self.score)
+    }
+
+    /// Reads a prioritize reply (a JSON array), any key case. Scores are
+    /// taken as given, as upstream does (it does not check the 0..=10
+    /// range either): see [`HostPriority::in_range`].
     ///
     /// # Errors
     /// Not a JSON array of objects with `Host` (string) and `Score`
-    /// (integer), or a score outside 0..=10.
+    /// (integer).
     pub fn decode_list(body: &[u8]) -> Result<Vec<Self>, WireError> {
         const T: &str = "HostPriorityList";
         let v = parse_body(T, body)?;
@@ -282,13 +291,6 @@ impl HostPriority {
                     .decode::<i64>("Score")
                     .map_err(|e| at("Score", e))?
                     .unwrap_or(0);
-                if !(MIN_EXTENDER_PRIORITY..=MAX_EXTENDER_PRIORITY).contains(&score) {
-                    return Err(wire_err(
-                        T,
-                        &format!("[{i}].Score"),
-                        format!("{score} is outside 0..=10"),
-                    ));
-                }
                 Ok(HostPriority { host, score })
             })
             .collect()
@@ -371,17 +373,177 @@ pub struct MetaVictims {
     pub num_pdb_violations: i64,
 }
 
-/// The preempt request: the candidates the scheduler found, node → victims
-/// (by uid: Flotilla sends `NodeNameToMetaVictims`, which upstream sends to
-/// `nodeCacheCapable` extenders; every extender must accept it).
+/// The victims on one node, whole (`Victims`): what upstream sends to
+/// extenders that are not `nodeCacheCapable`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Victims {
+    /// The pods to evict.
+    #[serde(rename = "Pods")]
+    pub pods: Vec<Pod>,
+    /// How many of those evictions violate a PodDisruptionBudget.
+    #[serde(rename = "NumPDBViolations")]
+    pub num_pdb_violations: i64,
+}
+
+/// The preempt request: the candidates the scheduler found, node → victims:
+/// whole pods in `NodeNameToVictims` for extenders that are not
+/// `nodeCacheCapable`, uids in `NodeNameToMetaVictims` for those that are
+/// (upstream sends exactly one of the two).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ExtenderPreemptionArgs {
     /// The preemptor.
     #[serde(rename = "Pod")]
     pub pod: Pod,
-    /// Candidate node → its victims.
-    #[serde(rename = "NodeNameToMetaVictims")]
-    pub node_name_to_meta_victims: BTreeMap<String, MetaVictims>,
+    /// Candidate node → its victims, whole.
+    #[serde(rename = "NodeNameToVictims", skip_serializing_if = "Option::is_none")]
+    pub node_name_to_victims: Option<BTreeMap<String, Victims>>,
+    /// Candidate node → its victims, by uid.
+    #[serde(
+        rename = "NodeNameToMetaVictims",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub node_name_to_meta_victims: Option<BTreeMap<String, MetaVictims>>,
+}
+
+impl ExtenderPreemptionArgs {
+    /// Reads a preempt request (an extender's side), any key case. Victims
+    /// sent whole are also given by uid in
+    /// [`ExtenderPreemptionArgs::meta_victims`].
+    ///
+    /// # Errors
+    /// Not JSON, not an object, or a field of the wrong shape.
+    pub fn decode(body: &[u8]) -> Result<Self, WireError> {
+        const T: &str = "ExtenderPreemptionArgs";
+        let v = parse_body(T, body)?;
+        let f = Fields::of(T, &v)?;
+        let pod = f
+            .decode::<Pod>("Pod")?
+            .ok_or_else(|| wire_err(T, "Pod", "required"))?;
+        let whole = match f.get("NodeNameToVictims") {
+            None => None,
+            Some(Value::Object(nodes)) => {
+                let mut out = BTreeMap::new();
+                for (node, victims) in nodes {
+                    let at = |field: &str| format!("NodeNameToVictims.{node}{field}");
+                    let vf = Fields::of(T, victims).map_err(|e| wire_err(T, &at(""), e.problem))?;
+                    let pods = vf
+                        .decode::<Vec<Pod>>("Pods")
+                        .map_err(|e| wire_err(T, &at(".Pods"), e.problem))?
+                        .unwrap_or_default();
+                    let num_pdb_violations = vf
+                        .decode::<i64>("NumPDBViolations")
+                        .map_err(|e| wire_err(T, &at(".NumPDBViolations"), e.problem))?
+                        .unwrap_or(0);
+                    out.insert(
+                        node.clone(),
+                        Victims {
+                            pods,
+                            num_pdb_violations,
+                        },
+                    );
+                }
+                Some(out)
+            }
+            Some(other) => {
+                return Err(wire_err(
+                    T,
+                    "NodeNameToVictims",
+                    format!("expected an object, got {}", kind(other)),
+                ));
+            }
+        };
+        let meta = match f.get("NodeNameToMetaVictims") {
+            None => None,
+            Some(m) => Some(decode_meta_victims(T, "NodeNameToMetaVictims", m)?),
+        };
+        Ok(ExtenderPreemptionArgs {
+            pod,
+            node_name_to_victims: whole,
+            node_name_to_meta_victims: meta,
+        })
+    }
+
+    /// The victims by uid, from whichever map was sent.
+    #[must_use]
+    pub fn meta_victims(&self) -> BTreeMap<String, MetaVictims> {
+        if let Some(m) = &self.node_name_to_meta_victims {
+            return m.clone();
+        }
+        self.node_name_to_victims
+            .iter()
+            .flatten()
+            .map(|(node, v)| {
+                let pods = v
+                    .pods
+                    .iter()
+                    .map(|p| MetaPod {
+                        uid: p.metadata.uid.clone().unwrap_or_default(),
+                    })
+                    .collect();
+                (
+                    node.clone(),
+                    MetaVictims {
+                        pods,
+                        num_pdb_violations: v.num_pdb_violations,
+                    },
+                )
+            })
+            .collect()
+    }
+}
+
+/// `map[string]*MetaVictims`, any key case.
+fn decode_meta_victims(
+    t: &'static str,
+    field: &str,
+    m: &Value,
+) -> Result<BTreeMap<String, MetaVictims>, WireError> {
+    let Value::Object(nodes) = m else {
+        return Err(wire_err(
+            t,
+            field,
+            format!("expected an object, got {}", kind(m)),
+        ));
+    };
+    let mut out = BTreeMap::new();
+    for (node, victims) in nodes {
+        let at = |rest: &str| format!("{field}.{node}{rest}");
+        let vf = Fields::of(t, victims).map_err(|e| wire_err(t, &at(""), e.problem))?;
+        let pods = match vf.get("Pods") {
+            None => Vec::new(),
+            Some(Value::Array(items)) => items
+                .iter()
+                .enumerate()
+                .map(|(i, p)| {
+                    let pf = Fields::of(t, p)
+                        .map_err(|e| wire_err(t, &at(&format!(".Pods[{i}]")), e.problem))?;
+                    let uid = pf
+                        .string("UID")
+                        .map_err(|e| wire_err(t, &at(&format!(".Pods[{i}].UID")), e.problem))?;
+                    Ok(MetaPod { uid })
+                })
+                .collect::<Result<_, WireError>>()?,
+            Some(other) => {
+                return Err(wire_err(
+                    t,
+                    &at(".Pods"),
+                    format!("expected an array, got {}", kind(other)),
+                ));
+            }
+        };
+        let num_pdb_violations = vf
+            .decode::<i64>("NumPDBViolations")
+            .map_err(|e| wire_err(t, &at(".NumPDBViolations"), e.problem))?
+            .unwrap_or(0);
+        out.insert(
+            node.clone(),
+            MetaVictims {
+                pods,
+                num_pdb_violations,
+            },
+        );
+    }
+    Ok(out)
 }
 
 /// The preempt reply: the candidates the extender keeps (it may drop nodes
@@ -402,55 +564,12 @@ impl ExtenderPreemptionResult {
         const T: &str = "ExtenderPreemptionResult";
         let v = parse_body(T, body)?;
         let f = Fields::of(T, &v)?;
-        let mut out = BTreeMap::new();
-        if let Some(m) = f.get("NodeNameToMetaVictims") {
-            let Value::Object(nodes) = m else {
-                return Err(wire_err(
-                    T,
-                    "NodeNameToMetaVictims",
-                    format!("expected an object, got {}", kind(m)),
-                ));
-            };
-            for (node, victims) in nodes {
-                let at = |field: &str| format!("NodeNameToMetaVictims.{node}{field}");
-                let vf = Fields::of(T, victims).map_err(|e| wire_err(T, &at(""), e.problem))?;
-                let pods = match vf.get("Pods") {
-                    None => Vec::new(),
-                    Some(Value::Array(items)) => items
-                        .iter()
-                        .enumerate()
-                        .map(|(i, p)| {
-                            let pf = Fields::of(T, p)
-                                .map_err(|e| wire_err(T, &at(&format!(".Pods[{i}]")), e.problem))?;
-                            let uid = pf.string("UID").map_err(|e| {
-                                wire_err(T, &at(&format!(".Pods[{i}].UID")), e.problem)
-                            })?;
-                            Ok(MetaPod { uid })
-                        })
-                        .collect::<Result<_, WireError>>()?,
-                    Some(other) => {
-                        return Err(wire_err(
-                            T,
-                            &at(".Pods"),
-                            format!("expected an array, got {}", kind(other)),
-                        ));
-                    }
-                };
-                let num_pdb_violations = vf
-                    .decode::<i64>("NumPDBViolations")
-                    .map_err(|e| wire_err(T, &at(".NumPDBViolations"), e.problem))?
-                    .unwrap_or(0);
-                out.insert(
-                    node.clone(),
-                    MetaVictims {
-                        pods,
-                        num_pdb_violations,
-                    },
-                );
-            }
-        }
+        let node_name_to_meta_victims = match f.get("NodeNameToMetaVictims") {
+            None => BTreeMap::new(),
+            Some(m) => decode_meta_victims(T, "NodeNameToMetaVictims", m)?,
+        };
         Ok(ExtenderPreemptionResult {
-            node_name_to_meta_victims: out,
+            node_name_to_meta_victims,
         })
     }
 }
@@ -522,17 +641,67 @@ mod tests {
         );
         let preempt = ExtenderPreemptionArgs {
             pod: pod(),
-            node_name_to_meta_victims: BTreeMap::from([(
+            node_name_to_victims: None,
+            node_name_to_meta_victims: Some(BTreeMap::from([(
                 "n1".to_owned(),
                 MetaVictims {
                     pods: vec![MetaPod { uid: "v-1".into() }],
                     num_pdb_violations: 1,
                 },
-            )]),
+            )])),
         };
+        let v = serde_json::to_value(&preempt).expect("json");
         assert_eq!(
-            serde_json::to_value(&preempt).expect("json")["NodeNameToMetaVictims"],
+            v["NodeNameToMetaVictims"],
             json!({"n1": {"Pods": [{"UID": "v-1"}], "NumPDBViolations": 1}})
+        );
+        assert!(v.get("NodeNameToVictims").is_none(), "exactly one map: {v}");
+        let whole = ExtenderPreemptionArgs {
+            pod: pod(),
+            node_name_to_victims: Some(BTreeMap::from([(
+                "n1".to_owned(),
+                Victims {
+                    pods: vec![pod()],
+                    num_pdb_violations: 0,
+                },
+            )])),
+            node_name_to_meta_victims: None,
+        };
+        let v = serde_json::to_value(&whole).expect("json");
+        assert_eq!(
+            v["NodeNameToVictims"]["n1"]["Pods"][0]["metadata"]["uid"],
+            "u-1"
+        );
+        assert_eq!(v["NodeNameToVictims"]["n1"]["NumPDBViolations"], 0);
+        assert!(v.get("NodeNameToMetaVictims").is_none(), "{v}");
+        // An extender's side reads either shape and sees uids.
+        let back = ExtenderPreemptionArgs::decode(&serde_json::to_vec(&whole).expect("json"))
+            .expect("decodes");
+        assert_eq!(
+            back.meta_victims()["n1"].pods,
+            [MetaPod { uid: "u-1".into() }]
+        );
+        let back = ExtenderPreemptionArgs::decode(
+            br#"{"pod":{},"nodenametometavictims":{"n2":{"pods":[{"uid":"x"}]}}}"#,
+        )
+        .expect("any case");
+        assert_eq!(
+            back.meta_victims()["n2"].pods,
+            [MetaPod { uid: "x".into() }]
+        );
+    }
+
+    #[test]
+    fn scores_are_taken_as_given_like_upstream() {
+        let r = HostPriority::decode_list(
+            br#"[{"Host":"n1","Score":11},{"Host":"n2","Score":-1},{"Host":"n3"}]"#,
+        )
+        .expect("upstream does not range-check either");
+        assert_eq!(
+            r.iter()
+                .map(|h| (h.score, h.in_range()))
+                .collect::<Vec<_>>(),
+            [(11, false), (-1, false), (0, true)]
         );
     }
 
@@ -638,10 +807,6 @@ mod tests {
             (
                 br#"[{"Host":"n1","Score":"high"}]"#,
                 "HostPriorityList: [0].Score: invalid type",
-            ),
-            (
-                br#"[{"Host":"n1","Score":11}]"#,
-                "HostPriorityList: [0].Score: 11 is outside 0..=10",
             ),
             (
                 br#"[3]"#,

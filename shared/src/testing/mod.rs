@@ -1,5 +1,8 @@
 //! Builders for Kubernetes `Pod`s and `Node`s, for tests, examples and
-//! synthetic workloads: `NodeBuilder::new("n1").cpu("4").build()`.
+//! synthetic workloads: `NodeBuilder::new("n1").cpu("4").build()`; and
+//! [`http`], a mock HTTP(S) server for extender and webhook tests.
+
+pub mod http;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
