@@ -46,7 +46,7 @@ use tracing::{debug, info, warn};
 
 use flotilla_proto::v1 as pb;
 use flotilla_shared::extender::{ExtenderConfig, HttpExtender};
-use flotilla_shared::fit;
+use flotilla_shared::fit::{self, IgnoredResources};
 use flotilla_shared::node_info::{NodeInfo, NodeSpec, Orphans};
 use flotilla_shared::pod_info::PodInfo;
 use flotilla_shared::priority::PriorityClasses;
@@ -195,6 +195,9 @@ struct Inner {
     /// Cross-node constraints re-checked at bind time, per profile (absent:
     /// all of them).
     cross_node_checks: HashMap<String, CrossNodeChecks>,
+    /// Extended resources the fit check leaves out, per profile (its
+    /// NodeResourcesFit `ignoredResources` / `ignoredResourceGroups`).
+    ignored_resources: HashMap<String, IgnoredResources>,
     /// Placed pods (bound, granted or orphaned) with required anti-affinity.
     anti_affinity_pods: usize,
     /// Set by `close_streams`: workers leaving now is expected.
@@ -344,16 +347,22 @@ fn is_terminating(p: &PodInfo) -> bool {
     p.pod.metadata.deletion_timestamp.is_some()
 }
 
-/// `Ok` when `pod` fits on `node` with `nominated` pods placed there too.
-fn fits_with(node: &NodeInfo, pod: &PodInfo, nominated: &[Arc<PodInfo>]) -> Result<(), String> {
+/// `Ok` when `pod` fits on `node` with `nominated` pods placed there too,
+/// not checking the extended resources its profile ignores.
+fn fits_with(
+    node: &NodeInfo,
+    pod: &PodInfo,
+    nominated: &[Arc<PodInfo>],
+    ignored: &IgnoredResources,
+) -> Result<(), String> {
     if nominated.is_empty() {
-        return fit::check_placement(pod, node);
+        return fit::check_placement_ignoring(pod, node, ignored);
     }
     let mut n = node.clone();
     for p in nominated {
         n.add_pod(p.clone());
     }
-    fit::check_placement(pod, &n)
+    fit::check_placement_ignoring(pod, &n, ignored)
 }
 
 /// Why the arbiter refuses a placement, if it does.
@@ -431,6 +440,14 @@ impl Inner {
         }
     }
 
+    /// The extended resources the pod's profile's NodeResourcesFit ignores.
+    fn ignored_resources(&self, info: &PodInfo) -> &IgnoredResources {
+        static NONE: IgnoredResources = IgnoredResources::NONE;
+        self.ignored_resources
+            .get(&*info.scheduler_name)
+            .unwrap_or(&NONE)
+    }
+
     /// The bind arbiter's check of one placement against the authoritative
     /// view: the shared fit check, the room nominated pods hold, and the
     /// cross-node constraints the pod's profile filters on. Returns the
@@ -439,9 +456,10 @@ impl Inner {
         let Some((name, ninfo)) = self.nodes.get_key_value(node) else {
             return Err(Refusal::NoNode);
         };
-        fit::check_placement(info, ninfo).map_err(Refusal::Fit)?;
+        let ignored = self.ignored_resources(info);
+        fit::check_placement_ignoring(info, ninfo, ignored).map_err(Refusal::Fit)?;
         let nominated = self.nominated_on(node, info);
-        if let Err(reason) = fits_with(ninfo, info, &nominated) {
+        if let Err(reason) = fits_with(ninfo, info, &nominated, ignored) {
             let names = nominated.iter().map(|p| p.key.to_string()).collect();
             return Err(Refusal::Reserved(reason, names));
         }
@@ -742,6 +760,18 @@ impl Coordinator {
             .lock()
             .cross_node_checks
             .insert(scheduler_name.to_owned(), checks);
+    }
+
+    /// Sets the extended resources the bind arbiter's fit check leaves out
+    /// for the pods of profile `scheduler_name`: those its NodeResourcesFit
+    /// ignores (`ignoredResources`, `ignoredResourceGroups`, and what
+    /// extenders manage with `ignoredByScheduler`), so the arbiter and the
+    /// worker's Filter agree. Profiles never set check every resource.
+    pub fn set_ignored_resources(&self, scheduler_name: &str, ignored: IgnoredResources) {
+        self.inner
+            .lock()
+            .ignored_resources
+            .insert(scheduler_name.to_owned(), ignored);
     }
 
     /// The backend.
@@ -1666,7 +1696,8 @@ impl Coordinator {
             without.remove_pod(&v.uid);
         }
         let nominated = inner.nominated_on(node, &preemptor);
-        if let Err(reason) = fits_with(&without, &preemptor, &nominated) {
+        let ignored = inner.ignored_resources(&preemptor);
+        if let Err(reason) = fits_with(&without, &preemptor, &nominated, ignored) {
             return Err(Conflict(format!(
                 "node {node}: {reason} even without the victims"
             )));

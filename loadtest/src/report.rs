@@ -15,6 +15,8 @@ use serde::Serialize;
 
 use flotilla_coordinator::Coordinator;
 use flotilla_coordinator::cluster::EmbeddedCluster;
+use flotilla_scheduler::worker::WorkerStats;
+use flotilla_shared::extender::HttpExtender;
 use flotilla_shared::node_info::{NodeInfo, NodeSpec};
 use flotilla_shared::pod_info::PodInfo;
 use flotilla_shared::resources::NVIDIA_GPU;
@@ -101,6 +103,130 @@ pub struct WorkerReport {
     pub wasted_seconds: f64,
     /// Whether it ran in this process (otherwise only `pods` is known here).
     pub in_process: bool,
+}
+
+/// One HTTP extender's calls over the run (all workers, and the
+/// coordinator for the bind verb).
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ExtenderReport {
+    /// Its `urlPrefix`.
+    pub extender: String,
+    /// Calls made (every verb).
+    pub calls: u64,
+    /// Calls that failed (transport, timeout, non-200, bad reply, `Error`).
+    pub failures: u64,
+    /// Failures skipped because the extender is `ignorable`.
+    pub ignored_failures: u64,
+    /// Mean wait for a reply, milliseconds.
+    pub mean_ms: f64,
+}
+
+/// One profile's placement webhook over the run (all workers).
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct WebhookReport {
+    /// The profile's `schedulerName`.
+    pub profile: String,
+    /// The webhook's URL.
+    pub url: String,
+    /// Calls made (a batch is one call).
+    pub calls: u64,
+    /// Pods placed where the service chose.
+    pub decided: u64,
+    /// Pods the service declined to place.
+    pub declined: u64,
+    /// Pods whose decision failed (the fallback applied).
+    pub failures: u64,
+    /// Mean wait for a reply, milliseconds.
+    pub mean_ms: f64,
+}
+
+fn mean_ms(nanos: u64, calls: u64) -> f64 {
+    if calls == 0 {
+        0.0
+    } else {
+        #[allow(clippy::cast_precision_loss)]
+        let ms = nanos as f64 / calls as f64 / 1e6;
+        ms
+    }
+}
+
+/// The extender and webhook figures of in-process workers (`stats`) and
+/// the coordinator's binder, summed per extender / profile.
+#[must_use]
+pub fn extension_reports(
+    stats: &[&WorkerStats],
+    binder: Option<&HttpExtender>,
+) -> (Vec<ExtenderReport>, Vec<WebhookReport>) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let mut ext: Vec<ExtenderReport> = Vec::new();
+    let mut nanos: Vec<u64> = Vec::new();
+    let mut add = |e: &HttpExtender| {
+        let st = e.stats();
+        let i = match ext.iter().position(|r| r.extender == e.name()) {
+            Some(i) => i,
+            None => {
+                ext.push(ExtenderReport {
+                    extender: e.name().to_owned(),
+                    ..ExtenderReport::default()
+                });
+                nanos.push(0);
+                ext.len() - 1
+            }
+        };
+        ext[i].calls += st.calls.load(Relaxed);
+        ext[i].failures += st.failures.load(Relaxed);
+        ext[i].ignored_failures += st.ignored.load(Relaxed);
+        nanos[i] += st.nanos.load(Relaxed);
+    };
+    for w in stats {
+        if let Some(list) = w.extenders.get() {
+            for e in list.list() {
+                add(e);
+            }
+        }
+    }
+    if let Some(b) = binder {
+        add(b);
+    }
+    for (r, n) in ext.iter_mut().zip(&nanos) {
+        r.mean_ms = mean_ms(*n, r.calls);
+    }
+    let mut hooks: Vec<(WebhookReport, u64)> = Vec::new();
+    for w in stats {
+        for (profile, hook) in w.webhooks.get().into_iter().flatten() {
+            let st = hook.stats();
+            let i = match hooks.iter().position(|(r, _)| r.profile == *profile) {
+                Some(i) => i,
+                None => {
+                    hooks.push((
+                        WebhookReport {
+                            profile: profile.clone(),
+                            url: hook.config().url.clone(),
+                            ..WebhookReport::default()
+                        },
+                        0,
+                    ));
+                    hooks.len() - 1
+                }
+            };
+            let (r, n) = &mut hooks[i];
+            r.calls += st.calls.load(Relaxed);
+            r.decided += st.decided.load(Relaxed);
+            r.declined += st.declined.load(Relaxed);
+            r.failures += st.failures.load(Relaxed);
+            *n += st.nanos.load(Relaxed);
+        }
+    }
+    let hooks = hooks
+        .into_iter()
+        .map(|(mut r, n)| {
+            r.mean_ms = mean_ms(n, r.calls);
+            r
+        })
+        .collect();
+    (ext, hooks)
 }
 
 /// Cluster allocation after the run: requests of bound pods over allocatable.
@@ -198,6 +324,12 @@ pub struct Report {
     pub checks: Checks,
     /// Whether the run hit its timeout.
     pub timed_out: bool,
+    /// HTTP extenders' calls (empty without `extenders`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub extenders: Vec<ExtenderReport>,
+    /// Placement webhooks' calls (empty without `placementWebhook`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub webhooks: Vec<WebhookReport>,
 }
 
 /// What [`build`] needs.
@@ -224,6 +356,8 @@ pub struct Inputs<'a> {
     pub timed_out: bool,
     /// Per-worker figures (pods filled in by [`build`]).
     pub worker_reports: Vec<WorkerReport>,
+    /// Extender and webhook figures ([`extension_reports`]).
+    pub extensions: (Vec<ExtenderReport>, Vec<WebhookReport>),
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -461,6 +595,8 @@ pub fn build(i: &Inputs<'_>) -> Report {
             events_recorded: i.cluster.events_recorded(),
         },
         timed_out: i.timed_out,
+        extenders: i.extensions.0.clone(),
+        webhooks: i.extensions.1.clone(),
     }
 }
 
@@ -559,6 +695,21 @@ impl Report {
                     w.worker, w.class, w.pods
                 );
             }
+        }
+        for e in &self.extenders {
+            let _ = writeln!(
+                s,
+                "  extender       {}: {} calls, {} failed ({} ignorable, skipped), {:.2} ms mean",
+                e.extender, e.calls, e.failures, e.ignored_failures, e.mean_ms
+            );
+        }
+        for w in &self.webhooks {
+            let _ = writeln!(
+                s,
+                "  webhook        {} ({}): {} calls, {} pods decided, {} declined, {} failed \
+                 (fallback), {:.2} ms mean",
+                w.url, w.profile, w.calls, w.decided, w.declined, w.failures, w.mean_ms
+            );
         }
         if !self.top_unschedulable_reasons.is_empty() {
             let _ = writeln!(s, "  top reasons for unschedulable pods (pods: reason)");

@@ -18,7 +18,7 @@ use flotilla_coordinator::arbiter::CrossNodeChecks;
 use flotilla_coordinator::cluster::EmbeddedCluster;
 use flotilla_coordinator::{Coordinator, server};
 use flotilla_scheduler::config::SchedulerConfig;
-use flotilla_scheduler::plugins::names;
+use flotilla_scheduler::plugins::{names, node_resources_fit};
 use flotilla_scheduler::worker::{self, WorkerConfig, WorkerStats};
 use flotilla_scheduler::{Framework, Registry};
 use flotilla_shared::WorkloadClass;
@@ -302,6 +302,9 @@ pub async fn run_embedded_with_cluster(
             in_process: true,
         })
         .collect();
+    let worker_stats: Vec<&WorkerStats> = stats.iter().map(|(_, _, st)| &**st).collect();
+    let binder = coordinator.binder();
+    let extensions = report::extension_reports(&worker_stats, binder.as_deref());
     let report = report::build(&report::Inputs {
         workload_name: workload.name.clone(),
         workers: cfg.expect_workers,
@@ -314,6 +317,7 @@ pub async fn run_embedded_with_cluster(
         started,
         timed_out,
         worker_reports,
+        extensions,
     });
     Ok((report, cluster))
 }
@@ -338,7 +342,8 @@ fn wave_bounds(len: usize, barriers: &[usize]) -> Vec<std::ops::Range<usize>> {
 
 /// Tells the coordinator's bind arbiter which cross-node constraints each
 /// profile filters on (InterPodAffinity, PodTopologySpread at `filter`), so
-/// it re-checks exactly those for the profile's pods.
+/// it re-checks exactly those for the profile's pods, and which extended
+/// resources its NodeResourcesFit ignores.
 pub fn configure_arbiter(coordinator: &Coordinator, config: &SchedulerConfig) {
     let registry = Registry::in_tree();
     for p in &config.profiles {
@@ -353,6 +358,12 @@ pub fn configure_arbiter(coordinator: &Coordinator, config: &SchedulerConfig) {
                     topology_spread: filters.contains(&names::POD_TOPOLOGY_SPREAD),
                 },
             );
+            if filters.contains(&names::NODE_RESOURCES_FIT) {
+                coordinator.set_ignored_resources(
+                    &p.scheduler_name,
+                    node_resources_fit::ignored_resources(p),
+                );
+            }
         }
     }
 }

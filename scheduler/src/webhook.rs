@@ -55,14 +55,16 @@
 //!   proposed to the coordinator like any placement).
 //! - No `nodeName` (absent, null or empty): the service declines to place
 //!   the pod now. It stays pending, reported unschedulable with the
-//!   service's `reason`, and is retried after its backoff. This is a
-//!   decision, not a failure: the fallback does not apply.
+//!   service's `reason`, and waits in the unschedulable pool like a pod that
+//!   fits nowhere: the next cluster event (or the 5-minute flush) retries
+//!   it. This is a decision, not a failure: the fallback does not apply.
 //! - A failure, handled by `fallback`: the call failed (connection, TLS,
 //!   non-200 status), timed out, the reply does not parse, or it names a
 //!   node that is not a candidate (unknown, filtered out, or, in a batch,
 //!   no longer feasible). `InProcess` places the pod where the in-process
 //!   pipeline chose; `Pending` leaves it pending with the failure as the
-//!   reason (reported unschedulable, retried after its backoff).
+//!   reason (reported unschedulable, retried after its backoff, as after
+//!   any error, until the service answers).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -276,10 +278,15 @@ pub enum Resolution {
         /// could not be used.
         reason: String,
     },
-    /// Leave it pending: report `message` and retry after the backoff.
+    /// Leave it pending and report `message`.
     Pending {
         /// Why (the service's reason, or the failure).
         message: String,
+        /// The service declined (a decision: the pod waits for a cluster
+        /// event, as a pod that fits nowhere does); false: the service
+        /// failed (`fallback: Pending`: the pod retries after its backoff,
+        /// as after any error).
+        declined: bool,
     },
 }
 
@@ -540,9 +547,10 @@ impl Webhook {
                     };
                     return Resolution::Pending {
                         message: format!(
-                            "placement webhook {} declined to place the pod: {why}",
+                            "placement webhook {}: declined to place the pod: {why}",
                             self.config.url
                         ),
+                        declined: true,
                     };
                 }
             },
@@ -560,6 +568,7 @@ impl Webhook {
             }
             Fallback::Pending => Resolution::Pending {
                 message: failure.to_string(),
+                declined: false,
             },
         }
     }

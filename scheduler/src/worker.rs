@@ -48,7 +48,8 @@ use flotilla_shared::{PodInfo, WorkloadClass};
 use crate::cache::{DEFAULT_ASSUMED_POD_TTL, NodeCache, Snapshot};
 use crate::extender::Extenders;
 use crate::framework::{
-    Framework, Profile, ProfileMap, Registry, RegistryError, ScheduleError, ScheduleResult,
+    Candidates, Framework, Profile, ProfileMap, Registry, RegistryError, ScheduleError,
+    ScheduleResult,
 };
 use crate::gang::{self, GangBook, PermitOutcome, Placement};
 use crate::pdbs::PdbStore;
@@ -812,8 +813,8 @@ fn schedule_one(s: &Arc<Shared>, worker: &str, snapshot: &mut Snapshot, qp: Queu
                     };
                     match hook.resolve(answer, feasible, &r.node) {
                         Resolution::Place { node, .. } => Ok(ScheduleResult { node, ..r }),
-                        Resolution::Pending { message } => {
-                            leave_pending(s, &pod, message, start.elapsed());
+                        Resolution::Pending { message, declined } => {
+                            leave_pending(s, &pod, message, declined, start.elapsed());
                             return;
                         }
                     }
@@ -826,14 +827,29 @@ fn schedule_one(s: &Arc<Shared>, worker: &str, snapshot: &mut Snapshot, qp: Queu
     finish_cycle(s, framework, &pod, snapshot, result, cycle);
 }
 
-/// A webhook left the pod pending: reported with `message`, retried after
-/// its backoff (no cluster event would change the service's mind).
-fn leave_pending(s: &Arc<Shared>, pod: &Arc<PodInfo>, message: String, cycle: Duration) {
+/// A webhook left the pod pending, reported with `message`: a pod the
+/// service declined waits in the unschedulable pool for a cluster event
+/// (no plugin recorded: any event retries it); after a failure it backs
+/// off, as after any error.
+fn leave_pending(
+    s: &Arc<Shared>,
+    pod: &Arc<PodInfo>,
+    message: String,
+    declined: bool,
+    cycle: Duration,
+) {
     s.stats
         .cycle_nanos
         .fetch_add(nanos(cycle), Ordering::Relaxed);
-    debug!(pod = %pod.key, %message, "left pending by the placement webhook");
-    s.queue.add_backoff(&pod.uid, Instant::now());
+    debug!(pod = %pod.key, %message, declined, "left pending by the placement webhook");
+    let now = Instant::now();
+    if declined {
+        s.stats.unschedulable.fetch_add(1, Ordering::Relaxed);
+        s.queue.add_unschedulable(&pod.uid, Default::default(), now);
+    } else {
+        s.stats.errors.fetch_add(1, Ordering::Relaxed);
+        s.queue.add_backoff(&pod.uid, now);
+    }
     report_unschedulable(s, pod, message, Vec::new());
 }
 
@@ -853,7 +869,7 @@ fn schedule_batch(
     let start = Instant::now();
     s.cache.update_snapshot(snapshot);
     // (pod, its in-process result, its candidates)
-    let mut placed: Vec<(Arc<PodInfo>, ScheduleResult, Vec<(Arc<str>, i64)>)> = Vec::new();
+    let mut placed: Vec<(Arc<PodInfo>, ScheduleResult, Candidates)> = Vec::new();
     let Some(framework) = s.frameworks.for_pod(&batch[0].pod) else {
         for qp in &batch {
             no_profile(s, &qp.pod);
@@ -912,8 +928,8 @@ fn schedule_batch(
             Resolution::Place {
                 by_webhook: false, ..
             } => framework.schedule(&pod, snapshot),
-            Resolution::Pending { message } => {
-                leave_pending(s, &pod, message, share);
+            Resolution::Pending { message, declined } => {
+                leave_pending(s, &pod, message, declined, share);
                 continue;
             }
         };

@@ -3,15 +3,12 @@
 //! arbiter, so the two can never disagree on what "fits" means.
 //!
 //! # Ignored resources
-//! NodeResourcesFit's `ignoredResources` / `ignoredResourceGroups` reach the
-//! check as an [`IgnoredResources`] parameter of [`insufficient_reasons`].
-//! The arbiter ([`check_placement`]) ignores nothing: it does not know the
-//! proposing worker's profile. So a pod requesting an extended resource its
-//! profile ignores passes the worker's Filter, and the arbiter grants the
-//! bind only if the node's allocatable covers that request too; when the
-//! node does not advertise the resource at all (the usual reason to ignore
-//! it: something outside the scheduler accounts for it), the bind is refused
-//! with `Insufficient <name>`.
+//! NodeResourcesFit's `ignoredResources` / `ignoredResourceGroups` (and the
+//! resources extenders manage with `ignoredByScheduler`, which upstream
+//! adds to `ignoredResources`) reach the check as an [`IgnoredResources`]
+//! parameter: of [`insufficient_reasons`] in the worker's Filter, of
+//! [`check_placement_ignoring`] at the arbiter, which is given each
+//! profile's lists, so the two agree for every profile.
 
 use std::borrow::Cow;
 
@@ -262,21 +259,29 @@ pub fn blocked_by_cordon(pod: &PodInfo, node: &NodeInfo) -> bool {
 
 /// The bind-time check: may `pod` be placed on `node` as the node stands now
 /// (counting every placement already granted)? `Err` carries the upstream
-/// reason texts joined by `", "`. Every resource is checked, including those
-/// a worker's NodeResourcesFit ignores (see the module docs).
+/// reason texts joined by `", "`. Every resource is checked.
 ///
 /// # Errors
 /// The node is cordoned, lacks a resource, or has a clashing host port.
 pub fn check_placement(pod: &PodInfo, node: &NodeInfo) -> Result<(), String> {
+    check_placement_ignoring(pod, node, &IgnoredResources::NONE)
+}
+
+/// [`check_placement`] leaving the extended resources in `ignored`
+/// unchecked, as the pod's profile's NodeResourcesFit does.
+///
+/// # Errors
+/// As [`check_placement`].
+pub fn check_placement_ignoring(
+    pod: &PodInfo,
+    node: &NodeInfo,
+    ignored: &IgnoredResources,
+) -> Result<(), String> {
     let mut reasons: Vec<Cow<'static, str>> = Vec::new();
     if blocked_by_cordon(pod, node) {
         reasons.push(Cow::Borrowed(REASON_UNSCHEDULABLE));
     }
-    reasons.extend(
-        insufficient_resources(pod, node)
-            .into_iter()
-            .map(|i| i.reason),
-    );
+    reasons.extend(insufficient_reasons(pod, node, ignored).0);
     if ports_conflict(pod, node) {
         reasons.push(Cow::Borrowed(REASON_PORTS));
     }
@@ -432,5 +437,38 @@ mod tests {
             .toleration(TAINT_NODE_UNSCHEDULABLE, "Exists", "", "NoSchedule")
             .build_info();
         assert!(check_placement(&tolerant, &n).is_ok());
+    }
+
+    #[test]
+    fn the_arbiter_check_leaves_out_what_the_profile_ignores() {
+        let n = node("4", "4Gi", 10);
+        let p = PodBuilder::new("a")
+            .cpu("1")
+            .request("example.com/gpu", "1")
+            .build_info();
+        assert_eq!(
+            check_placement(&p, &n).unwrap_err(),
+            "Insufficient example.com/gpu",
+            "the node does not advertise it"
+        );
+        let by_name = IgnoredResources {
+            names: vec!["example.com/gpu".into()],
+            groups: Vec::new(),
+        };
+        assert!(check_placement_ignoring(&p, &n, &by_name).is_ok());
+        let by_group = IgnoredResources {
+            names: Vec::new(),
+            groups: vec!["example.com".into()],
+        };
+        assert!(check_placement_ignoring(&p, &n, &by_group).is_ok());
+        // cpu is never ignored.
+        let big = PodBuilder::new("b")
+            .cpu("8")
+            .request("example.com/gpu", "1")
+            .build_info();
+        assert_eq!(
+            check_placement_ignoring(&big, &n, &by_name).unwrap_err(),
+            "Insufficient cpu"
+        );
     }
 }

@@ -6,6 +6,7 @@ mod arbitration;
 mod bind_failures;
 mod cross_node;
 mod dispatch;
+mod extender_bind;
 mod failover;
 mod gang;
 mod preemption;

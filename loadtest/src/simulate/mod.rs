@@ -754,7 +754,7 @@ fn ask_webhook(hook: Option<&Webhook>, pod: &PodInfo, snapshot: &Snapshot, resul
                 message: reason,
             }
         }
-        Resolution::Pending { message } => {
+        Resolution::Pending { message, .. } => {
             result.outcome = Outcome::Unschedulable {
                 message: message.clone(),
             };

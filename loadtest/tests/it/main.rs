@@ -4,12 +4,14 @@
 
 mod bad_input;
 mod cross_node;
+mod extenders;
 mod external_workers;
 mod openb;
 mod profiles;
 mod run_priorities_gangs;
 mod simulate;
 mod simulate_preemption;
+mod webhook;
 
 use std::collections::HashMap;
 use std::future::Future;

@@ -17,5 +17,5 @@ pub use profile::{
 pub use profile_map::ProfileMap;
 pub use registry::{PluginFactory, PluginHandle, Registry, RegistryError};
 pub use runtime::{
-    CycleDetail, Framework, NodeScores, PreFilterOutcome, ScheduleError, ScheduleResult,
+    Candidates, CycleDetail, Framework, NodeScores, PreFilterOutcome, ScheduleError, ScheduleResult,
 };

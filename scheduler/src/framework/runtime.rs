@@ -69,6 +69,10 @@ const FILTER_CHUNK: usize = 256;
 /// Below this many feasible nodes, Score runs on the calling thread.
 const PARALLEL_SCORE_MIN_NODES: usize = 4096;
 
+/// Feasible nodes with their weighted Score totals, in the order found
+/// ([`Framework::schedule_with_candidates`]).
+pub type Candidates = Vec<(Arc<str>, i64)>;
+
 /// The chosen node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScheduleResult {
@@ -657,7 +661,7 @@ impl Framework {
         &self,
         pod: &PodInfo,
         snap: &Snapshot,
-    ) -> (Result<ScheduleResult, ScheduleError>, Vec<(Arc<str>, i64)>) {
+    ) -> (Result<ScheduleResult, ScheduleError>, Candidates) {
         let mut candidates = Vec::new();
         let r = self.run_cycle(pod, snap, None, Some(&mut candidates));
         (r, candidates)
@@ -684,7 +688,7 @@ impl Framework {
         pod: &PodInfo,
         snap: &Snapshot,
         mut detail: Option<&mut CycleDetail>,
-        mut candidates: Option<&mut Vec<(Arc<str>, i64)>>,
+        mut candidates: Option<&mut Candidates>,
     ) -> Result<ScheduleResult, ScheduleError> {
         let mut pre = match self.run_pre_filter_plugins(pod, snap) {
             Ok(pre) => pre,
@@ -956,7 +960,7 @@ impl Framework {
         snap: &Snapshot,
         feasible: &[usize],
         detail: Option<&mut CycleDetail>,
-        candidates: Option<&mut Vec<(Arc<str>, i64)>>,
+        candidates: Option<&mut Candidates>,
     ) -> Result<(usize, i64), ScheduleError> {
         let nodes = snap.nodes();
         let mut skipped_scores: Vec<&'static str> = Vec::new();

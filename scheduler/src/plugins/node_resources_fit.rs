@@ -103,6 +103,39 @@ const EVENTS: &[ClusterEvent] = &[
     ClusterEvent::AssignedPodDeleted,
 ];
 
+/// The extended resources `profile`'s NodeResourcesFit leaves unchecked
+/// (its `ignoredResources` and `ignoredResourceGroups`), for the
+/// coordinator's bind arbiter. Args that do not decode (the configuration
+/// was validated, so only hand-built profiles) ignore nothing.
+#[must_use]
+pub fn ignored_resources(profile: &crate::framework::Profile) -> IgnoredResources {
+    let args: NodeResourcesFitArgs = profile
+        .plugin_config
+        .get(names::NODE_RESOURCES_FIT)
+        .and_then(|v| serde_json::from_value(v.clone()).ok())
+        .unwrap_or_default();
+    args.ignored()
+}
+
+impl NodeResourcesFitArgs {
+    /// `ignoredResources` and `ignoredResourceGroups` as the fit check
+    /// takes them.
+    fn ignored(&self) -> IgnoredResources {
+        IgnoredResources {
+            names: self
+                .ignored_resources
+                .iter()
+                .map(|s| s.as_str().into())
+                .collect(),
+            groups: self
+                .ignored_resource_groups
+                .iter()
+                .map(|s| s.as_str().into())
+                .collect(),
+        }
+    }
+}
+
 /// `NodeResourcesFitArgs` as written in `pluginConfig` (v1, before
 /// defaulting).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -366,18 +399,7 @@ impl NodeResourcesFit {
             _ => ScoringStrategy::LeastAllocated,
         };
         Ok(NodeResourcesFit {
-            ignored: IgnoredResources {
-                names: args
-                    .ignored_resources
-                    .iter()
-                    .map(|s| s.as_str().into())
-                    .collect(),
-                groups: args
-                    .ignored_resource_groups
-                    .iter()
-                    .map(|s| s.as_str().into())
-                    .collect(),
-            },
+            ignored: args.ignored(),
             strategy,
             resources: resources.iter().map(WeightedResource::new).collect(),
         })

@@ -4,6 +4,8 @@
 
 mod adaptive_search;
 mod config;
+mod extender_config;
+mod extenders;
 mod fit_error;
 mod fit_strategies;
 mod image_locality;

@@ -23,9 +23,10 @@ fn node(name: &str) -> Node {
 
 /// An extender answering every verb with `reply(path, request)`, recording
 /// the requests.
-fn extender(
-    reply: impl Fn(&str, &Value) -> Canned + Send + Sync + 'static,
-) -> (String, Arc<Mutex<Vec<(String, Value)>>>) {
+/// The requests an extender received: (path, body).
+type Seen = Arc<Mutex<Vec<(String, Value)>>>;
+
+fn extender(reply: impl Fn(&str, &Value) -> Canned + Send + Sync + 'static) -> (String, Seen) {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let log = seen.clone();
     let server = MockServer::start(move |r| {

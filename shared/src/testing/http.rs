@@ -121,7 +121,10 @@ where
     if let Ok(mut l) = log.lock() {
         l.push(received);
     }
-    tokio::time::sleep(canned.delay).await;
+    // A zero sleep still waits for the timer wheel's next tick (1 ms).
+    if !canned.delay.is_zero() {
+        tokio::time::sleep(canned.delay).await;
+    }
     let resp = Response::builder()
         .status(canned.status)
         .header(http::header::CONTENT_TYPE, "application/json")
