@@ -170,6 +170,9 @@ pub struct LiveRun {
     /// The scheduler configuration: its profiles' `schedulerName`s select
     /// the pods to schedule.
     pub scheduler: SchedulerConfig,
+    /// `--metrics-listen`: served from the start (a standby replica is live
+    /// but not ready until it leads).
+    pub metrics_listen: Option<String>,
 }
 
 fn signal_token() -> CancellationToken {
@@ -205,6 +208,26 @@ fn signal_token() -> CancellationToken {
 /// Connection, leader-election and listen failures, with context.
 pub async fn run(r: LiveRun) -> anyhow::Result<ExitCode> {
     let stop = signal_token();
+    let telemetry = match &r.metrics_listen {
+        None => None,
+        Some(addr) => {
+            let why = if r.leader.is_some() {
+                "waiting to lead (leader election)"
+            } else {
+                "connecting to the Kubernetes API server"
+            };
+            let t = stop.clone();
+            let endpoint = flotilla_shared::telemetry::start(
+                addr,
+                flotilla_shared::telemetry::not_ready(why),
+                async move { t.cancelled().await },
+            )
+            .await
+            .with_context(|| format!("--metrics-listen {addr}"))?;
+            eprintln!("serving /metrics, /healthz, /readyz on {}", endpoint.addr());
+            Some(endpoint)
+        }
+    };
     let (client, url) = kube_backend::client(&r.source)
         .await
         .context("connecting to the Kubernetes API server")?;
@@ -260,6 +283,7 @@ pub async fn run(r: LiveRun) -> anyhow::Result<ExitCode> {
         listen: r.listen.clone(),
         exit_when_idle: r.exit_when_idle,
         scheduler: r.scheduler,
+        telemetry,
     };
     let result = live::serve(cluster, cfg, stop, leadership.as_ref()).await;
     let lost = leadership.as_ref().is_some_and(leader::Leadership::is_lost);

@@ -233,6 +233,16 @@ struct ReportArgs {
     no_progress: bool,
 }
 
+/// `--metrics-listen`, shared by run, coordinator and worker.
+#[derive(Args, Debug, Clone, Default)]
+struct MetricsArgs {
+    /// Serve Prometheus metrics (`/metrics`, kube-scheduler's names),
+    /// `/healthz` and `/readyz` over HTTP on this address (e.g.
+    /// 0.0.0.0:10259). Off by default.
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<String>,
+}
+
 /// `--config`, shared by every command that schedules or dispatches.
 #[derive(Args, Debug)]
 struct ConfigArgs {
@@ -256,6 +266,8 @@ struct RunArgs {
     report: ReportArgs,
     #[command(flatten)]
     kube: kube_cmd::ClusterArgs,
+    #[command(flatten)]
+    metrics: MetricsArgs,
 }
 
 #[derive(Args, Debug)]
@@ -276,6 +288,8 @@ struct CoordinatorArgs {
     kube: kube_cmd::ClusterArgs,
     #[command(flatten)]
     leader: kube_cmd::LeaderArgs,
+    #[command(flatten)]
+    metrics: MetricsArgs,
 }
 
 #[derive(Args, Debug)]
@@ -296,6 +310,8 @@ struct WorkerArgs {
     /// after the connection breaks) before giving up with an error.
     #[arg(long, default_value_t = 60)]
     connect_timeout: u64,
+    #[command(flatten)]
+    metrics: MetricsArgs,
 }
 
 fn load(args: &WorkloadArgs) -> anyhow::Result<Workload> {
@@ -447,6 +463,22 @@ async fn worker(args: WorkerArgs, sched: SchedulerConfig) -> anyhow::Result<Exit
         t.cancel();
     });
     let stats = Arc::new(WorkerStats::default());
+    if let Some(addr) = &args.metrics.metrics_listen {
+        let st = stats.clone();
+        let ready: flotilla_shared::telemetry::Readiness = Arc::new(move || {
+            if st.ready.load(std::sync::atomic::Ordering::Acquire) {
+                Ok(())
+            } else {
+                Err("not registered with a coordinator (or its view not replayed yet)".into())
+            }
+        });
+        let t = token.clone();
+        let endpoint =
+            flotilla_shared::telemetry::start(addr, ready, async move { t.cancelled().await })
+                .await
+                .with_context(|| format!("--metrics-listen {addr}"))?;
+        eprintln!("serving /metrics, /healthz, /readyz on {}", endpoint.addr());
+    }
     let result = sched_worker::run(cfg, &Registry::in_tree(), stats.clone(), token).await;
     let counter = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
     eprintln!(
@@ -603,6 +635,7 @@ fn main() -> ExitCode {
                     leader: None,
                     json: a.report.output == Output::Json,
                     scheduler: sched,
+                    metrics_listen: a.metrics.metrics_listen.clone(),
                 })
                 .await
             }
@@ -617,6 +650,7 @@ fn main() -> ExitCode {
                     leader: a.leader.leader_elect.then(|| a.leader.clone()),
                     json: a.report.output == Output::Json,
                     scheduler: sched,
+                    metrics_listen: a.metrics.metrics_listen.clone(),
                 })
                 .await
             }
@@ -628,6 +662,7 @@ fn main() -> ExitCode {
                     expect_workers: n,
                     scheduler: sched,
                     grace_period: a.workload.grace_period,
+                    metrics_listen: a.metrics.metrics_listen.clone(),
                     ..RunConfig::default()
                 };
                 run_job(&a.workload, &a.report, cfg).await
@@ -640,6 +675,7 @@ fn main() -> ExitCode {
                     listen: a.listen.clone(),
                     scheduler: sched,
                     grace_period: a.workload.grace_period,
+                    metrics_listen: a.metrics.metrics_listen.clone(),
                     ..RunConfig::default()
                 };
                 run_job(&a.workload, &a.report, cfg).await

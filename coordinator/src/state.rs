@@ -403,6 +403,10 @@ impl Inner {
         if let Some(w) = self.workers.get_mut(&worker) {
             w.bound += 1;
         }
+        flotilla_shared::metrics::metrics()
+            .pods_bound
+            .with_label_values(&[info.class.as_str()])
+            .inc();
         if let Some(rec) = self.pods.get_mut(&info.uid) {
             rec.bound_at = Some(Instant::now());
             rec.bound_by = worker_name;
@@ -557,6 +561,10 @@ impl Inner {
         if let Some(entry) = self.workers.get_mut(&w) {
             entry.assigned.insert(uid.clone());
         }
+        flotilla_shared::metrics::metrics()
+            .dispatched_pods
+            .with_label_values(&[class.as_str()])
+            .inc();
         if !self.send_to(w, msg) {
             warn!(worker = w, "worker stream closed while dispatching");
         }
@@ -738,7 +746,7 @@ impl Coordinator {
         profiles: &[(&str, Option<WorkloadClass>)],
     ) -> Self {
         Coordinator {
-            cluster,
+            cluster: Arc::new(crate::cluster::counted::Counted::new(cluster)),
             binder: parking_lot::RwLock::new(None),
             inner: Mutex::new(Inner {
                 next_worker_id: 1,
@@ -1520,7 +1528,16 @@ impl Coordinator {
             (info, name)
         };
 
+        let started = Instant::now();
         let result = self.write_binding(pod, &info, &node_name).await;
+        flotilla_shared::metrics::metrics()
+            .extension_point_duration
+            .with_label_values(&[
+                "Bind",
+                if result.is_ok() { "Success" } else { "Error" },
+                &info.scheduler_name,
+            ])
+            .observe(started.elapsed().as_secs_f64());
 
         let mut inner = self.inner.lock();
         match result {
@@ -1817,6 +1834,13 @@ impl Coordinator {
         for w in inner.workers.values_mut() {
             w.tx = None;
         }
+    }
+
+    /// Whether every kind was listed once (pods are dispatched from then
+    /// on): the coordinator's readiness.
+    #[must_use]
+    pub fn is_synced(&self) -> bool {
+        self.inner.lock().synced
     }
 
     /// Number of workers with an open stream.

@@ -40,6 +40,10 @@ pub struct LiveConfig {
     /// The scheduler configuration: the coordinator serves its profiles'
     /// `schedulerName`s, in-process workers run its profiles and backoffs.
     pub scheduler: SchedulerConfig,
+    /// The `/metrics`, `/healthz`, `/readyz` endpoint, if one is served:
+    /// its readiness becomes the coordinator's (synced, and every
+    /// in-process worker registered) once it runs.
+    pub telemetry: Option<flotilla_shared::telemetry::Endpoint>,
 }
 
 /// Why a live run ended.
@@ -108,6 +112,12 @@ pub struct LiveReport {
     pub wall_seconds: f64,
     /// Why it stopped.
     pub stop_reason: StopReason,
+    /// HTTP extenders' calls (empty without `extenders`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub extenders: Vec<crate::report::ExtenderReport>,
+    /// Placement webhooks' calls (empty without `placementWebhook`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub webhooks: Vec<crate::report::WebhookReport>,
 }
 
 impl LiveReport {
@@ -158,6 +168,7 @@ impl LiveReport {
             StopReason::Idle => "idle",
             StopReason::LeadershipLost => "LEADERSHIP LOST",
         };
+        crate::report::extensions_text(&mut s, &self.extenders, &self.webhooks);
         let _ = writeln!(s, "  stopped        {why} after {:.1} s", self.wall_seconds);
         for i in self.invalid.iter().take(10) {
             let _ = writeln!(s, "  invalid        {i}");
@@ -265,6 +276,9 @@ pub async fn serve(
         }
     }
 
+    if let Some(endpoint) = &cfg.telemetry {
+        endpoint.set_readiness(crate::run::readiness(&coordinator, stats.clone()));
+    }
     let mut idle_since: Option<Instant> = None;
     let mut last_activity = None;
     while stop_reason.is_none() {
@@ -311,6 +325,9 @@ pub async fn serve(
     let ev = cluster.event_counts();
     let mut invalid = s.invalid.clone();
     invalid.extend(s.invalid_nodes.iter().cloned());
+    let worker_stats: Vec<&WorkerStats> = stats.iter().map(|st| &**st).collect();
+    let binder = coordinator.binder();
+    let (extenders, webhooks) = crate::report::extension_reports(&worker_stats, binder.as_deref());
     Ok(LiveReport {
         server_version: cluster.server_info().version.clone(),
         in_process_workers: cfg.in_process_workers,
@@ -342,5 +359,7 @@ pub async fn serve(
         },
         wall_seconds: started.elapsed().as_secs_f64(),
         stop_reason,
+        extenders,
+        webhooks,
     })
 }

@@ -229,6 +229,25 @@ pub fn extension_reports(
     (ext, hooks)
 }
 
+/// The report lines of the extenders and webhooks.
+pub fn extensions_text(s: &mut String, extenders: &[ExtenderReport], webhooks: &[WebhookReport]) {
+    for e in extenders {
+        let _ = writeln!(
+            s,
+            "  extender       {}: {} calls, {} failed ({} ignorable, skipped), {:.2} ms mean",
+            e.extender, e.calls, e.failures, e.ignored_failures, e.mean_ms
+        );
+    }
+    for w in webhooks {
+        let _ = writeln!(
+            s,
+            "  webhook        {} ({}): {} calls, {} pods decided, {} declined, {} failed \
+             (fallback), {:.2} ms mean",
+            w.url, w.profile, w.calls, w.decided, w.declined, w.failures, w.mean_ms
+        );
+    }
+}
+
 /// Cluster allocation after the run: requests of bound pods over allocatable.
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -696,21 +715,7 @@ impl Report {
                 );
             }
         }
-        for e in &self.extenders {
-            let _ = writeln!(
-                s,
-                "  extender       {}: {} calls, {} failed ({} ignorable, skipped), {:.2} ms mean",
-                e.extender, e.calls, e.failures, e.ignored_failures, e.mean_ms
-            );
-        }
-        for w in &self.webhooks {
-            let _ = writeln!(
-                s,
-                "  webhook        {} ({}): {} calls, {} pods decided, {} declined, {} failed \
-                 (fallback), {:.2} ms mean",
-                w.url, w.profile, w.calls, w.decided, w.declined, w.failures, w.mean_ms
-            );
-        }
+        extensions_text(&mut s, &self.extenders, &self.webhooks);
         if !self.top_unschedulable_reasons.is_empty() {
             let _ = writeln!(s, "  top reasons for unschedulable pods (pods: reason)");
             for r in &self.top_unschedulable_reasons {

@@ -54,6 +54,10 @@ pub struct RunConfig {
     /// there, so a victim simply holds its room that long; `Some(0)` frees
     /// it at once. `None`: as the pods ask.
     pub grace_period: Option<i64>,
+    /// Serve `/metrics`, `/healthz` and `/readyz` here during the run
+    /// ([`flotilla_shared::telemetry`]); ready once the coordinator synced
+    /// and every in-process worker registered.
+    pub metrics_listen: Option<String>,
 }
 
 impl Default for RunConfig {
@@ -67,6 +71,7 @@ impl Default for RunConfig {
             settle: Duration::from_millis(1000),
             scheduler: SchedulerConfig::default(),
             grace_period: None,
+            metrics_listen: None,
         }
     }
 }
@@ -83,6 +88,15 @@ pub enum RunError {
     /// The binder extender's client could not be built (TLS).
     #[error("extenders: {0}")]
     Extender(#[from] flotilla_shared::http::HttpError),
+    /// The metrics endpoint could not listen.
+    #[error("--metrics-listen {addr}: {source}")]
+    Metrics {
+        /// The address.
+        addr: String,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
     /// Workers did not connect in time.
     #[error("only {connected} of {expected} workers connected within {waited:?}")]
     Workers {
@@ -178,6 +192,20 @@ pub async fn run_embedded_with_cluster(
                 }
             }));
         }
+    }
+    if let Some(addr) = &cfg.metrics_listen {
+        let ws: Vec<Arc<WorkerStats>> = stats.iter().map(|(_, _, st)| st.clone()).collect();
+        let t = token.clone();
+        let endpoint =
+            flotilla_shared::telemetry::start(addr, readiness(&coordinator, ws), async move {
+                t.cancelled().await
+            })
+            .await
+            .map_err(|source| RunError::Metrics {
+                addr: addr.clone(),
+                source,
+            })?;
+        eprintln!("serving /metrics, /healthz, /readyz on {}", endpoint.addr());
     }
     let wait_from = Instant::now();
     // External workers may take a while to be started: wait up to the run's
@@ -320,6 +348,29 @@ pub async fn run_embedded_with_cluster(
         extensions,
     });
     Ok((report, cluster))
+}
+
+/// The readiness of a coordinator and its in-process workers: ready once
+/// `coordinator` synced and every one of `workers` registered.
+#[must_use]
+pub fn readiness(
+    coordinator: &Arc<Coordinator>,
+    workers: Vec<Arc<WorkerStats>>,
+) -> flotilla_shared::telemetry::Readiness {
+    let c = coordinator.clone();
+    Arc::new(move || {
+        if !c.is_synced() {
+            return Err("the coordinator has not listed the cluster yet".into());
+        }
+        let waiting = workers
+            .iter()
+            .filter(|w| !w.ready.load(Ordering::Acquire))
+            .count();
+        if waiting > 0 {
+            return Err(format!("{waiting} worker(s) not registered yet"));
+        }
+        Ok(())
+    })
 }
 
 /// The pod index ranges between `barriers` (ascending indices into a list

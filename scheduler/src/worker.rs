@@ -40,7 +40,7 @@ use tracing::{debug, info, info_span, warn};
 use flotilla_proto::v1 as pb;
 use flotilla_proto::v1::coordinator_client::CoordinatorClient;
 use flotilla_shared::extender::ExtenderConfig;
-use flotilla_shared::framework::{ClusterEvent, ExtensionPoint, FitError};
+use flotilla_shared::framework::{ClusterEvent, Code, ExtensionPoint, FitError};
 use flotilla_shared::http::HttpError;
 use flotilla_shared::node_info::NodeSpec;
 use flotilla_shared::{PodInfo, WorkloadClass};
@@ -48,8 +48,8 @@ use flotilla_shared::{PodInfo, WorkloadClass};
 use crate::cache::{DEFAULT_ASSUMED_POD_TTL, NodeCache, Snapshot};
 use crate::extender::Extenders;
 use crate::framework::{
-    Candidates, Framework, Profile, ProfileMap, Registry, RegistryError, ScheduleError,
-    ScheduleResult,
+    AttemptResult, Candidates, Framework, Profile, ProfileMap, Registry, RegistryError,
+    ScheduleError, ScheduleResult,
 };
 use crate::gang::{self, GangBook, PermitOutcome, Placement};
 use crate::pdbs::PdbStore;
@@ -214,6 +214,60 @@ struct Shared {
     shard: (String, WorkloadClass),
     /// Placement webhooks by profile name.
     webhooks: HashMap<String, Arc<Webhook>>,
+    /// This worker's handles into the process metrics.
+    metrics: WorkerMetrics,
+}
+
+/// A worker's labelled handles into the process metrics
+/// ([`flotilla_shared::metrics`]).
+struct WorkerMetrics {
+    busy: prometheus::Counter,
+    wasted: prometheus::Counter,
+    /// bound, conflict, error, pod_gone.
+    proposals: [prometheus::IntCounter; 4],
+    /// active, backoff, unschedulable, gated.
+    pending: [prometheus::IntGauge; 4],
+    /// nodes, pods, assumed_pods.
+    cache: [prometheus::IntGauge; 3],
+    pod_attempts: prometheus::Histogram,
+}
+
+impl WorkerMetrics {
+    fn new(worker: &str, class: WorkloadClass) -> Self {
+        let m = flotilla_shared::metrics::metrics();
+        let class = class.to_string();
+        let class = class.as_str();
+        WorkerMetrics {
+            busy: m.busy_seconds.with_label_values(&[worker, class]),
+            wasted: m.wasted_seconds.with_label_values(&[worker, class]),
+            proposals: ["bound", "conflict", "error", "pod_gone"]
+                .map(|o| m.bind_proposals.with_label_values(&[worker, class, o])),
+            pending: ["active", "backoff", "unschedulable", "gated"]
+                .map(|q| m.pending_pods.with_label_values(&[q, worker])),
+            cache: ["nodes", "pods", "assumed_pods"]
+                .map(|t| m.cache_size.with_label_values(&[t, worker])),
+            pod_attempts: m.pod_attempts.with_label_values(&[class]),
+        }
+    }
+}
+
+/// One attempt's history, for the metrics: when its cycle started, and the
+/// pod's failed attempts and first queueing.
+#[derive(Debug, Clone, Copy)]
+struct Attempt {
+    started: Instant,
+    attempts: u32,
+    queued: Instant,
+}
+
+impl Attempt {
+    fn of(qp: &QueuedPodInfo, started: Instant) -> Self {
+        Attempt {
+            started,
+            attempts: qp.attempts,
+            queued: qp.initial_attempt,
+        }
+    }
 }
 
 fn pb_ref(p: &PodInfo) -> pb::PodRef {
@@ -505,6 +559,7 @@ async fn session(
         pdbs: PdbStore::new(),
         shard: (cfg.name.clone(), cfg.class),
         webhooks,
+        metrics: WorkerMetrics::new(&cfg.name, cfg.class),
     });
 
     let stop = shutdown.child_token();
@@ -663,7 +718,20 @@ async fn housekeeping(s: Arc<Shared>, stop: CancellationToken) {
             () = stop.cancelled() => return,
             _ = tick.tick() => {}
         }
-        *s.stats.queue.lock() = s.queue.lengths();
+        let lengths = s.queue.lengths();
+        *s.stats.queue.lock() = lengths;
+        for (g, v) in s.metrics.pending.iter().zip([
+            lengths.active,
+            lengths.backoff,
+            lengths.unschedulable,
+            lengths.gated,
+        ]) {
+            g.set(i64::try_from(v).unwrap_or(i64::MAX));
+        }
+        let (nodes, pods, assumed) = s.cache.sizes();
+        for (g, v) in s.metrics.cache.iter().zip([nodes, pods, assumed]) {
+            g.set(i64::try_from(v).unwrap_or(i64::MAX));
+        }
         let now = Instant::now();
         for key in s.cache.cleanup_expired(now) {
             warn!(pod = %key, "assumed pod expired without confirmation");
@@ -814,7 +882,8 @@ fn schedule_one(s: &Arc<Shared>, worker: &str, snapshot: &mut Snapshot, qp: Queu
                     match hook.resolve(answer, feasible, &r.node) {
                         Resolution::Place { node, .. } => Ok(ScheduleResult { node, ..r }),
                         Resolution::Pending { message, declined } => {
-                            leave_pending(s, &pod, message, declined, start.elapsed());
+                            let attempt = Attempt::of(&qp, start);
+                            leave_pending(s, framework, &pod, message, declined, attempt);
                             return;
                         }
                     }
@@ -824,7 +893,15 @@ fn schedule_one(s: &Arc<Shared>, worker: &str, snapshot: &mut Snapshot, qp: Queu
         }
     };
     let cycle = start.elapsed();
-    finish_cycle(s, framework, &pod, snapshot, result, cycle);
+    finish_cycle(
+        s,
+        framework,
+        &pod,
+        snapshot,
+        result,
+        cycle,
+        Attempt::of(&qp, start),
+    );
 }
 
 /// A webhook left the pod pending, reported with `message`: a pod the
@@ -833,14 +910,25 @@ fn schedule_one(s: &Arc<Shared>, worker: &str, snapshot: &mut Snapshot, qp: Queu
 /// off, as after any error.
 fn leave_pending(
     s: &Arc<Shared>,
+    framework: &Framework,
     pod: &Arc<PodInfo>,
     message: String,
     declined: bool,
-    cycle: Duration,
+    attempt: Attempt,
 ) {
+    let cycle = attempt.started.elapsed();
     s.stats
         .cycle_nanos
         .fetch_add(nanos(cycle), Ordering::Relaxed);
+    s.metrics.busy.inc_by(cycle.as_secs_f64());
+    framework.metrics().attempt(
+        if declined {
+            AttemptResult::Unschedulable
+        } else {
+            AttemptResult::Error
+        },
+        cycle,
+    );
     debug!(pod = %pod.key, %message, declined, "left pending by the placement webhook");
     let now = Instant::now();
     if declined {
@@ -868,8 +956,8 @@ fn schedule_batch(
     let _enter = span.enter();
     let start = Instant::now();
     s.cache.update_snapshot(snapshot);
-    // (pod, its in-process result, its candidates)
-    let mut placed: Vec<(Arc<PodInfo>, ScheduleResult, Candidates)> = Vec::new();
+    // (pod, its in-process result, its candidates, its attempt)
+    let mut placed: Vec<(Arc<PodInfo>, ScheduleResult, Candidates, Attempt)> = Vec::new();
     let Some(framework) = s.frameworks.for_pod(&batch[0].pod) else {
         for qp in &batch {
             no_profile(s, &qp.pod);
@@ -880,9 +968,18 @@ fn schedule_batch(
         s.stats.attempts.fetch_add(1, Ordering::Relaxed);
         let t = Instant::now();
         let (result, candidates) = framework.schedule_with_candidates(&qp.pod, snapshot);
+        let attempt = Attempt::of(qp, t);
         match result {
-            Ok(r) => placed.push((qp.pod.clone(), r, candidates)),
-            Err(e) => finish_cycle(s, framework, &qp.pod, snapshot, Err(e), t.elapsed()),
+            Ok(r) => placed.push((qp.pod.clone(), r, candidates, attempt)),
+            Err(e) => finish_cycle(
+                s,
+                framework,
+                &qp.pod,
+                snapshot,
+                Err(e),
+                t.elapsed(),
+                attempt,
+            ),
         }
     }
     if placed.is_empty() {
@@ -893,7 +990,7 @@ fn schedule_batch(
         let node_of = |n: &str| snap.get(n).map(|i| i.spec.node.clone());
         let asks: Vec<Ask<'_>> = placed
             .iter()
-            .map(|(pod, r, candidates)| Ask {
+            .map(|(pod, r, candidates, _)| Ask {
                 pod,
                 candidates,
                 in_process: &r.node,
@@ -904,7 +1001,7 @@ fn schedule_batch(
     };
     // The call's time, shared among the pods it decided.
     let share = start.elapsed() / u32::try_from(placed.len()).unwrap_or(u32::MAX).max(1);
-    for (i, (pod, r, candidates)) in placed.into_iter().enumerate() {
+    for (i, (pod, r, candidates, attempt)) in placed.into_iter().enumerate() {
         // Earlier pods of this batch are assumed now.
         s.cache.update_snapshot(snapshot);
         let answer = answers.as_ref().map(|d| d[i].clone()).map_err(Clone::clone);
@@ -929,11 +1026,11 @@ fn schedule_batch(
                 by_webhook: false, ..
             } => framework.schedule(&pod, snapshot),
             Resolution::Pending { message, declined } => {
-                leave_pending(s, &pod, message, declined, share);
+                leave_pending(s, framework, &pod, message, declined, attempt);
                 continue;
             }
         };
-        finish_cycle(s, framework, &pod, snapshot, result, share);
+        finish_cycle(s, framework, &pod, snapshot, result, share, attempt);
     }
 }
 
@@ -947,11 +1044,18 @@ fn finish_cycle(
     snapshot: &Snapshot,
     result: Result<ScheduleResult, ScheduleError>,
     cycle: Duration,
+    attempt: Attempt,
 ) {
     let pod = pod.clone();
     s.stats
         .cycle_nanos
         .fetch_add(nanos(cycle), Ordering::Relaxed);
+    s.metrics.busy.inc_by(cycle.as_secs_f64());
+    if result.is_ok() {
+        flotilla_shared::metrics::metrics()
+            .scheduling_algorithm_duration
+            .observe(cycle.as_secs_f64());
+    }
     match result {
         Ok(r) => {
             debug!(node = %r.node, score = r.score, evaluated = r.evaluated, feasible = r.feasible, "placed");
@@ -977,7 +1081,7 @@ fn finish_cycle(
                     PermitOutcome::Ready(group, members) => {
                         let s2 = s.clone();
                         s.tracker
-                            .spawn_on(bind_gang(s2, group, members, cycle), &s.runtime);
+                            .spawn_on(bind_gang(s2, group, members, cycle, attempt), &s.runtime);
                         return;
                     }
                     PermitOutcome::Reject(message) => {
@@ -993,14 +1097,32 @@ fn finish_cycle(
                 }
             }
             let s2 = s.clone();
-            s.tracker.spawn_on(bind(s2, pod, r.node, cycle), &s.runtime);
+            s.tracker
+                .spawn_on(bind(s2, pod, r.node, cycle, attempt), &s.runtime);
         }
         Err(ScheduleError::Unschedulable(mut fit)) => {
             s.stats.unschedulable.fetch_add(1, Ordering::Relaxed);
             // PostFilter: DefaultPreemption first (upstream's default
             // order); its message becomes part of the FitError.
             let mut candidate = None;
-            match post_filter(s, framework, &pod, snapshot, &fit) {
+            let post_filter_started = Instant::now();
+            let outcome = post_filter(s, framework, &pod, snapshot, &fit);
+            if outcome.is_some() {
+                let code = match &outcome {
+                    Some(Ok(PostFilterOutcome::Nominate(_))) => Code::Success,
+                    Some(Err(_)) => Code::Error,
+                    _ => Code::Unschedulable,
+                };
+                framework.metrics().point(
+                    ExtensionPoint::PostFilter,
+                    code,
+                    post_filter_started.elapsed(),
+                );
+            }
+            framework
+                .metrics()
+                .attempt(AttemptResult::Unschedulable, attempt.started.elapsed());
+            match outcome {
                 None => {}
                 Some(Ok(PostFilterOutcome::Nominate(c))) => candidate = Some(c),
                 Some(Ok(PostFilterOutcome::NotHelpful(msg))) => {
@@ -1054,6 +1176,9 @@ fn finish_cycle(
         }
         Err(e @ ScheduleError::Internal { .. }) => {
             warn!(error = %e, "scheduling cycle failed; backing off");
+            framework
+                .metrics()
+                .attempt(AttemptResult::Error, attempt.started.elapsed());
             s.stats.errors.fetch_add(1, Ordering::Relaxed);
             s.queue.add_backoff(&pod.uid, Instant::now());
             // An extender's failure is the operator's to see on the pod
@@ -1148,6 +1273,9 @@ fn post_filter(
 /// `POD_GONE` it is dropped.
 fn propose_preemption(s: &Arc<Shared>, pod: &Arc<PodInfo>, node: &str, victims: &[Arc<PodInfo>]) {
     s.stats.preemption_attempts.fetch_add(1, Ordering::Relaxed);
+    flotilla_shared::metrics::metrics()
+        .preemption_attempts
+        .inc();
     // Claim the room at once, as upstream's nominator does in the cycle:
     // this worker's next preemptors and pods then see it taken, before the
     // coordinator's answer (and its broadcast) arrives. Undone if refused.
@@ -1170,6 +1298,10 @@ fn propose_preemption(s: &Arc<Shared>, pod: &Arc<PodInfo>, node: &str, victims: 
                     match pb::PreemptionOutcome::try_from(d.outcome) {
                         Ok(pb::PreemptionOutcome::Granted) => {
                             s2.stats.preemption_victims.fetch_add(n, Ordering::Relaxed);
+                            #[allow(clippy::cast_precision_loss)]
+                            flotilla_shared::metrics::metrics()
+                                .preemption_victims
+                                .observe(n as f64);
                         }
                         Ok(pb::PreemptionOutcome::PodGone) => {
                             debug!(pod = %pod.key, reason = %d.reason, "preemptor gone; dropping it");
@@ -1196,7 +1328,46 @@ fn propose_preemption(s: &Arc<Shared>, pod: &Arc<PodInfo>, node: &str, victims: 
 }
 
 /// The binding cycle for one assumed pod.
-async fn bind(s: Arc<Shared>, pod: Arc<PodInfo>, node: Arc<str>, cycle: Duration) {
+/// Records a binding's outcome in the metrics: the proposal, the attempt
+/// (a bound pod's attempt ends here, as upstream's ends with its Binding),
+/// and, once bound, the pod's attempts and end-to-end latency.
+fn record_binding(
+    s: &Shared,
+    pod: &PodInfo,
+    outcome: pb::BindOutcome,
+    attempt: Attempt,
+    cycle: Duration,
+) {
+    let (i, result) = match outcome {
+        pb::BindOutcome::Bound => (0, AttemptResult::Scheduled),
+        pb::BindOutcome::Conflict => (1, AttemptResult::Error),
+        pb::BindOutcome::PodGone => (3, AttemptResult::Error),
+        pb::BindOutcome::Error | pb::BindOutcome::Unspecified => (2, AttemptResult::Error),
+    };
+    s.metrics.proposals[i].inc();
+    if let Some(fw) = s.frameworks.for_pod(pod) {
+        fw.metrics().attempt(result, attempt.started.elapsed());
+    }
+    if result == AttemptResult::Scheduled {
+        let attempts = attempt.attempts + 1;
+        let m = flotilla_shared::metrics::metrics();
+        m.pod_scheduling_attempts.observe(f64::from(attempts));
+        s.metrics.pod_attempts.observe(f64::from(attempts));
+        m.pod_scheduling_sli_duration
+            .with_label_values(&[&attempts.to_string()])
+            .observe(attempt.queued.elapsed().as_secs_f64());
+    } else if outcome != pb::BindOutcome::PodGone {
+        s.metrics.wasted.inc_by(cycle.as_secs_f64());
+    }
+}
+
+async fn bind(
+    s: Arc<Shared>,
+    pod: Arc<PodInfo>,
+    node: Arc<str>,
+    cycle: Duration,
+    attempt: Attempt,
+) {
     // The semaphore is never closed, so acquiring only waits.
     let _permit = s.binds.clone().acquire_owned().await;
     let mut client = s.client.clone();
@@ -1218,6 +1389,7 @@ async fn bind(s: Arc<Shared>, pod: Arc<PodInfo>, node: Arc<str>, cycle: Duration
         }
         Err(status) => (pb::BindOutcome::Error, status.to_string()),
     };
+    record_binding(&s, &pod, outcome, attempt, cycle);
     match outcome {
         pb::BindOutcome::Bound => {
             s.cache.finish_binding(&pod.uid, now);
@@ -1256,7 +1428,13 @@ async fn bind(s: Arc<Shared>, pod: Arc<PodInfo>, node: Arc<str>, cycle: Duration
 
 /// The binding cycle of a gang: one `ProposeGang` with every member; all
 /// bound, or all released (forgotten, re-queued with backoff) together.
-async fn bind_gang(s: Arc<Shared>, group: String, members: Vec<Placement>, cycle: Duration) {
+async fn bind_gang(
+    s: Arc<Shared>,
+    group: String,
+    members: Vec<Placement>,
+    cycle: Duration,
+    attempt: Attempt,
+) {
     let _permit = s.binds.clone().acquire_owned().await;
     let mut client = s.client.clone();
     let req = pb::GangProposal {
@@ -1283,6 +1461,10 @@ async fn bind_gang(s: Arc<Shared>, group: String, members: Vec<Placement>, cycle
         }
         Err(status) => (pb::BindOutcome::Error, status.to_string(), Vec::new()),
     };
+    // One proposal, recorded with the attempt that completed the gang.
+    if let Some((last, _)) = members.last() {
+        record_binding(&s, last, outcome, attempt, cycle);
+    }
     if outcome == pb::BindOutcome::Bound {
         let failed: std::collections::HashSet<&str> =
             failed.iter().map(|p| p.uid.as_str()).collect();

@@ -28,6 +28,9 @@
 //! - [`priority`]: pod priority from PriorityClasses, as admission resolves it.
 //! - [`extender`]: the upstream HTTP scheduler extender: wire format,
 //!   configuration, and one client per extender.
+//! - [`metrics`]: the process's Prometheus metrics (kube-scheduler's names,
+//!   and Flotilla's Omega-style ones); [`telemetry`]: the `/metrics`,
+//!   `/healthz`, `/readyz` endpoint.
 //! - [`http`]: JSON over HTTP(S) POST with deadlines and TLS, the transport
 //!   of extenders and placement webhooks.
 //! - [`testing`]: builders for pods and nodes.
@@ -38,6 +41,7 @@ pub mod framework;
 pub mod http;
 pub mod images;
 pub mod label_selector;
+pub mod metrics;
 pub mod node_info;
 pub mod pdb;
 pub mod pod_affinity;
@@ -49,6 +53,7 @@ pub mod quantity;
 pub mod resources;
 pub mod selector;
 pub mod taints;
+pub mod telemetry;
 pub mod testing;
 pub mod topology_spread;
 pub mod workload;

@@ -18,6 +18,7 @@
 //! (the backend retries with backoff and relists on its own); the stream ends
 //! only when the backend stops.
 
+pub mod counted;
 pub mod embedded;
 pub mod events;
 pub mod kube;

@@ -3,17 +3,14 @@
 //! for the pods requesting it, `ignoredByScheduler` honoured by the
 //! worker's Filter and by the bind arbiter, other pods untouched.
 
-use std::time::Duration;
-
 use serde_json::{Value, json};
 
-use flotilla_loadtest::run::{RunConfig, run_embedded_with_cluster};
 use flotilla_loadtest::workload::Workload;
 use flotilla_scheduler::config;
 use flotilla_shared::testing::http::{Canned, MockServer};
 use flotilla_shared::testing::{NodeBuilder, PodBuilder};
 
-use crate::{node_of, within};
+use crate::{node_of, run_to_end, test_run};
 
 /// The device extender: nodes labelled `gpu=true` pass, `g2` scores 10.
 fn device_extender() -> MockServer {
@@ -90,22 +87,7 @@ extenders:
         pods,
         ..Default::default()
     };
-    let cfg = RunConfig {
-        in_process_workers: 2,
-        expect_workers: 2,
-        progress: false,
-        timeout: Duration::from_secs(60),
-        settle: Duration::from_millis(500),
-        scheduler,
-        ..RunConfig::default()
-    };
-    let (report, cluster) = within(
-        Duration::from_secs(120),
-        "the device run",
-        run_embedded_with_cluster(workload, cfg),
-    )
-    .await
-    .expect("the run completes");
+    let (report, cluster) = run_to_end(workload, test_run(2, scheduler), "the device run").await;
     println!("{}", report.to_text());
     assert!(!report.timed_out);
     assert_eq!(report.scheduled, 6, "{}", report.to_text());

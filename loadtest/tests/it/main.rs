@@ -6,6 +6,7 @@ mod bad_input;
 mod cross_node;
 mod extenders;
 mod external_workers;
+mod metrics;
 mod openb;
 mod profiles;
 mod run_priorities_gangs;
@@ -19,6 +20,41 @@ use std::time::Duration;
 
 use flotilla_shared::quantity;
 use k8s_openapi::api::core::v1::{Node, Pod};
+
+/// A test run's settings: `workers` in-process workers (and expected), no
+/// progress bar, a 60 s timeout, 500 ms to settle, `scheduler`.
+pub fn test_run(
+    workers: usize,
+    scheduler: flotilla_scheduler::config::SchedulerConfig,
+) -> flotilla_loadtest::run::RunConfig {
+    flotilla_loadtest::run::RunConfig {
+        in_process_workers: workers,
+        expect_workers: workers,
+        progress: false,
+        timeout: Duration::from_secs(60),
+        settle: Duration::from_millis(500),
+        scheduler,
+        ..flotilla_loadtest::run::RunConfig::default()
+    }
+}
+
+/// Runs `workload` with `cfg` to the end, failing after 120 s.
+pub async fn run_to_end(
+    workload: flotilla_loadtest::workload::Workload,
+    cfg: flotilla_loadtest::run::RunConfig,
+    what: &str,
+) -> (
+    flotilla_loadtest::report::Report,
+    std::sync::Arc<flotilla_coordinator::cluster::EmbeddedCluster>,
+) {
+    within(
+        Duration::from_secs(120),
+        what,
+        flotilla_loadtest::run::run_embedded_with_cluster(workload, cfg),
+    )
+    .await
+    .expect("the run completes")
+}
 
 /// Awaits `f`, failing the test if it takes longer than `limit`.
 pub async fn within<T>(limit: Duration, what: &str, f: impl Future<Output = T>) -> T {

@@ -8,13 +8,12 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use flotilla_loadtest::report::Report;
-use flotilla_loadtest::run::{RunConfig, run_embedded_with_cluster};
 use flotilla_loadtest::workload::Workload;
 use flotilla_scheduler::config;
 use flotilla_shared::testing::http::{Canned, MockServer, Received};
 use flotilla_shared::testing::{NodeBuilder, PodBuilder};
 
-use crate::{node_of, unschedulable_message, within};
+use crate::{node_of, run_to_end, test_run, unschedulable_message};
 
 /// `nodes` nodes of 4 CPU, `pods` pods of 1 CPU (`decline` labelled
 /// `placement=decline`).
@@ -62,22 +61,7 @@ async fn run(hook: &str, workload: Workload) -> Outcome {
          - schedulerName: default-scheduler\n  placementWebhook:\n{hook}"
     );
     let scheduler = config::parse(&yaml, "webhook.yaml").expect("valid configuration");
-    let cfg = RunConfig {
-        in_process_workers: 1,
-        expect_workers: 1,
-        progress: false,
-        timeout: Duration::from_secs(60),
-        settle: Duration::from_millis(500),
-        scheduler,
-        ..RunConfig::default()
-    };
-    let (report, cluster) = within(
-        Duration::from_secs(120),
-        "the webhook run",
-        run_embedded_with_cluster(workload, cfg),
-    )
-    .await
-    .expect("the run completes");
+    let (report, cluster) = run_to_end(workload, test_run(1, scheduler), "the webhook run").await;
     assert!(!report.timed_out, "{}", report.to_text());
     assert_eq!(report.checks.overcommitted_nodes, 0, "{}", report.to_text());
     let mut placed = HashMap::new();

@@ -408,6 +408,14 @@ impl NodeCache {
         expired.into_iter().map(|(_, _, k)| k).collect()
     }
 
+    /// (nodes, pods, assumed pods) in the cache (`scheduler_cache_size`).
+    #[must_use]
+    pub fn sizes(&self) -> (usize, usize, usize) {
+        let inner = self.inner.lock();
+        let assumed = inner.pods.values().filter(|p| p.assumed).count();
+        (inner.nodes.len(), inner.pods.len(), assumed)
+    }
+
     /// Whether the pod is assumed (not yet confirmed).
     #[must_use]
     pub fn is_assumed(&self, uid: &str) -> bool {

@@ -3,6 +3,7 @@
 //! coordinator can share types with the plugins.
 
 pub mod args;
+pub mod metrics;
 pub mod parallel;
 pub mod profile;
 pub mod profile_map;
@@ -11,6 +12,7 @@ pub mod runtime;
 pub mod validation;
 
 pub use args::decode_args;
+pub use metrics::{AttemptResult, ProfileMetrics};
 pub use profile::{
     PluginRef, PluginSet, Plugins, Profile, default_multi_point, num_feasible_nodes_to_find,
 };

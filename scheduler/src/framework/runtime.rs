@@ -35,6 +35,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use std::time::Instant;
+
 use rand::RngExt as _;
 use rayon::prelude::*;
 
@@ -44,8 +46,10 @@ use flotilla_shared::framework::{
     PreFilterPlugin, PreScorePlugin, REASON_FILTERED_BY_PREFILTER, ScorePlugin, SharedLister,
     Status,
 };
+use flotilla_shared::metrics::sample_plugin_metrics;
 use flotilla_shared::{NodeInfo, PodInfo};
 
+use super::metrics::ProfileMetrics;
 use super::profile::{Profile, num_feasible_nodes_to_find};
 use super::registry::{PluginHandle, Registry, RegistryError};
 use crate::cache::Snapshot;
@@ -124,6 +128,8 @@ pub struct Framework {
     /// The scheduler's HTTP extenders (none: `None`), called after Filter,
     /// beside Score and in preemption ([`crate::extender`]).
     extenders: Option<Arc<Extenders>>,
+    /// Handles into the process metrics for this profile.
+    metrics: ProfileMetrics,
 }
 
 impl std::fmt::Debug for Framework {
@@ -158,7 +164,27 @@ pub struct PreFilterOutcome {
     /// The only node names worth filtering (intersection of every plugin's
     /// [`flotilla_shared::framework::PreFilterResult`]); `None`: all nodes.
     pub node_names: Option<HashSet<Arc<str>>>,
+    /// Filter calls left to time for `scheduler_plugin_execution_duration_seconds`
+    /// in this cycle (0 outside sampled cycles).
+    timed_filter_nodes: AtomicUsize,
 }
+
+impl PreFilterOutcome {
+    /// Whether this node's Filter calls are timed (uses up one of the
+    /// cycle's timed nodes).
+    fn take_timed_node(&self) -> bool {
+        self.timed_filter_nodes.load(Ordering::Relaxed) > 0
+            && self
+                .timed_filter_nodes
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| b.checked_sub(1))
+                .is_ok()
+    }
+}
+
+/// In a sampled cycle (one in ten, upstream's `pluginMetricsSamplePercent`),
+/// how many nodes' Filter and Score calls are timed per plugin: enough for
+/// the distribution, few enough that sampling stays cheap.
+const TIMED_NODES_PER_SAMPLED_CYCLE: usize = 32;
 
 /// A snapshot seen with one node replaced (by the same node carrying its
 /// nominated pods): what pass 1 of the nominated-pods check re-runs
@@ -357,6 +383,7 @@ impl Framework {
             next_start: AtomicUsize::new(0),
             preemption: None,
             extenders: None,
+            metrics: ProfileMetrics::new(&profile.scheduler_name, &[]),
         };
         for (point, names) in &enabled {
             for name in names {
@@ -389,7 +416,35 @@ impl Framework {
             }
         }
         fw.enabled = enabled;
+        let timed: Vec<(&'static str, ExtensionPoint)> = fw
+            .pre_filters
+            .iter()
+            .map(|p| (p.name(), ExtensionPoint::PreFilter))
+            .chain(
+                fw.filters
+                    .iter()
+                    .map(|p| (p.name(), ExtensionPoint::Filter)),
+            )
+            .chain(
+                fw.pre_scores
+                    .iter()
+                    .map(|p| (p.name(), ExtensionPoint::PreScore)),
+            )
+            .chain(
+                fw.scores
+                    .iter()
+                    .map(|(p, _)| (p.name(), ExtensionPoint::Score)),
+            )
+            .collect();
+        fw.metrics = ProfileMetrics::new(&fw.profile_name, &timed);
         Ok(fw)
+    }
+
+    /// This profile's handles into the process metrics (the worker records
+    /// attempts with them).
+    #[must_use]
+    pub fn metrics(&self) -> &ProfileMetrics {
+        &self.metrics
     }
 
     /// Plugin names enabled at `point`, in run order.
@@ -482,6 +537,26 @@ impl Framework {
         self.interest.clone()
     }
 
+    /// [`Framework::run_filters`], timing each plugin call.
+    fn run_filters_timed(
+        &self,
+        filters: &[&Arc<dyn FilterPlugin>],
+        state: &CycleState,
+        pod: &PodInfo,
+        node: &NodeInfo,
+    ) -> Status {
+        for f in filters {
+            let t = Instant::now();
+            let st = f.filter(state, pod, node);
+            self.metrics
+                .plugin(f.name(), ExtensionPoint::Filter, st.code, t.elapsed());
+            if !st.is_success() {
+                return st.with_plugin(f.name());
+            }
+        }
+        Status::success()
+    }
+
     /// Runs `filters` in order; the first non-success status (with its
     /// plugin) or success.
     fn run_filters(
@@ -511,9 +586,25 @@ impl Framework {
         pod: &PodInfo,
         cluster: &dyn SharedLister,
     ) -> Result<PreFilterOutcome, Status> {
+        self.pre_filter_plugins(pod, cluster, false)
+    }
+
+    /// [`Framework::run_pre_filter_plugins`], timing each plugin when
+    /// `timed`.
+    fn pre_filter_plugins(
+        &self,
+        pod: &PodInfo,
+        cluster: &dyn SharedLister,
+        timed: bool,
+    ) -> Result<PreFilterOutcome, Status> {
         let mut out = PreFilterOutcome::default();
         for p in &self.pre_filters {
+            let t = timed.then(Instant::now);
             let (res, st) = p.pre_filter(&mut out.state, pod, cluster);
+            if let Some(t) = t {
+                self.metrics
+                    .plugin(p.name(), ExtensionPoint::PreFilter, st.code, t.elapsed());
+            }
             match st.code {
                 Code::Success => {}
                 Code::Skip => out.skipped.push(p.name()),
@@ -571,6 +662,9 @@ impl Framework {
         snap: &Snapshot,
     ) -> Status {
         if !snap.has_nominated_pods() {
+            if pre.take_timed_node() {
+                return self.run_filters_timed(filters, &pre.state, pod, node);
+            }
             return Self::run_filters(filters, &pre.state, pod, node);
         }
         let added: Vec<&Arc<PodInfo>> = snap
@@ -579,6 +673,9 @@ impl Framework {
             .filter(|p| p.priority >= pod.priority && p.uid != pod.uid)
             .collect();
         if added.is_empty() {
+            if pre.take_timed_node() {
+                return self.run_filters_timed(filters, &pre.state, pod, node);
+            }
             return Self::run_filters(filters, &pre.state, pod, node);
         }
         // Pass 1: the node with the nominated pods on it.
@@ -690,8 +787,22 @@ impl Framework {
         mut detail: Option<&mut CycleDetail>,
         mut candidates: Option<&mut Candidates>,
     ) -> Result<ScheduleResult, ScheduleError> {
-        let mut pre = match self.run_pre_filter_plugins(pod, snap) {
-            Ok(pre) => pre,
+        let sampled = sample_plugin_metrics();
+        let t = Instant::now();
+        let pre = self.pre_filter_plugins(pod, snap, sampled);
+        self.metrics.point(
+            ExtensionPoint::PreFilter,
+            pre.as_ref().map_or_else(|st| st.code, |_| Code::Success),
+            t.elapsed(),
+        );
+        let mut pre = match pre {
+            Ok(pre) => {
+                if sampled {
+                    pre.timed_filter_nodes
+                        .store(TIMED_NODES_PER_SAMPLED_CYCLE, Ordering::Relaxed);
+                }
+                pre
+            }
             Err(st) if st.code == Code::Error => {
                 return Err(ScheduleError::Internal {
                     plugin: st.plugin,
@@ -777,6 +888,7 @@ impl Framework {
                 });
             }
         }
+        let filter_started = Instant::now();
         let total = nodes.len();
         let limit = num_feasible_nodes_to_find(self.percentage_of_nodes_to_score, total);
         let eval = |idx: usize| self.filter_node(filters, &pre, pod, &nodes[idx], snap);
@@ -832,6 +944,15 @@ impl Framework {
         if allowed.is_none() && !nodes.is_empty() {
             self.next_start.fetch_add(evaluated, Ordering::Relaxed);
         }
+        self.metrics.point(
+            ExtensionPoint::Filter,
+            if feasible.is_empty() {
+                Code::Unschedulable
+            } else {
+                Code::Success
+            },
+            filter_started.elapsed(),
+        );
         if let Some(d) = detail.as_deref_mut() {
             d.rejected.extend(
                 rejected
@@ -964,6 +1085,8 @@ impl Framework {
     ) -> Result<(usize, i64), ScheduleError> {
         let nodes = snap.nodes();
         let mut skipped_scores: Vec<&'static str> = Vec::new();
+        let timed = sample_plugin_metrics();
+        let pre_score_started = Instant::now();
         if !self.pre_scores.is_empty() {
             // The feasible nodes are usually a run of consecutive snapshot
             // entries (the search walks the snapshot in order): hand that
@@ -979,7 +1102,12 @@ impl Framework {
                 }
             };
             for p in &self.pre_scores {
+                let t = timed.then(Instant::now);
                 let st = p.pre_score(state, pod, feasible_nodes, snap);
+                if let Some(t) = t {
+                    self.metrics
+                        .plugin(p.name(), ExtensionPoint::PreScore, st.code, t.elapsed());
+                }
                 match st.code {
                     Code::Success => {}
                     Code::Skip => skipped_scores.push(p.name()),
@@ -992,6 +1120,12 @@ impl Framework {
                 }
             }
         }
+        self.metrics.point(
+            ExtensionPoint::PreScore,
+            Code::Success,
+            pre_score_started.elapsed(),
+        );
+        let score_started = Instant::now();
         let state = &*state;
         let mut totals = vec![0i64; feasible.len()];
         let mut per_plugin: Vec<(&'static str, Vec<i64>)> = Vec::new();
@@ -999,7 +1133,28 @@ impl Framework {
             if skipped_scores.contains(&plugin.name()) {
                 continue;
             }
-            let raw: Result<Vec<i64>, Status> = if feasible.len() < PARALLEL_SCORE_MIN_NODES {
+            let raw: Result<Vec<i64>, Status> = if timed {
+                // A sampled cycle: the first nodes' calls are timed.
+                feasible
+                    .iter()
+                    .enumerate()
+                    .map(|(k, &i)| {
+                        if k >= TIMED_NODES_PER_SAMPLED_CYCLE {
+                            return plugin.score(state, pod, &nodes[i]);
+                        }
+                        let t = Instant::now();
+                        let r = plugin.score(state, pod, &nodes[i]);
+                        let code = r.as_ref().map_or_else(|st| st.code, |_| Code::Success);
+                        self.metrics.plugin(
+                            plugin.name(),
+                            ExtensionPoint::Score,
+                            code,
+                            t.elapsed(),
+                        );
+                        r
+                    })
+                    .collect()
+            } else if feasible.len() < PARALLEL_SCORE_MIN_NODES {
                 feasible
                     .iter()
                     .map(|&i| plugin.score(state, pod, &nodes[i]))
@@ -1022,6 +1177,11 @@ impl Framework {
                 per_plugin.push((plugin.name(), scores));
             }
         }
+        self.metrics.point(
+            ExtensionPoint::Score,
+            Code::Success,
+            score_started.elapsed(),
+        );
         // The extenders' prioritize verbs (in parallel), scaled into the
         // plugins' range and weighted.
         let ext_scores = self

@@ -129,6 +129,26 @@ impl ExtensionPoint {
         ExtensionPoint::PostBind,
     ];
 
+    /// Upstream's name in metrics' `extension_point` label, e.g.
+    /// `"PreFilter"`.
+    #[must_use]
+    pub const fn metric_name(self) -> &'static str {
+        match self {
+            ExtensionPoint::PreEnqueue => "PreEnqueue",
+            ExtensionPoint::QueueSort => "QueueSort",
+            ExtensionPoint::PreFilter => "PreFilter",
+            ExtensionPoint::Filter => "Filter",
+            ExtensionPoint::PostFilter => "PostFilter",
+            ExtensionPoint::PreScore => "PreScore",
+            ExtensionPoint::Score => "Score",
+            ExtensionPoint::Reserve => "Reserve",
+            ExtensionPoint::Permit => "Permit",
+            ExtensionPoint::PreBind => "PreBind",
+            ExtensionPoint::Bind => "Bind",
+            ExtensionPoint::PostBind => "PostBind",
+        }
+    }
+
     /// The config field name, e.g. `"preFilter"`.
     #[must_use]
     pub const fn config_name(self) -> &'static str {

@@ -21,6 +21,21 @@ pub enum Code {
     Skip,
 }
 
+impl Code {
+    /// Upstream's name of the code (`Success`, `Unschedulable`, ...), as in
+    /// the `status` label of kube-scheduler's metrics.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Code::Success => "Success",
+            Code::Error => "Error",
+            Code::Unschedulable => "Unschedulable",
+            Code::UnschedulableAndUnresolvable => "UnschedulableAndUnresolvable",
+            Code::Skip => "Skip",
+        }
+    }
+}
+
 /// A plugin's answer: a [`Code`], the human-readable reasons (upstream texts,
 /// counted in the FitError histogram), and the plugin that answered.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
