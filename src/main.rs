@@ -392,7 +392,11 @@ fn finish(report: &Report, args: &ReportArgs, placements: Option<&std::path::Pat
     }
     let c = &report.checks;
     if c.overcommitted_nodes > 0 || c.bindings_written != c.pods_bound_by_flotilla as u64 {
-        eprintln!("error: safety check failed: {c:?}");
+        eprintln!(
+            "error: safety check failed: {} over-committed node(s); {} Binding(s) written for {} \
+             pod(s) bound (they must be equal)",
+            c.overcommitted_nodes, c.bindings_written, c.pods_bound_by_flotilla
+        );
         return ExitCode::from(EXIT_SAFETY);
     }
     if report.timed_out {
@@ -580,16 +584,14 @@ fn scheduler_config(path: Option<&Path>) -> Result<SchedulerConfig, ConfigError>
 }
 
 fn main() -> ExitCode {
-    use std::io::IsTerminal as _;
-    tracing_subscriber::fmt()
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let cli = Cli::parse();
+    let service = match &cli.command {
+        Command::Run(_) => "flotilla-run",
+        Command::Coordinator(_) => "flotilla-coordinator",
+        Command::Worker(_) => "flotilla-worker",
+        Command::Simulate(_) => "flotilla-simulate",
+        Command::Explain(_) => "flotilla-explain",
+    };
     let config_path = match &cli.command {
         Command::Run(a) => a.sched.config.as_deref(),
         Command::Coordinator(a) => a.sched.config.as_deref(),
@@ -625,6 +627,9 @@ fn main() -> ExitCode {
         }
     };
     let result = rt.block_on(async move {
+        // Logs on stderr, and spans over OTLP when OTEL_* asks for them
+        // (flushed when the guard drops, at the end of the command).
+        let _tracing = flotilla_shared::trace::init(service);
         match cli.command {
             Command::Run(a) if a.kube.source().is_some() => {
                 kube_cmd::run(kube_cmd::LiveRun {

@@ -8,6 +8,7 @@ use std::task::{Context, Poll};
 use futures::Stream;
 use tokio::sync::mpsc;
 use tonic::{Request, Response, Status};
+use tracing::{Instrument as _, info_span};
 
 use flotilla_proto::v1 as pb;
 use flotilla_proto::v1::coordinator_server::{Coordinator as CoordinatorApi, CoordinatorServer};
@@ -37,6 +38,18 @@ impl CoordinatorService {
             .max_decoding_message_size(64 * 1024 * 1024)
             .max_encoding_message_size(64 * 1024 * 1024)
     }
+}
+
+/// The W3C trace context a worker sent in the request's metadata.
+fn carrier(md: &tonic::metadata::MetadataMap) -> flotilla_shared::trace::Carrier {
+    ["traceparent", "tracestate"]
+        .into_iter()
+        .filter_map(|k| {
+            md.get(k)
+                .and_then(|v| v.to_str().ok())
+                .map(|v| (k.to_owned(), v.to_owned()))
+        })
+        .collect()
 }
 
 fn parse_worker_id(s: &str) -> Result<WorkerId, Status> {
@@ -127,18 +140,35 @@ impl CoordinatorApi for CoordinatorService {
         &self,
         req: Request<pb::BindProposal>,
     ) -> Result<Response<pb::BindDecision>, Status> {
+        let parent = carrier(req.metadata());
         let r = req.into_inner();
         let id = parse_worker_id(&r.worker_id)?;
         let pod = parse_pod(r.pod)?;
         if r.node_name.is_empty() {
             return Err(Status::invalid_argument("node_name: required"));
         }
-        let (outcome, reason) = match self.coordinator.propose(id, &pod, &r.node_name).await {
-            Decision::Bound => (pb::BindOutcome::Bound, String::new()),
-            Decision::Conflict(m) => (pb::BindOutcome::Conflict, m),
-            Decision::PodGone(m) => (pb::BindOutcome::PodGone, m),
-            Decision::Error(m) => (pb::BindOutcome::Error, m),
-        };
+        let span = info_span!(
+            "bind_arbitration",
+            otel.kind = "server",
+            rpc.system = "grpc",
+            rpc.method = "flotilla.v1.Coordinator/ProposeBind",
+            worker = id,
+            pod = %pod,
+            node = %r.node_name,
+            outcome = tracing::field::Empty,
+            reason = tracing::field::Empty,
+        );
+        flotilla_shared::trace::set_parent(&span, &parent);
+        let decision = self
+            .coordinator
+            .propose(id, &pod, &r.node_name)
+            .instrument(span.clone())
+            .await;
+        let (outcome, label, reason) = bind_outcome(decision);
+        span.record("outcome", label);
+        if !reason.is_empty() {
+            span.record("reason", reason.as_str());
+        }
         Ok(Response::new(pb::BindDecision {
             outcome: outcome.into(),
             reason,
@@ -165,7 +195,7 @@ impl CoordinatorApi for CoordinatorService {
             self.coordinator.count_gang_timeout();
         }
         self.coordinator
-            .report_unschedulable(&pod, &r.message, nodes)
+            .report_failure(&pod, &r.message, nodes, r.scheduler_error)
             .await;
         Ok(Response::new(pb::ReportAck {}))
     }
@@ -174,6 +204,7 @@ impl CoordinatorApi for CoordinatorService {
         &self,
         req: Request<pb::GangProposal>,
     ) -> Result<Response<pb::GangDecision>, Status> {
+        let parent = carrier(req.metadata());
         let r = req.into_inner();
         let id = parse_worker_id(&r.worker_id)?;
         if r.pod_group.is_empty() {
@@ -195,16 +226,21 @@ impl CoordinatorApi for CoordinatorService {
             }
             members.push((pod, m.node_name));
         }
+        let span = info_span!(
+            "gang_arbitration",
+            otel.kind = "server",
+            rpc.method = "flotilla.v1.Coordinator/ProposeGang",
+            worker = id,
+            pod_group = %r.pod_group,
+            members = members.len(),
+        );
+        flotilla_shared::trace::set_parent(&span, &parent);
         let d = self
             .coordinator
             .propose_gang(id, &r.pod_group, &members)
+            .instrument(span)
             .await;
-        let (outcome, reason) = match d.decision {
-            Decision::Bound => (pb::BindOutcome::Bound, String::new()),
-            Decision::Conflict(m) => (pb::BindOutcome::Conflict, m),
-            Decision::PodGone(m) => (pb::BindOutcome::PodGone, m),
-            Decision::Error(m) => (pb::BindOutcome::Error, m),
-        };
+        let (outcome, _, reason) = bind_outcome(d.decision);
         Ok(Response::new(pb::GangDecision {
             outcome: outcome.into(),
             reason,
@@ -224,6 +260,7 @@ impl CoordinatorApi for CoordinatorService {
         &self,
         req: Request<pb::PreemptionProposal>,
     ) -> Result<Response<pb::PreemptionDecision>, Status> {
+        let parent = carrier(req.metadata());
         let r = req.into_inner();
         let id = parse_worker_id(&r.worker_id)?;
         let pod = parse_pod(r.pod)?;
@@ -239,9 +276,20 @@ impl CoordinatorApi for CoordinatorService {
                     .map_err(|s| Status::invalid_argument(format!("victims[{i}].{}", s.message())))
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let span = info_span!(
+            "preemption_arbitration",
+            otel.kind = "server",
+            rpc.method = "flotilla.v1.Coordinator/ProposePreemption",
+            worker = id,
+            pod = %pod,
+            node = %r.node_name,
+            victims = victims.len(),
+        );
+        flotilla_shared::trace::set_parent(&span, &parent);
         let (outcome, reason) = match self
             .coordinator
             .propose_preemption(id, &pod, &r.node_name, &victims)
+            .instrument(span)
             .await
         {
             PreemptionDecision::Granted => (pb::PreemptionOutcome::Granted, String::new()),
@@ -252,5 +300,16 @@ impl CoordinatorApi for CoordinatorService {
             outcome: outcome.into(),
             reason,
         }))
+    }
+}
+
+/// The wire outcome of an arbitration, a short label for its span's
+/// `outcome` field, and the reason (empty when bound).
+fn bind_outcome(decision: Decision) -> (pb::BindOutcome, &'static str, String) {
+    match decision {
+        Decision::Bound => (pb::BindOutcome::Bound, "bound", String::new()),
+        Decision::Conflict(m) => (pb::BindOutcome::Conflict, "conflict", m),
+        Decision::PodGone(m) => (pb::BindOutcome::PodGone, "pod_gone", m),
+        Decision::Error(m) => (pb::BindOutcome::Error, "error", m),
     }
 }

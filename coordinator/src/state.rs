@@ -42,7 +42,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
-use tracing::{debug, info, warn};
+use tracing::{Instrument as _, debug, info, info_span, warn};
 
 use flotilla_proto::v1 as pb;
 use flotilla_shared::extender::{ExtenderConfig, HttpExtender};
@@ -83,8 +83,13 @@ pub struct PodRecord {
     pub bound_at: Option<Instant>,
     /// Name of the worker whose proposal bound it.
     pub bound_by: Option<Arc<str>>,
-    /// Last FitError message reported for it (cleared when it binds).
+    /// Last FitError message reported for it (cleared when it binds), or
+    /// the error of its last attempt when [`PodRecord::failing`].
     pub unschedulable: Option<String>,
+    /// Its last attempt failed with an error (an extender, a webhook, a
+    /// rejected Binding), not a fit: it is pending and retried after its
+    /// backoff; `unschedulable` holds the message.
+    pub failing: bool,
     /// The per-node reasons behind that message, for inspection.
     pub rejections: Arc<[NodeRejection]>,
 }
@@ -171,6 +176,9 @@ pub struct Summary {
     /// Pending pods held by `spec.schedulingGates` (counted apart from
     /// `pending`: nothing schedules them until the gates are removed).
     pub gated: usize,
+    /// Pending pods whose last attempt failed with an error (counted in
+    /// `pending` too).
+    pub failing: usize,
 }
 
 #[derive(Debug, Default)]
@@ -301,7 +309,10 @@ fn raw(obj: &impl serde::Serialize) -> pb::RawObject {
 }
 
 fn ev(e: pb::watch_event::Event) -> pb::WatchEvent {
-    pb::WatchEvent { event: Some(e) }
+    pb::WatchEvent {
+        event: Some(e),
+        trace_context: HashMap::new(),
+    }
 }
 
 fn namespace_event(name: &str, labels: &BTreeMap<String, String>) -> pb::WatchEvent {
@@ -411,6 +422,7 @@ impl Inner {
             rec.bound_at = Some(Instant::now());
             rec.bound_by = worker_name;
             rec.unschedulable = None;
+            rec.failing = false;
             if rec.phase == PodPhase::Granted(node.clone()) {
                 rec.phase = PodPhase::Bound(node.clone());
             }
@@ -531,7 +543,7 @@ impl Inner {
             .copied()
             .flatten()
             .unwrap_or(rec.info.class);
-        let msg = ev(pb::watch_event::Event::AssignedPod(raw(&*rec.info.pod)));
+        let mut msg = ev(pb::watch_event::Event::AssignedPod(raw(&*rec.info.pod)));
         let group = gang::group_of(&rec.info);
         let picked = if self.synced {
             // A gang goes whole to the worker already serving it.
@@ -554,6 +566,14 @@ impl Inner {
         };
         if let Some(rec) = self.pods.get_mut(uid) {
             rec.phase = PodPhase::Pending(Some(w));
+            // The pod's trace starts here; the worker continues it.
+            let span = info_span!(
+                "dispatch",
+                pod = %rec.info.key,
+                worker = %self.workers.get(&w).map_or("", |e| &*e.name),
+                class = %class,
+            );
+            msg.trace_context = flotilla_shared::trace::inject(&span);
         }
         if let Some(g) = group {
             self.gangs.route(g, w);
@@ -842,7 +862,7 @@ impl Coordinator {
                     b.stats().record_ignored();
                     warn!(%pod, node, error = %e, "ignorable extender failed to bind; writing the Binding instead");
                 }
-                Err(e) => return Err(ClusterError::Unavailable(e.to_string())),
+                Err(e) => return Err(ClusterError::BindRejected(e.to_string())),
             }
         }
         self.cluster.bind(pod, node).await
@@ -1318,6 +1338,7 @@ impl Coordinator {
                 bound_at: None,
                 bound_by: None,
                 unschedulable: None,
+                failing: false,
                 rejections: Arc::from([]),
             });
             match &rec.phase {
@@ -1356,6 +1377,7 @@ impl Coordinator {
                         bound_at: None,
                         bound_by: None,
                         unschedulable: None,
+                        failing: false,
                         rejections: Arc::from([]),
                     },
                 );
@@ -1529,7 +1551,10 @@ impl Coordinator {
         };
 
         let started = Instant::now();
-        let result = self.write_binding(pod, &info, &node_name).await;
+        let result = self
+            .write_binding(pod, &info, &node_name)
+            .instrument(info_span!("binding", pod = %pod, node = %node_name))
+            .await;
         flotilla_shared::metrics::metrics()
             .extension_point_duration
             .with_label_values(&[
@@ -1539,17 +1564,22 @@ impl Coordinator {
             ])
             .observe(started.elapsed().as_secs_f64());
 
-        let mut inner = self.inner.lock();
-        match result {
+        let written = {
+            let mut inner = self.inner.lock();
+            match &result {
+                Ok(()) => inner.binding_written(worker, &info, &node_name),
+                Err(_) => inner.binding_failed(worker, &info, &node_name),
+            }
+            result
+        };
+        match written {
             Ok(()) => {
-                inner.binding_written(worker, &info, &node_name);
-                drop(inner);
                 self.cluster
                     .record_event(SchedulingEvent::scheduled(pod, &node_name));
                 Decision::Bound
             }
             Err(e) => {
-                inner.binding_failed(worker, &info, &node_name);
+                self.binding_rejected(pod, &e).await;
                 match e {
                     ClusterError::PodNotFound(m) => Decision::PodGone(m),
                     ClusterError::AlreadyBound { pod, node } if node.is_empty() => {
@@ -1565,6 +1595,23 @@ impl Coordinator {
                 }
             }
         }
+    }
+
+    /// A Binding failed for a reason other than the pod or node being gone
+    /// or the pod bound already: upstream's binding failure, a
+    /// `FailedScheduling` event and `PodScheduled=False` (SchedulerError)
+    /// saying why (`Binding rejected: ...`).
+    async fn binding_rejected(&self, pod: &PodRef, e: &ClusterError) {
+        if matches!(
+            e,
+            ClusterError::PodNotFound(_)
+                | ClusterError::AlreadyBound { .. }
+                | ClusterError::NodeNotFound(_)
+        ) {
+            return;
+        }
+        let message = format!("Binding rejected: {e}");
+        self.report_failure(pod, &message, Vec::new(), true).await;
     }
 
     /// Preemption arbitration for worker `worker`'s proposal to evict
@@ -1743,6 +1790,20 @@ impl Coordinator {
         message: &str,
         rejections: Vec<NodeRejection>,
     ) {
+        self.report_failure(pod, message, rejections, false).await;
+    }
+
+    /// [`Coordinator::report_unschedulable`] for an attempt that failed
+    /// with an error (`error`: an extender or webhook failing, a Binding
+    /// rejected): the pod stays counted as pending, and `PodScheduled=False`
+    /// gets reason `SchedulerError` (upstream's for errors).
+    pub async fn report_failure(
+        &self,
+        pod: &PodRef,
+        message: &str,
+        rejections: Vec<NodeRejection>,
+        error: bool,
+    ) {
         let current = {
             let mut inner = self.inner.lock();
             inner.counters.unschedulable_reports += 1;
@@ -1750,6 +1811,7 @@ impl Coordinator {
             match inner.pods.get_mut(pod.uid.as_str()) {
                 Some(rec) if matches!(rec.phase, PodPhase::Pending(_)) => {
                     rec.unschedulable = Some(message.to_owned());
+                    rec.failing = error;
                     rec.rejections = rejections.into();
                     rec.info.pod.clone()
                 }
@@ -1758,7 +1820,12 @@ impl Coordinator {
         };
         self.cluster
             .record_event(SchedulingEvent::failed_scheduling(pod, message));
-        if let Err(e) = self.cluster.mark_unschedulable(&current, message).await {
+        let written = if error {
+            self.cluster.mark_scheduler_error(&current, message).await
+        } else {
+            self.cluster.mark_unschedulable(&current, message).await
+        };
+        if let Err(e) = written {
             warn!(%pod, error = %e, "could not record PodScheduled=False");
         }
     }
@@ -1777,6 +1844,10 @@ impl Coordinator {
             match rec.phase {
                 PodPhase::Bound(_) => s.bound += 1,
                 PodPhase::Granted(_) => s.granting += 1,
+                PodPhase::Pending(_) if rec.failing => {
+                    s.pending += 1;
+                    s.failing += 1;
+                }
                 PodPhase::Pending(_) if rec.unschedulable.is_some() => s.unschedulable += 1,
                 PodPhase::Pending(_) if !rec.info.scheduling_gates.is_empty() => s.gated += 1,
                 PodPhase::Pending(_) => s.pending += 1,

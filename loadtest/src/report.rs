@@ -4,7 +4,7 @@
 //! truth) plus the coordinator's records for timing. The JSON schema is the
 //! [`Report`] struct with camelCase keys; see the README for a sample.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::Path;
@@ -17,6 +17,7 @@ use flotilla_coordinator::Coordinator;
 use flotilla_coordinator::cluster::EmbeddedCluster;
 use flotilla_scheduler::worker::WorkerStats;
 use flotilla_shared::extender::HttpExtender;
+use flotilla_shared::fit::IgnoredResources;
 use flotilla_shared::node_info::{NodeInfo, NodeSpec};
 use flotilla_shared::pod_info::PodInfo;
 use flotilla_shared::resources::NVIDIA_GPU;
@@ -138,6 +139,8 @@ pub struct WebhookReport {
     pub declined: u64,
     /// Pods whose decision failed (the fallback applied).
     pub failures: u64,
+    /// The fallback on failure: `InProcess` or `Pending`.
+    pub fallback: String,
     /// Mean wait for a reply, milliseconds.
     pub mean_ms: f64,
 }
@@ -204,6 +207,7 @@ pub fn extension_reports(
                         WebhookReport {
                             profile: profile.clone(),
                             url: hook.config().url.clone(),
+                            fallback: format!("{:?}", hook.config().fallback),
                             ..WebhookReport::default()
                         },
                         0,
@@ -229,6 +233,31 @@ pub fn extension_reports(
     (ext, hooks)
 }
 
+/// Whether the pods on `n` request more of an extended resource than it
+/// has, counting each pod's request only for the resources its profile
+/// checks (`ignored` by `schedulerName`).
+fn scalar_overcommitted(n: &NodeInfo, ignored: &HashMap<String, IgnoredResources>) -> bool {
+    if ignored.is_empty() {
+        return n
+            .requested
+            .scalar
+            .iter()
+            .any(|(name, v)| *v > n.spec.allocatable.scalar(name));
+    }
+    let mut sums: HashMap<&str, i64> = HashMap::new();
+    for p in &n.pods {
+        let skip = ignored.get(&*p.scheduler_name);
+        for (name, v) in &p.requests.scalar {
+            if skip.is_some_and(|ig| ig.ignores(name)) {
+                continue;
+            }
+            *sums.entry(name.as_ref()).or_default() += v;
+        }
+    }
+    sums.iter()
+        .any(|(name, v)| *v > n.spec.allocatable.scalar(name))
+}
+
 /// The report lines of the extenders and webhooks.
 pub fn extensions_text(s: &mut String, extenders: &[ExtenderReport], webhooks: &[WebhookReport]) {
     for e in extenders {
@@ -242,8 +271,8 @@ pub fn extensions_text(s: &mut String, extenders: &[ExtenderReport], webhooks: &
         let _ = writeln!(
             s,
             "  webhook        {} ({}): {} calls, {} pods decided, {} declined, {} failed \
-             (fallback), {:.2} ms mean",
-            w.url, w.profile, w.calls, w.decided, w.declined, w.failures, w.mean_ms
+             (fallback: {}), {:.2} ms mean",
+            w.url, w.profile, w.calls, w.decided, w.declined, w.failures, w.fallback, w.mean_ms
         );
     }
 }
@@ -343,6 +372,11 @@ pub struct Report {
     pub checks: Checks,
     /// Whether the run hit its timeout.
     pub timed_out: bool,
+    /// The most frequent errors of pending pods' last attempts (an extender
+    /// or webhook failing, a Binding rejected): `PodScheduled=False` with
+    /// reason `SchedulerError`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub top_errors: Vec<ReasonCount>,
     /// HTTP extenders' calls (empty without `extenders`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub extenders: Vec<ExtenderReport>,
@@ -377,6 +411,11 @@ pub struct Inputs<'a> {
     pub worker_reports: Vec<WorkerReport>,
     /// Extender and webhook figures ([`extension_reports`]).
     pub extensions: (Vec<ExtenderReport>, Vec<WebhookReport>),
+    /// Per profile (`schedulerName`), the extended resources its
+    /// NodeResourcesFit leaves unchecked (something else accounts for them,
+    /// e.g. an extender with `ignoredByScheduler`): the over-commit check
+    /// leaves them out for that profile's pods too.
+    pub ignored_resources: HashMap<String, IgnoredResources>,
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -409,6 +448,17 @@ pub fn fit_error_reasons(message: &str) -> Vec<String> {
         .collect()
 }
 
+/// The five most frequent entries, most frequent first (ties by text).
+fn top_counts(counts: HashMap<String, usize>) -> Vec<ReasonCount> {
+    let mut top: Vec<ReasonCount> = counts
+        .into_iter()
+        .map(|(reason, pods)| ReasonCount { reason, pods })
+        .collect();
+    top.sort_by(|a, b| b.pods.cmp(&a.pods).then_with(|| a.reason.cmp(&b.reason)));
+    top.truncate(5);
+    top
+}
+
 #[allow(clippy::cast_precision_loss)]
 fn pct(used: i64, total: i64) -> f64 {
     if total <= 0 {
@@ -435,7 +485,8 @@ pub fn build(i: &Inputs<'_>) -> Report {
     }
     let pods = i.cluster.pods();
     let (mut scheduled, mut unschedulable, mut pending) = (0usize, 0usize, 0usize);
-    let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
+    let mut reasons: HashMap<String, usize> = HashMap::new();
+    let mut errors: HashMap<String, usize> = HashMap::new();
     for p in &pods {
         let node = p.spec.as_ref().and_then(|s| s.node_name.clone());
         if let Some(node) = node {
@@ -454,6 +505,14 @@ pub fn build(i: &Inputs<'_>) -> Report {
                     .find(|c| c.type_ == "PodScheduled" && c.status == "False")
             });
         match cond {
+            // The last attempt failed with an error: still pending (retried
+            // after its backoff), and the error is why.
+            Some(c) if c.reason.as_deref() == Some("SchedulerError") => {
+                pending += 1;
+                *errors
+                    .entry(c.message.clone().unwrap_or_default())
+                    .or_default() += 1;
+            }
             Some(c) => {
                 unschedulable += 1;
                 for r in fit_error_reasons(c.message.as_deref().unwrap_or_default()) {
@@ -465,12 +524,8 @@ pub fn build(i: &Inputs<'_>) -> Report {
     }
     let pending =
         pending.saturating_sub(summary.invalid.len() + summary.other_scheduler + summary.gated);
-    let mut top: Vec<ReasonCount> = reasons
-        .into_iter()
-        .map(|(reason, pods)| ReasonCount { reason, pods })
-        .collect();
-    top.sort_by(|a, b| b.pods.cmp(&a.pods).then_with(|| a.reason.cmp(&b.reason)));
-    top.truncate(5);
+    let top = top_counts(reasons);
+    let top_errors = top_counts(errors);
 
     // Over-commit check and allocation, with the shared resource model.
     let mut over = 0;
@@ -496,7 +551,7 @@ pub fn build(i: &Inputs<'_>) -> Report {
             || r.memory > a.memory
             || r.ephemeral_storage > a.ephemeral_storage
             || pods_n > a.allowed_pod_number
-            || r.scalar.iter().any(|(name, v)| *v > a.scalar(name))
+            || scalar_overcommitted(n, &i.ignored_resources)
         {
             over += 1;
         }
@@ -600,6 +655,7 @@ pub fn build(i: &Inputs<'_>) -> Report {
             (!i.worker_reports.is_empty() && ours > 0).then(|| attempts as f64 / ours as f64)
         },
         top_unschedulable_reasons: top,
+        top_errors,
         pods_per_worker: per_worker,
         allocation: Allocation {
             cpu_percent: pct(cpu, cpu_alloc),
@@ -713,6 +769,12 @@ impl Report {
                     "    {:<12} {:<7} {:>6} pods  (separate process: see its own output)",
                     w.worker, w.class, w.pods
                 );
+            }
+        }
+        if !self.top_errors.is_empty() {
+            let _ = writeln!(s, "  errors of pending pods' last attempts (pods: error)");
+            for r in &self.top_errors {
+                let _ = writeln!(s, "    {:>6}: {}", r.pods, r.reason);
             }
         }
         extensions_text(&mut s, &self.extenders, &self.webhooks);

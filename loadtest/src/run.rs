@@ -346,6 +346,18 @@ pub async fn run_embedded_with_cluster(
         timed_out,
         worker_reports,
         extensions,
+        ignored_resources: cfg
+            .scheduler
+            .profiles
+            .iter()
+            .map(|p| {
+                (
+                    p.scheduler_name.clone(),
+                    node_resources_fit::ignored_resources(p),
+                )
+            })
+            .filter(|(_, ig)| !ig.is_empty())
+            .collect(),
     });
     Ok((report, cluster))
 }

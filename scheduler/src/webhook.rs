@@ -470,9 +470,9 @@ impl Webhook {
         if decisions.len() != asks.len() {
             return Err(self.error(
                 format!(
-                    "the reply holds {} decisions for {} pods",
-                    decisions.len(),
-                    asks.len()
+                    "the reply holds {} for {}",
+                    plural(decisions.len(), "decision"),
+                    plural(asks.len(), "pod")
                 ),
                 false,
             ));
@@ -571,6 +571,15 @@ impl Webhook {
                 declined: false,
             },
         }
+    }
+}
+
+/// `1 pod`, `2 pods`.
+fn plural(n: usize, what: &str) -> String {
+    if n == 1 {
+        format!("1 {what}")
+    } else {
+        format!("{n} {what}s")
     }
 }
 

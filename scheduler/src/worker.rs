@@ -35,7 +35,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tonic::transport::{Channel, Endpoint};
-use tracing::{debug, info, info_span, warn};
+use tracing::{Instrument as _, debug, info, info_span, warn};
 
 use flotilla_proto::v1 as pb;
 use flotilla_proto::v1::coordinator_client::CoordinatorClient;
@@ -43,6 +43,7 @@ use flotilla_shared::extender::ExtenderConfig;
 use flotilla_shared::framework::{ClusterEvent, Code, ExtensionPoint, FitError};
 use flotilla_shared::http::HttpError;
 use flotilla_shared::node_info::NodeSpec;
+use flotilla_shared::trace;
 use flotilla_shared::{PodInfo, WorkloadClass};
 
 use crate::cache::{DEFAULT_ASSUMED_POD_TTL, NodeCache, Snapshot};
@@ -216,6 +217,17 @@ struct Shared {
     webhooks: HashMap<String, Arc<Webhook>>,
     /// This worker's handles into the process metrics.
     metrics: WorkerMetrics,
+    /// Per pod: the trace to continue (from its dispatch) and its last
+    /// attempt's span (to link the next one to). Filled only when tracing
+    /// is on; dropped when the pod leaves the worker.
+    traces: parking_lot::Mutex<HashMap<Arc<str>, PodTrace>>,
+}
+
+/// A pod's trace contexts ([`Shared::traces`]).
+#[derive(Debug, Default)]
+struct PodTrace {
+    parent: Option<trace::Carrier>,
+    last: Option<trace::Carrier>,
 }
 
 /// A worker's labelled handles into the process metrics
@@ -416,6 +428,9 @@ async fn join(
     }
 }
 
+/// How long a stopping worker waits for the cycle in progress to end.
+const SCHEDULER_THREAD_JOIN: Duration = Duration::from_secs(2);
+
 /// Most bind proposals one worker keeps in flight. Beyond it, binding tasks
 /// wait their turn: an unbounded burst of small requests on one HTTP/2
 /// connection trips h2's flood guard (`ENHANCE_YOUR_CALM`), and a slow
@@ -560,6 +575,7 @@ async fn session(
         shard: (cfg.name.clone(), cfg.class),
         webhooks,
         metrics: WorkerMetrics::new(&cfg.name, cfg.class),
+        traces: parking_lot::Mutex::new(HashMap::new()),
     });
 
     let stop = shutdown.child_token();
@@ -571,7 +587,18 @@ async fn session(
             m = stream.next() => m,
         };
         let event = match msg {
-            Some(Ok(pb::WatchEvent { event: Some(e) })) => e,
+            Some(Ok(pb::WatchEvent {
+                event: Some(e),
+                trace_context,
+            })) => {
+                if !trace_context.is_empty()
+                    && let pb::watch_event::Event::AssignedPod(raw) = &e
+                    && let Some(uid) = uid_of(raw)
+                {
+                    shared.traces.lock().entry(uid).or_default().parent = Some(trace_context);
+                }
+                e
+            }
             Some(Ok(_)) => continue,
             Some(Err(status)) => break SessionEnd::Failed(status),
             None => {
@@ -601,12 +628,65 @@ async fn session(
     stop.cancel();
     shared.queue.close();
     if let Some(t) = scheduler_thread {
-        let _ = tokio::task::spawn_blocking(move || t.join()).await;
+        // A cycle blocked on a slow extender or webhook (up to its timeout)
+        // must not hold the shutdown: past a short wait the thread is left
+        // to end on its own (it places nothing once stopping is set).
+        let joined = tokio::task::spawn_blocking(move || t.join());
+        if tokio::time::timeout(SCHEDULER_THREAD_JOIN, joined)
+            .await
+            .is_err()
+        {
+            debug!(worker = %cfg.name, "the scheduling cycle in progress is still waiting; not waiting for it");
+        }
     }
     shared.tracker.close();
     let _ = tokio::time::timeout(Duration::from_secs(10), shared.tracker.wait()).await;
     let _ = housekeeping.await;
     Ok(end)
+}
+
+/// `metadata.uid` of a raw pod, without decoding the rest.
+fn uid_of(raw: &pb::RawObject) -> Option<Arc<str>> {
+    #[derive(serde::Deserialize)]
+    struct Meta {
+        uid: Option<String>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Obj {
+        metadata: Meta,
+    }
+    serde_json::from_slice::<Obj>(&raw.json)
+        .ok()
+        .and_then(|o| o.metadata.uid)
+        .map(Arc::from)
+}
+
+/// Attaches a cycle's span to the pod's trace: the coordinator's dispatch
+/// for its first attempt (continued as its child), else a link to its
+/// previous attempt; remembers this attempt for the next. Nothing when
+/// tracing is off.
+fn attach_trace(s: &Shared, span: &tracing::Span, uid: &Arc<str>) {
+    if !trace::enabled() {
+        return;
+    }
+    let mut traces = s.traces.lock();
+    let t = traces.entry(uid.clone()).or_default();
+    match t.parent.take() {
+        Some(parent) => trace::set_parent(span, &parent),
+        None => {
+            if let Some(last) = &t.last {
+                trace::link(span, last);
+            }
+        }
+    }
+    t.last = Some(trace::inject(span));
+}
+
+/// Drops a pod's trace contexts (it left this worker, or bound).
+fn forget_trace(s: &Shared, uid: &str) {
+    if trace::enabled() {
+        s.traces.lock().remove(uid);
+    }
 }
 
 fn apply_event(s: &Shared, event: pb::watch_event::Event) {
@@ -633,6 +713,7 @@ fn apply_event(s: &Shared, event: pb::watch_event::Event) {
             }
         }
         Event::PodDeleted(r) => {
+            forget_trace(s, &r.uid);
             s.gangs.pod_gone(&r.uid);
             s.queue.delete(&r.uid);
             if s.cache.remove_pod(&r.uid) {
@@ -659,6 +740,7 @@ fn apply_event(s: &Shared, event: pb::watch_event::Event) {
             }
         }
         Event::UnassignedPod(r) => {
+            forget_trace(s, &r.uid);
             if !s.gangs.is_bound(&r.uid) {
                 s.gangs.pod_gone(&r.uid);
             }
@@ -747,7 +829,12 @@ async fn housekeeping(s: Arc<Shared>, stop: CancellationToken) {
             for (i, (pod, _)) in members.iter().enumerate() {
                 s.cache.forget(&pod.uid);
                 s.queue.add_backoff(&pod.uid, now);
-                report(&s, pod, message.clone(), Vec::new(), i == 0);
+                let kind = if i == 0 {
+                    Report::GangTimeout
+                } else {
+                    Report::Unschedulable
+                };
+                report(&s, pod, message.clone(), Vec::new(), kind);
             }
             s.queue.on_event(ClusterEvent::AssignedPodDeleted, now);
         }
@@ -849,7 +936,20 @@ fn shard(s: &Shared, framework: &Framework) -> Shard {
 
 fn schedule_one(s: &Arc<Shared>, worker: &str, snapshot: &mut Snapshot, qp: QueuedPodInfo) {
     let pod = qp.pod.clone();
-    let span = info_span!("scheduling_cycle", pod = %pod.key, worker, class = %pod.class);
+    let span = info_span!(
+        "scheduling_cycle",
+        pod = %pod.key,
+        worker,
+        class = %pod.class,
+        profile = %pod.scheduler_name,
+        attempt = qp.attempts + 1,
+        evaluated = tracing::field::Empty,
+        feasible = tracing::field::Empty,
+        node = tracing::field::Empty,
+        score = tracing::field::Empty,
+        result = tracing::field::Empty,
+    );
+    attach_trace(s, &span, &pod.uid);
     let _enter = span.enter();
     let start = Instant::now();
     let Some(framework) = s.frameworks.for_pod(&pod) else {
@@ -938,7 +1038,12 @@ fn leave_pending(
         s.stats.errors.fetch_add(1, Ordering::Relaxed);
         s.queue.add_backoff(&pod.uid, now);
     }
-    report_unschedulable(s, pod, message, Vec::new());
+    let kind = if declined {
+        Report::Unschedulable
+    } else {
+        Report::Error
+    };
+    report(s, pod, message, Vec::new(), kind);
 }
 
 /// One batched webhook round: every pod's in-process cycle over the same
@@ -1051,10 +1156,32 @@ fn finish_cycle(
         .cycle_nanos
         .fetch_add(nanos(cycle), Ordering::Relaxed);
     s.metrics.busy.inc_by(cycle.as_secs_f64());
+    if s.stopping.load(Ordering::Acquire) {
+        // The session is ending (the cycle outlived the shutdown, e.g. on a
+        // slow extender): place and report nothing; the coordinator hands
+        // the pod out again.
+        return;
+    }
     if result.is_ok() {
         flotilla_shared::metrics::metrics()
             .scheduling_algorithm_duration
             .observe(cycle.as_secs_f64());
+    }
+    let span = tracing::Span::current();
+    match &result {
+        Ok(r) => {
+            span.record("node", &*r.node);
+            span.record("score", r.score);
+            span.record("evaluated", r.evaluated);
+            span.record("feasible", r.feasible);
+            span.record("result", "placed");
+        }
+        Err(ScheduleError::Unschedulable(_)) => {
+            span.record("result", "unschedulable");
+        }
+        Err(ScheduleError::Internal { .. }) => {
+            span.record("result", "error");
+        }
     }
     match result {
         Ok(r) => {
@@ -1097,8 +1224,11 @@ fn finish_cycle(
                 }
             }
             let s2 = s.clone();
-            s.tracker
-                .spawn_on(bind(s2, pod, r.node, cycle, attempt), &s.runtime);
+            let parent = trace::inject(&span);
+            s.tracker.spawn_on(
+                bind(s2, pod, r.node, cycle, attempt).instrument(binding_span(&parent)),
+                &s.runtime,
+            );
         }
         Err(ScheduleError::Unschedulable(mut fit)) => {
             s.stats.unschedulable.fetch_add(1, Ordering::Relaxed);
@@ -1119,18 +1249,27 @@ fn finish_cycle(
                     post_filter_started.elapsed(),
                 );
             }
+            if let Some(Err(e)) = &outcome {
+                // A PostFilter error fails the attempt (upstream): the pod
+                // backs off, reported with the error (an extender's preempt
+                // verb failing, say).
+                warn!(error = %e, "preemption failed; backing off");
+                framework
+                    .metrics()
+                    .attempt(AttemptResult::Error, attempt.started.elapsed());
+                s.stats.errors.fetch_add(1, Ordering::Relaxed);
+                s.queue.add_backoff(&pod.uid, Instant::now());
+                report(s, &pod, e.to_string(), Vec::new(), Report::Error);
+                return;
+            }
             framework
                 .metrics()
                 .attempt(AttemptResult::Unschedulable, attempt.started.elapsed());
             match outcome {
-                None => {}
+                None | Some(Err(_)) => {}
                 Some(Ok(PostFilterOutcome::Nominate(c))) => candidate = Some(c),
                 Some(Ok(PostFilterOutcome::NotHelpful(msg))) => {
                     fit.diagnosis.post_filter_msg = Some(msg);
-                }
-                Some(Err(e)) => {
-                    warn!(error = %e, "preemption failed");
-                    s.stats.errors.fetch_add(1, Ordering::Relaxed);
                 }
             }
             let mut message = fit.to_string();
@@ -1188,7 +1327,7 @@ fn finish_cycle(
                 message,
             } = &e
             {
-                report_unschedulable(s, &pod, message.clone(), Vec::new());
+                report(s, &pod, message.clone(), Vec::new(), Report::Error);
             }
         }
     }
@@ -1201,7 +1340,18 @@ fn report_unschedulable(
     message: String,
     node_statuses: Vec<pb::NodeStatus>,
 ) {
-    report(s, pod, message, node_statuses, false);
+    report(s, pod, message, node_statuses, Report::Unschedulable);
+}
+
+/// What a report to the coordinator says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Report {
+    /// The pod fits nowhere (or the webhook declined it).
+    Unschedulable,
+    /// The attempt failed with an error (the pod backs off).
+    Error,
+    /// A gang's members waited past their timeout (counted once per gang).
+    GangTimeout,
 }
 
 /// Gang members released at Permit: forgotten in the cache (their room is
@@ -1223,14 +1373,16 @@ fn report(
     pod: &PodInfo,
     message: String,
     node_statuses: Vec<pb::NodeStatus>,
-    timed_out: bool,
+    kind: Report,
 ) {
     let mut client = s.client.clone();
+    let timed_out = kind == Report::GangTimeout;
     let req = pb::UnschedulableReport {
         worker_id: s.id.clone(),
         pod: Some(pb_ref(pod)),
         message,
         node_statuses,
+        scheduler_error: kind == Report::Error,
         pod_group_timed_out: timed_out,
     };
     s.tracker.spawn_on(
@@ -1281,12 +1433,12 @@ fn propose_preemption(s: &Arc<Shared>, pod: &Arc<PodInfo>, node: &str, victims: 
     // coordinator's answer (and its broadcast) arrives. Undone if refused.
     s.cache.set_nominated(pod.clone(), node);
     let mut client = s.client.clone();
-    let req = pb::PreemptionProposal {
+    let req = traced(pb::PreemptionProposal {
         worker_id: s.id.clone(),
         pod: Some(pb_ref(pod)),
         node_name: node.to_owned(),
         victims: victims.iter().map(|v| pb_ref(v)).collect(),
-    };
+    });
     let n = victims.len() as u64;
     let s2 = s.clone();
     let pod = pod.clone();
@@ -1327,7 +1479,27 @@ fn propose_preemption(s: &Arc<Shared>, pod: &Arc<PodInfo>, node: &str, victims: 
     );
 }
 
-/// The binding cycle for one assumed pod.
+/// The span of a binding cycle, continuing the scheduling cycle's trace.
+fn binding_span(parent: &trace::Carrier) -> tracing::Span {
+    let span = info_span!("binding_cycle", outcome = tracing::field::Empty);
+    trace::set_parent(&span, parent);
+    span
+}
+
+/// A request carrying the current span's trace context in its metadata.
+fn traced<T>(message: T) -> tonic::Request<T> {
+    let mut req = tonic::Request::new(message);
+    for (k, v) in trace::metadata_pairs(&tracing::Span::current()) {
+        if let (Ok(k), Ok(v)) = (
+            tonic::metadata::MetadataKey::from_bytes(k.as_bytes()),
+            tonic::metadata::MetadataValue::try_from(v.as_str()),
+        ) {
+            req.metadata_mut().insert(k, v);
+        }
+    }
+    req
+}
+
 /// Records a binding's outcome in the metrics: the proposal, the attempt
 /// (a bound pod's attempt ends here, as upstream's ends with its Binding),
 /// and, once bound, the pod's attempts and end-to-end latency.
@@ -1361,6 +1533,7 @@ fn record_binding(
     }
 }
 
+/// The binding cycle for one assumed pod.
 async fn bind(
     s: Arc<Shared>,
     pod: Arc<PodInfo>,
@@ -1376,7 +1549,7 @@ async fn bind(
         pod: Some(pb_ref(&pod)),
         node_name: node.to_string(),
     };
-    let res = client.propose_bind(req).await;
+    let res = client.propose_bind(traced(req)).await;
     let now = Instant::now();
     let rpc_failed = res.is_err();
     let (outcome, reason) = match res {
@@ -1389,12 +1562,14 @@ async fn bind(
         }
         Err(status) => (pb::BindOutcome::Error, status.to_string()),
     };
+    tracing::Span::current().record("outcome", outcome.as_str_name());
     record_binding(&s, &pod, outcome, attempt, cycle);
     match outcome {
         pb::BindOutcome::Bound => {
             s.cache.finish_binding(&pod.uid, now);
             s.queue.done(&pod.uid);
             s.stats.bound.fetch_add(1, Ordering::Relaxed);
+            forget_trace(&s, &pod.uid);
         }
         pb::BindOutcome::Conflict | pb::BindOutcome::Error | pb::BindOutcome::Unspecified => {
             if outcome == pb::BindOutcome::Conflict {
@@ -1448,7 +1623,7 @@ async fn bind_gang(
             })
             .collect(),
     };
-    let res = client.propose_gang(req).await;
+    let res = client.propose_gang(traced(req)).await;
     let now = Instant::now();
     let (outcome, reason, failed) = match res {
         Ok(r) => {

@@ -30,7 +30,8 @@
 //!   configuration, and one client per extender.
 //! - [`metrics`]: the process's Prometheus metrics (kube-scheduler's names,
 //!   and Flotilla's Omega-style ones); [`telemetry`]: the `/metrics`,
-//!   `/healthz`, `/readyz` endpoint.
+//!   `/healthz`, `/readyz` endpoint; [`trace`]: logs and OpenTelemetry
+//!   spans (OTLP, W3C context between processes).
 //! - [`http`]: JSON over HTTP(S) POST with deadlines and TLS, the transport
 //!   of extenders and placement webhooks.
 //! - [`testing`]: builders for pods and nodes.
@@ -56,6 +57,7 @@ pub mod taints;
 pub mod telemetry;
 pub mod testing;
 pub mod topology_spread;
+pub mod trace;
 pub mod workload;
 
 pub use node_info::{NodeInfo, NodeSpec};

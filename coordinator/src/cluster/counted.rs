@@ -51,6 +51,11 @@ impl Cluster for Counted {
         self.inner.mark_unschedulable(pod, message).await
     }
 
+    async fn mark_scheduler_error(&self, pod: &Pod, message: &str) -> Result<(), ClusterError> {
+        count("status");
+        self.inner.mark_scheduler_error(pod, message).await
+    }
+
     fn record_event(&self, event: SchedulingEvent) {
         count("event");
         self.inner.record_event(event);

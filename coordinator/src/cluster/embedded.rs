@@ -476,6 +476,32 @@ impl EmbeddedCluster {
         self.state.lock().events_recorded
     }
 
+    /// Sets `PodScheduled=False` with `reason` and `message`, skipping the
+    /// write when nothing changes (a real server would too, with a patch
+    /// that changes nothing; it keeps resourceVersions quiet).
+    fn pod_scheduled_false(
+        &self,
+        pod: &Pod,
+        reason: &str,
+        message: &str,
+    ) -> Result<(), ClusterError> {
+        let pod = &PodRef::of(pod);
+        let mut st = self.state.lock();
+        let key = (pod.namespace.clone(), pod.name.clone());
+        if let Some(cur) = st.pods.get(&key) {
+            let mut probe = (**cur).clone();
+            if !set_condition(&mut probe, "False", Some(reason), Some(message)) {
+                return Ok(());
+            }
+        }
+        Self::update_pod(&mut st, pod, |p| {
+            set_condition(p, "False", Some(reason), Some(message));
+            Ok(())
+        })?;
+        st.status_writes += 1;
+        Ok(())
+    }
+
     fn update_pod(
         st: &mut State,
         pod: &PodRef,
@@ -614,23 +640,11 @@ impl Cluster for EmbeddedCluster {
     }
 
     async fn mark_unschedulable(&self, pod: &Pod, message: &str) -> Result<(), ClusterError> {
-        let pod = &PodRef::of(pod);
-        let mut st = self.state.lock();
-        let key = (pod.namespace.clone(), pod.name.clone());
-        // Skip the write when nothing changes (a real server would too, with
-        // a patch that changes nothing; it keeps resourceVersions quiet).
-        if let Some(cur) = st.pods.get(&key) {
-            let mut probe = (**cur).clone();
-            if !set_condition(&mut probe, "False", Some("Unschedulable"), Some(message)) {
-                return Ok(());
-            }
-        }
-        Self::update_pod(&mut st, pod, |p| {
-            set_condition(p, "False", Some("Unschedulable"), Some(message));
-            Ok(())
-        })?;
-        st.status_writes += 1;
-        Ok(())
+        self.pod_scheduled_false(pod, "Unschedulable", message)
+    }
+
+    async fn mark_scheduler_error(&self, pod: &Pod, message: &str) -> Result<(), ClusterError> {
+        self.pod_scheduled_false(pod, "SchedulerError", message)
     }
 
     fn record_event(&self, event: SchedulingEvent) {

@@ -379,6 +379,31 @@ impl std::fmt::Debug for KubeCluster {
 }
 
 impl KubeCluster {
+    /// Patches `PodScheduled=False` with `reason` and `message` on `pod`
+    /// (merged by condition type), unless it already says so.
+    async fn patch_pod_scheduled(
+        &self,
+        pod: &Pod,
+        reason: &str,
+        message: &str,
+    ) -> Result<(), ClusterError> {
+        self.fence.check()?;
+        let Some(cond) = pod_scheduled_false(pod, reason, message, Timestamp::now()) else {
+            return Ok(());
+        };
+        let r = PodRef::of(pod);
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &r.namespace);
+        let patch = serde_json::json!({ "status": { "conditions": [cond] } });
+        let pp = PatchParams::default();
+        self.timed(
+            || format!("patching the status of {r}"),
+            api.patch_status(&r.name, &pp, &Patch::Strategic(&patch)),
+        )
+        .await?
+        .map(|_| ())
+        .map_err(|e| write_error("patching the status of", &r, &e))
+    }
+
     /// Discovers what the server offers and builds the backend. Logs the
     /// server version and what it lacks. Needs a tokio runtime.
     ///
@@ -527,6 +552,17 @@ fn write_error(what: &str, pod: &PodRef, err: &::kube::Error) -> ClusterError {
 /// one).
 #[must_use]
 pub fn unschedulable_condition(pod: &Pod, message: &str, now: Timestamp) -> Option<PodCondition> {
+    pod_scheduled_false(pod, "Unschedulable", message, now)
+}
+
+/// [`unschedulable_condition`] with another `reason` (`SchedulerError`).
+#[must_use]
+pub fn pod_scheduled_false(
+    pod: &Pod,
+    reason: &str,
+    message: &str,
+    now: Timestamp,
+) -> Option<PodCondition> {
     let old = pod
         .status
         .as_ref()
@@ -535,7 +571,7 @@ pub fn unschedulable_condition(pod: &Pod, message: &str, now: Timestamp) -> Opti
     let mut new = PodCondition {
         type_: "PodScheduled".into(),
         status: "False".into(),
-        reason: Some("Unschedulable".into()),
+        reason: Some(reason.to_owned()),
         message: Some(message.to_owned()),
         last_transition_time: Some(Time(now)),
         observed_generation: pod.metadata.generation,
@@ -641,23 +677,14 @@ impl Cluster for KubeCluster {
     }
 
     async fn mark_unschedulable(&self, pod: &Pod, message: &str) -> Result<(), ClusterError> {
-        self.fence.check()?;
-        let Some(cond) = unschedulable_condition(pod, message, Timestamp::now()) else {
-            return Ok(());
-        };
-        let r = PodRef::of(pod);
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), &r.namespace);
-        let patch = serde_json::json!({ "status": { "conditions": [cond] } });
-        let pp = PatchParams::default();
-        self.timed(
-            || format!("patching the status of {r}"),
-            api.patch_status(&r.name, &pp, &Patch::Strategic(&patch)),
-        )
-        .await?
-        .map(|_| ())
-        .map_err(|e| write_error("patching the status of", &r, &e))
+        self.patch_pod_scheduled(pod, "Unschedulable", message)
+            .await
     }
 
+    async fn mark_scheduler_error(&self, pod: &Pod, message: &str) -> Result<(), ClusterError> {
+        self.patch_pod_scheduled(pod, "SchedulerError", message)
+            .await
+    }
     fn record_event(&self, event: SchedulingEvent) {
         self.events.record(event);
     }

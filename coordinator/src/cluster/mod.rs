@@ -209,6 +209,10 @@ pub enum ClusterError {
     /// The target node does not exist.
     #[error("node {0:?} not found")]
     NodeNotFound(String),
+    /// The extender that binds refused or failed (its message); the pod is
+    /// tried again after its backoff.
+    #[error("{0}")]
+    BindRejected(String),
     /// The watch fell too far behind: list again.
     #[error("resourceVersion {0} is too old")]
     Expired(u64),
@@ -253,6 +257,18 @@ pub trait Cluster: Send + Sync + 'static {
     /// # Errors
     /// `PodNotFound`, `Unavailable`.
     async fn mark_unschedulable(&self, pod: &Pod, message: &str) -> Result<(), ClusterError>;
+
+    /// As [`Cluster::mark_unschedulable`], with reason `SchedulerError`:
+    /// the attempt failed for another reason than fit (an extender or
+    /// webhook failing, a Binding rejected), as upstream's
+    /// `handleSchedulingFailure` records errors. The default writes the
+    /// `Unschedulable` condition (backends that do not tell them apart).
+    ///
+    /// # Errors
+    /// `PodNotFound`, `Unavailable`.
+    async fn mark_scheduler_error(&self, pod: &Pod, message: &str) -> Result<(), ClusterError> {
+        self.mark_unschedulable(pod, message).await
+    }
 
     /// Records an Event about a pod (`Scheduled`, `FailedScheduling`).
     /// Never blocks and never fails: a backend that cannot keep up drops

@@ -119,6 +119,29 @@ async fn a_failing_binder_frees_the_room_unless_it_is_ignorable() {
         d.reason
     );
     assert_eq!(bound_to(&h, "a"), None, "nothing bound");
+    // Upstream's binding failure: the pod says why.
+    let want = format!(
+        "Binding rejected: extender {} bind: device allocation failed",
+        server.url("")
+    );
+    let p = h.cluster.pod("default", "a").expect("pod");
+    let cond = crate::pod_scheduled(&p).expect("PodScheduled");
+    assert_eq!(
+        (
+            cond.status.as_str(),
+            cond.reason.as_deref(),
+            cond.message.as_deref()
+        ),
+        ("False", Some("SchedulerError"), Some(want.as_str()))
+    );
+    assert!(
+        h.cluster
+            .events()
+            .iter()
+            .any(|e| e.reason == "FailedScheduling" && e.note == want),
+        "{:?}",
+        h.cluster.events()
+    );
     // The grant's room was freed: the same placement is granted again
     // (and fails again at the extender), never refused as taken.
     let again = w.propose("a", "n1").await;

@@ -754,9 +754,17 @@ fn ask_webhook(hook: Option<&Webhook>, pod: &PodInfo, snapshot: &Snapshot, resul
                 message: reason,
             }
         }
-        Resolution::Pending { message, .. } => {
-            result.outcome = Outcome::Unschedulable {
-                message: message.clone(),
+        Resolution::Pending { message, declined } => {
+            // A decline is the service's decision (the pod waits, as one
+            // that fits nowhere); a failure is an error, as an extender's.
+            result.outcome = if declined {
+                Outcome::Unschedulable {
+                    message: message.clone(),
+                }
+            } else {
+                Outcome::Error {
+                    message: message.clone(),
+                }
             };
             WebhookResult {
                 in_process_choice: in_process.to_string(),

@@ -208,6 +208,9 @@ pub fn explain_text(e: &Explanation, source: &str) -> String {
                 }
             }
         }
+        Outcome::Unschedulable { message } if r.webhook.is_some() => {
+            let _ = writeln!(out, "left pending by the placement webhook: {message}");
+        }
         Outcome::Unschedulable { message } => {
             let _ = writeln!(out, "fits nowhere: {message}");
         }

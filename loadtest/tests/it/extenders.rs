@@ -92,6 +92,10 @@ extenders:
     assert!(!report.timed_out);
     assert_eq!(report.scheduled, 6, "{}", report.to_text());
     assert_eq!(
+        report.checks.overcommitted_nodes, 0,
+        "the device is the extender's to account for (ignoredByScheduler)"
+    );
+    assert_eq!(
         report.checks.bindings_written, report.checks.pods_bound_by_flotilla as u64,
         "the extender's Bindings count once each"
     );
@@ -122,4 +126,93 @@ extenders:
         "filter, prioritize and bind for 3 pods: {e:?}"
     );
     assert_eq!(e.failures, 0, "{e:?}");
+}
+
+/// A run that cannot settle (its pods keep retrying) with a short timeout.
+async fn run_failing(yaml: &str, workload: Workload) -> flotilla_loadtest::report::Report {
+    let scheduler = config::parse(yaml, "failing.yaml").expect("valid configuration");
+    let cfg = flotilla_loadtest::run::RunConfig {
+        timeout: std::time::Duration::from_secs(3),
+        ..test_run(1, scheduler)
+    };
+    let started = std::time::Instant::now();
+    let (report, _) = run_to_end(workload, cfg, "the failing-extender run").await;
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(12),
+        "--timeout is kept although a call is in flight ({:?})",
+        started.elapsed()
+    );
+    assert!(report.timed_out, "{}", report.to_text());
+    assert_eq!(report.checks.overcommitted_nodes, 0);
+    report
+}
+
+fn small_workload(pods: Vec<k8s_openapi::api::core::v1::Pod>) -> Workload {
+    Workload {
+        name: "failing".into(),
+        nodes: vec![
+            NodeBuilder::new("n1")
+                .cpu("4")
+                .memory("8Gi")
+                .pods(110)
+                .build(),
+        ],
+        pods,
+        ..Default::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_extender_leaves_pods_pending_with_its_error_until_the_timeout() {
+    // Hangs far longer than the run may take; its calls time out at 1.5 s.
+    let hung = MockServer::start(|_| Canned::ok("{}").after(std::time::Duration::from_secs(30)));
+    let yaml = format!(
+        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n\
+         extenders:\n- urlPrefix: {}\n  filterVerb: filter\n  httpTimeout: 1500ms\n",
+        hung.url("")
+    );
+    let pods = (0..3)
+        .map(|i| PodBuilder::new(&format!("p{i}")).cpu("100m").build())
+        .collect();
+    let report = run_failing(&yaml, small_workload(pods)).await;
+    assert_eq!(
+        (report.scheduled, report.unschedulable, report.pending),
+        (0, 0, 3),
+        "an error is not a fit: the pods are pending, retrying\n{}",
+        report.to_text()
+    );
+    let err = &report.top_errors[0];
+    assert!(
+        err.reason.contains("filter: POST") && err.reason.contains("timed out after 1.5s"),
+        "{err:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_preempt_verb_fails_the_attempt_with_its_error() {
+    let broken = MockServer::start(|_| Canned::ok("[1, 2, 3]"));
+    let yaml = format!(
+        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n\
+         extenders:\n- urlPrefix: {}\n  preemptVerb: preempt\n",
+        broken.url("")
+    );
+    let mut w = small_workload(vec![
+        PodBuilder::new("low").cpu("4").priority(1).build(),
+        PodBuilder::new("high").cpu("4").priority(100).build(),
+    ]);
+    w.barriers = vec![1];
+    let report = run_failing(&yaml, w).await;
+    assert_eq!(
+        (report.scheduled, report.pending),
+        (1, 1),
+        "{}",
+        report.to_text()
+    );
+    assert!(
+        report.top_errors[0]
+            .reason
+            .contains("preempt: ExtenderPreemptionResult: (body): expected a JSON object"),
+        "{:?}",
+        report.top_errors
+    );
 }

@@ -153,6 +153,13 @@ impl Extenders {
             }
             let objects: Vec<&k8s_openapi::api::core::v1::Node> =
                 feasible.iter().map(|&i| &*nodes[i].spec.node).collect();
+            let _span = tracing::info_span!(
+                "extender",
+                extender = ext.name(),
+                verb = "filter",
+                nodes = objects.len()
+            )
+            .entered();
             let outcome = match block(ext.filter(&pod.pod, &objects), ext, "filter") {
                 Ok(o) => o,
                 Err(e) if ext.is_ignorable() => {
@@ -226,6 +233,8 @@ impl Extenders {
             .iter()
             .map(|&i| (nodes[i].name(), nodes[i].spec.name.clone()))
             .collect();
+        let _span =
+            tracing::info_span!("extenders", verb = "prioritize", calls = calls.len()).entered();
         let mut out = Vec::with_capacity(calls.len());
         for (ext, call) in calls {
             match block(call, ext, "prioritize") {
@@ -235,8 +244,8 @@ impl Extenders {
                     for h in list {
                         // Scores for nodes that were not sent are dropped.
                         if let Some(name) = names.get(h.host.as_str()) {
-                            *scores.entry(name.clone()).or_insert(0) +=
-                                wire::scaled_priority(h.score, weight);
+                            let s = scores.entry(name.clone()).or_insert(0i64);
+                            *s = s.saturating_add(wire::scaled_priority(h.score, weight));
                         }
                     }
                     out.push((Arc::from(ext.name()), scores));

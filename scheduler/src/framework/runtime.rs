@@ -601,6 +601,11 @@ impl Framework {
         for p in &self.pre_filters {
             let t = timed.then(Instant::now);
             let (res, st) = p.pre_filter(&mut out.state, pod, cluster);
+            tracing::debug!(
+                plugin = p.name(),
+                code = st.code.as_str(),
+                "PreFilter plugin"
+            );
             if let Some(t) = t {
                 self.metrics
                     .plugin(p.name(), ExtensionPoint::PreFilter, st.code, t.elapsed());
@@ -789,7 +794,10 @@ impl Framework {
     ) -> Result<ScheduleResult, ScheduleError> {
         let sampled = sample_plugin_metrics();
         let t = Instant::now();
-        let pre = self.pre_filter_plugins(pod, snap, sampled);
+        let pre = {
+            let _span = tracing::info_span!("PreFilter").entered();
+            self.pre_filter_plugins(pod, snap, sampled)
+        };
         self.metrics.point(
             ExtensionPoint::PreFilter,
             pre.as_ref().map_or_else(|st| st.code, |_| Code::Success),
@@ -889,6 +897,12 @@ impl Framework {
             }
         }
         let filter_started = Instant::now();
+        let filter_span = tracing::info_span!(
+            "Filter",
+            evaluated = tracing::field::Empty,
+            feasible = tracing::field::Empty
+        )
+        .entered();
         let total = nodes.len();
         let limit = num_feasible_nodes_to_find(self.percentage_of_nodes_to_score, total);
         let eval = |idx: usize| self.filter_node(filters, &pre, pod, &nodes[idx], snap);
@@ -953,6 +967,9 @@ impl Framework {
             },
             filter_started.elapsed(),
         );
+        filter_span.record("evaluated", evaluated);
+        filter_span.record("feasible", feasible.len());
+        drop(filter_span);
         if let Some(d) = detail.as_deref_mut() {
             d.rejected.extend(
                 rejected
@@ -1087,6 +1104,7 @@ impl Framework {
         let mut skipped_scores: Vec<&'static str> = Vec::new();
         let timed = sample_plugin_metrics();
         let pre_score_started = Instant::now();
+        let pre_score_span = tracing::info_span!("PreScore").entered();
         if !self.pre_scores.is_empty() {
             // The feasible nodes are usually a run of consecutive snapshot
             // entries (the search walks the snapshot in order): hand that
@@ -1104,6 +1122,11 @@ impl Framework {
             for p in &self.pre_scores {
                 let t = timed.then(Instant::now);
                 let st = p.pre_score(state, pod, feasible_nodes, snap);
+                tracing::debug!(
+                    plugin = p.name(),
+                    code = st.code.as_str(),
+                    "PreScore plugin"
+                );
                 if let Some(t) = t {
                     self.metrics
                         .plugin(p.name(), ExtensionPoint::PreScore, st.code, t.elapsed());
@@ -1125,7 +1148,9 @@ impl Framework {
             Code::Success,
             pre_score_started.elapsed(),
         );
+        drop(pre_score_span);
         let score_started = Instant::now();
+        let _score_span = tracing::info_span!("Score", nodes = feasible.len()).entered();
         let state = &*state;
         let mut totals = vec![0i64; feasible.len()];
         let mut per_plugin: Vec<(&'static str, Vec<i64>)> = Vec::new();
@@ -1170,6 +1195,7 @@ impl Framework {
                 message: st.message(),
             })?;
             plugin.normalize_score(state, pod, &mut scores);
+            tracing::debug!(plugin = plugin.name(), weight, "Score plugin");
             for (t, s) in totals.iter_mut().zip(&scores) {
                 *t += s * weight;
             }

@@ -469,3 +469,31 @@ fn a_preempt_reply_naming_unknown_pods_is_an_error() {
         "low"
     );
 }
+
+#[test]
+fn absurd_prioritize_scores_saturate_instead_of_overflowing() {
+    // The same host twice at i64::MAX, with a large weight: the sums
+    // saturate (upstream would overflow), the cycle goes on.
+    let server = MockServer::start(|req| {
+        let names = sent_names(req);
+        let list: Vec<Value> = names
+            .iter()
+            .flat_map(|n| {
+                [
+                    json!({"Host": n, "Score": i64::MAX}),
+                    json!({"Host": n, "Score": i64::MAX}),
+                ]
+            })
+            .collect();
+        Canned::json(&Value::Array(list))
+    });
+    let fw = framework(&[prioritizer(&server.url(""), 1_000_000)]);
+    let cache = three_nodes();
+    let snap = snapshot_of(&cache);
+    let (r, detail) = fw.schedule_detailed(&info(PodBuilder::new("web").cpu("1")), &snap);
+    r.expect("placed");
+    for s in &detail.scored {
+        assert_eq!(s.extender_scores[0].1, i64::MAX, "{s:?}");
+        assert_eq!(s.total, i64::MAX, "{s:?}");
+    }
+}
