@@ -807,11 +807,7 @@ extenders:
             name: "extender-e2e".into(),
             nodes: nodes.clone(),
             pods,
-            warnings: vec![],
-            barriers: vec![],
-            priority_classes: vec![],
-            pod_disruption_budgets: vec![],
-            pod_groups: vec![],
+            ..Workload::default()
         };
         let cfg = RunConfig {
             in_process_workers: 2,

@@ -7,6 +7,7 @@
 //! - `flotilla worker`: one scheduler worker.
 //! - `flotilla simulate` / `flotilla explain`: what the scheduler would do
 //!   with a cluster's pending pods (one pod, for `explain`), in-process.
+//! - `flotilla bench`: a named benchmark scenario, measured (`bench_cmd`).
 //!
 //! Each takes `--config FILE`, a `KubeSchedulerConfiguration`
 //! (`flotilla_scheduler::config`); a bad one stops the process with exit 1.
@@ -15,6 +16,7 @@
 //! `--kubeconfig FILE`, `--in-cluster` or `--kube` (see `kube_cmd`);
 //! `simulate` and `explain` read one with the same flags, read-only.
 
+mod bench_cmd;
 mod kube_cmd;
 
 use std::path::{Path, PathBuf};
@@ -65,6 +67,9 @@ enum Command {
     /// Why is this pod pending? One pod against the cluster, node by node.
     #[command(long_about = EXPLAIN_ABOUT)]
     Explain(ExplainArgs),
+    /// Run a named benchmark scenario on the embedded cluster and measure
+    /// it (pods/s, latency, conflicts, CPU, memory, API writes; SVG chart).
+    Bench(bench_cmd::BenchArgs),
 }
 
 const SIMULATE_ABOUT: &str = "\
@@ -162,7 +167,7 @@ enum Trace {
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
-enum Output {
+pub(crate) enum Output {
     /// Human-readable.
     Text,
     /// One JSON object (schema in the README).
@@ -245,7 +250,7 @@ struct MetricsArgs {
 
 /// `--config`, shared by every command that schedules or dispatches.
 #[derive(Args, Debug)]
-struct ConfigArgs {
+pub(crate) struct ConfigArgs {
     /// Scheduler configuration: a kubescheduler.config.k8s.io/v1
     /// KubeSchedulerConfiguration (YAML or JSON; see the README). Without
     /// it, upstream's defaults (one `default-scheduler` profile).
@@ -591,6 +596,7 @@ fn main() -> ExitCode {
         Command::Worker(_) => "flotilla-worker",
         Command::Simulate(_) => "flotilla-simulate",
         Command::Explain(_) => "flotilla-explain",
+        Command::Bench(_) => "flotilla-bench",
     };
     let config_path = match &cli.command {
         Command::Run(a) => a.sched.config.as_deref(),
@@ -598,6 +604,7 @@ fn main() -> ExitCode {
         Command::Worker(a) => a.sched.config.as_deref(),
         Command::Simulate(a) => a.sched.config.as_deref(),
         Command::Explain(a) => a.sched.config.as_deref(),
+        Command::Bench(a) => a.sched.config.as_deref(),
     };
     // A bad configuration stops the process before anything starts.
     let sched = match scheduler_config(config_path) {
@@ -688,6 +695,7 @@ fn main() -> ExitCode {
             Command::Worker(a) => worker(a, sched).await,
             Command::Simulate(a) => simulate_cmd(&a, &sched).await,
             Command::Explain(a) => explain_cmd(&a, &sched).await,
+            Command::Bench(a) => bench_cmd::bench(&a, sched).await,
         }
     });
     match result {

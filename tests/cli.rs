@@ -341,3 +341,70 @@ fn help_says_what_is_read_and_that_a_live_cluster_is_only_read() {
     );
     assert!(!help.contains("pending: it comes"), "{help}");
 }
+
+#[test]
+fn bench_prints_one_json_object_and_writes_the_chart() {
+    let dir = std::env::temp_dir().join(format!("flotilla-bench-{}", std::process::id()));
+    let chart = dir.join("sub/chart.svg");
+    let out = flotilla(&[
+        "bench",
+        "--scenario",
+        "scheduling-basic",
+        "--scale",
+        "0.01",
+        "--workers",
+        "2",
+        "--output",
+        "json",
+        "--no-progress",
+        "--chart",
+        chart.to_str().expect("utf-8"),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let r: Value = serde_json::from_str(&stdout(&out)).expect("one JSON object");
+    assert_eq!(r["scenario"], "scheduling-basic");
+    assert_eq!(r["workers"], 2);
+    assert_eq!(r["pods"], 100);
+    assert_eq!(r["scheduled"], 100);
+    assert!(r["podsPerSecondAvg"].as_f64().expect("number") > 0.0);
+    assert!(r["peakRssBytes"].as_u64().expect("bytes") > 1 << 20);
+    let svg = std::fs::read_to_string(&chart).expect("chart written");
+    assert!(svg.contains("<polyline"), "{}", &svg[..200.min(svg.len())]);
+    assert!(
+        stderr(&out).contains("chart written to"),
+        "{}",
+        stderr(&out)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bench_rejects_unknown_scenarios_and_a_sharded_baseline() {
+    let out = flotilla(&["bench", "--scenario", "nope"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("one of: scheduling-basic, scheduling-basic-50k"),
+        "{}",
+        stderr(&out)
+    );
+    let out = flotilla(&[
+        "bench",
+        "--scenario",
+        "scheduling-basic",
+        "--single-scheduler",
+        "--workers",
+        "2",
+    ]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("--workers"), "{}", stderr(&out));
+    let out = flotilla(&[
+        "bench",
+        "--scenario",
+        "scheduling-basic",
+        "--scale",
+        "0",
+        "--no-chart",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--scale 0"), "{}", stderr(&out));
+}

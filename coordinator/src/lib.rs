@@ -19,5 +19,6 @@ pub mod server;
 pub mod state;
 
 pub use state::{
-    Coordinator, Decision, NodeRejection, PodPhase, PodRecord, PreemptionDecision, Summary,
+    BindSample, Coordinator, Decision, NodeRejection, PodPhase, PodRecord, PreemptionDecision,
+    Summary,
 };

@@ -94,6 +94,19 @@ pub struct PodRecord {
     pub rejections: Arc<[NodeRejection]>,
 }
 
+/// One Binding the coordinator wrote, kept when
+/// [`Coordinator::set_bind_log`] is on (benchmarks: pods deleted later keep
+/// their sample, unlike [`Coordinator::records`]).
+#[derive(Debug, Clone)]
+pub struct BindSample {
+    /// The pod.
+    pub pod: PodKey,
+    /// When the coordinator first saw it pending.
+    pub first_seen: Instant,
+    /// When its Binding succeeded.
+    pub bound_at: Instant,
+}
+
 /// Why one node rejected a pod (from the worker's FitError).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeRejection {
@@ -208,6 +221,11 @@ struct Inner {
     ignored_resources: HashMap<String, IgnoredResources>,
     /// Placed pods (bound, granted or orphaned) with required anti-affinity.
     anti_affinity_pods: usize,
+    /// [`Coordinator::set_arbitration`]`(false)`: grant every proposal for
+    /// a known node unchecked (the single-scheduler baseline).
+    unarbitrated: bool,
+    /// Every Binding written, when on ([`Coordinator::set_bind_log`]).
+    bind_log: Option<Vec<BindSample>>,
     /// Set by `close_streams`: workers leaving now is expected.
     closing: bool,
     /// Pods that could not be read, by `namespace/name`: the error.
@@ -261,6 +279,8 @@ struct ListState {
 /// The coordinator. Share it as `Arc<Coordinator>`.
 pub struct Coordinator {
     cluster: Arc<dyn Cluster>,
+    /// The same backend, typed: its write counter.
+    counted: Arc<crate::cluster::counted::Counted>,
     inner: Mutex<Inner>,
     /// The extender with a `bindVerb`, if any: it writes the Bindings of
     /// the pods it is interested in.
@@ -419,8 +439,16 @@ impl Inner {
             .with_label_values(&[info.class.as_str()])
             .inc();
         if let Some(rec) = self.pods.get_mut(&info.uid) {
-            rec.bound_at = Some(Instant::now());
+            let now = Instant::now();
+            rec.bound_at = Some(now);
             rec.bound_by = worker_name;
+            if let Some(log) = &mut self.bind_log {
+                log.push(BindSample {
+                    pod: info.key.clone(),
+                    first_seen: rec.first_seen,
+                    bound_at: now,
+                });
+            }
             rec.unschedulable = None;
             rec.failing = false;
             if rec.phase == PodPhase::Granted(node.clone()) {
@@ -472,6 +500,9 @@ impl Inner {
         let Some((name, ninfo)) = self.nodes.get_key_value(node) else {
             return Err(Refusal::NoNode);
         };
+        if self.unarbitrated {
+            return Ok(name.clone());
+        }
         let ignored = self.ignored_resources(info);
         fit::check_placement_ignoring(info, ninfo, ignored).map_err(Refusal::Fit)?;
         let nominated = self.nominated_on(node, info);
@@ -765,8 +796,10 @@ impl Coordinator {
         cluster: Arc<dyn Cluster>,
         profiles: &[(&str, Option<WorkloadClass>)],
     ) -> Self {
+        let counted = Arc::new(crate::cluster::counted::Counted::new(cluster));
         Coordinator {
-            cluster: Arc::new(crate::cluster::counted::Counted::new(cluster)),
+            cluster: counted.clone(),
+            counted,
             binder: parking_lot::RwLock::new(None),
             inner: Mutex::new(Inner {
                 next_worker_id: 1,
@@ -777,6 +810,43 @@ impl Coordinator {
                 ..Inner::default()
             }),
         }
+    }
+
+    /// Turns bind arbitration off (`false`) or back on (the default): off,
+    /// every proposal for a node the coordinator knows is granted without
+    /// the fit, nomination and cross-node checks, as a lone kube-scheduler
+    /// binds whatever its cycle decided. Only sound with a single worker;
+    /// the benchmarks' "single scheduler" baseline uses it to measure what
+    /// arbitration costs.
+    pub fn set_arbitration(&self, on: bool) {
+        self.inner.lock().unarbitrated = !on;
+    }
+
+    /// Writes this coordinator made to its cluster so far (Bindings, status
+    /// patches, events, evictions, nominations...; as
+    /// `flotilla_api_writes_total`, which is process-wide).
+    #[must_use]
+    pub fn api_writes(&self) -> u64 {
+        self.counted.writes()
+    }
+
+    /// Starts (`true`) or stops keeping a [`BindSample`] per Binding
+    /// written, read with [`Coordinator::bind_log`]. Off by default: it
+    /// grows with every pod bound.
+    pub fn set_bind_log(&self, on: bool) {
+        let mut inner = self.inner.lock();
+        match (on, inner.bind_log.is_some()) {
+            (true, false) => inner.bind_log = Some(Vec::new()),
+            (false, true) => inner.bind_log = None,
+            _ => {}
+        }
+    }
+
+    /// The Bindings written since [`Coordinator::set_bind_log`]`(true)`, in
+    /// order (empty when off).
+    #[must_use]
+    pub fn bind_log(&self) -> Vec<BindSample> {
+        self.inner.lock().bind_log.clone().unwrap_or_default()
     }
 
     /// Sets which cross-node constraints (inter-pod affinity, topology

@@ -12,7 +12,9 @@
 //! - [`live`]: scheduling a live cluster (the `kube` backend) until a
 //!   signal, an idle spell or the loss of leadership.
 
+pub mod bench;
 pub mod live;
+pub mod procstat;
 pub mod report;
 pub mod run;
 pub mod simulate;

@@ -23,6 +23,7 @@ use flotilla_scheduler::config::SchedulerConfig;
 use flotilla_scheduler::worker::{self, WorkerConfig, WorkerStats};
 use flotilla_shared::WorkloadClass;
 
+use crate::bench::measure::percentile;
 use crate::report::Latency;
 use crate::run::pools;
 
@@ -186,19 +187,6 @@ pub enum LiveError {
     /// The binder extender's client could not be built (TLS).
     #[error("extenders: {0}")]
     Extender(#[from] flotilla_shared::http::HttpError),
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    #[allow(
-        clippy::cast_possible_truncation,
-        clippy::cast_sign_loss,
-        clippy::cast_precision_loss
-    )]
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
 /// Serves `cluster` until `stop` fires, the run is idle for

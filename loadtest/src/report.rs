@@ -22,6 +22,7 @@ use flotilla_shared::node_info::{NodeInfo, NodeSpec};
 use flotilla_shared::pod_info::PodInfo;
 use flotilla_shared::resources::NVIDIA_GPU;
 
+use crate::bench::measure::percentile;
 use crate::workload::RESOURCE_GPU_MILLI;
 
 /// Scheduling latency percentiles, milliseconds, from the coordinator first
@@ -416,19 +417,6 @@ pub struct Inputs<'a> {
     /// e.g. an extender with `ignoredByScheduler`): the over-commit check
     /// leaves them out for that profile's pods too.
     pub ignored_resources: HashMap<String, IgnoredResources>,
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    #[allow(
-        clippy::cast_possible_truncation,
-        clippy::cast_sign_loss,
-        clippy::cast_precision_loss
-    )]
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
 /// The reasons of a FitError message (`0/N nodes are available: 3 A, 2 B.`).

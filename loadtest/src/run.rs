@@ -58,6 +58,13 @@ pub struct RunConfig {
     /// ([`flotilla_shared::telemetry`]); ready once the coordinator synced
     /// and every in-process worker registered.
     pub metrics_listen: Option<String>,
+    /// The single-scheduler baseline: bind arbitration off
+    /// ([`Coordinator::set_arbitration`]), so one worker binds what it
+    /// decides, as a lone kube-scheduler does. Only sound with one worker.
+    pub single_scheduler: bool,
+    /// Keep a sample per Binding ([`Coordinator::set_bind_log`]), for
+    /// [`RunOutput::coordinator`]'s `bind_log` (benchmarks).
+    pub bind_log: bool,
 }
 
 impl Default for RunConfig {
@@ -72,6 +79,8 @@ impl Default for RunConfig {
             scheduler: SchedulerConfig::default(),
             grace_period: None,
             metrics_listen: None,
+            single_scheduler: false,
+            bind_log: false,
         }
     }
 }
@@ -135,6 +144,93 @@ pub async fn run_embedded_with_cluster(
     workload: Workload,
     cfg: RunConfig,
 ) -> Result<(Report, Arc<EmbeddedCluster>), RunError> {
+    run_embedded_full(workload, cfg)
+        .await
+        .map(|o| (o.report, o.cluster))
+}
+
+/// Everything a run leaves behind, for benchmarks.
+pub struct RunOutput {
+    /// The report.
+    pub report: Report,
+    /// The cluster in its final state.
+    pub cluster: Arc<EmbeddedCluster>,
+    /// The coordinator after the run (its records, counters, bind log).
+    pub coordinator: Arc<Coordinator>,
+    /// When the last wave of pods was submitted and the timeline started:
+    /// the start of the measured phase (upstream `scheduler_perf` measures
+    /// the pods after the last barrier).
+    pub measured_start: Instant,
+    /// When the run settled (every pod resolved).
+    pub scheduling_done: Instant,
+    /// CPU seconds (user + system) this process used between
+    /// `measured_start` and `scheduling_done`; `None` where `/proc` cannot
+    /// tell.
+    pub measured_cpu_seconds: Option<f64>,
+    /// Timeline ops that failed (a pod rejected, a delete of a pod that
+    /// was gone), with the reason.
+    pub timeline_errors: Vec<String>,
+}
+
+/// Pods created and deleted by the timeline so far, and its errors.
+#[derive(Default)]
+struct TimelineCounts {
+    created: std::sync::atomic::AtomicUsize,
+    deleted: std::sync::atomic::AtomicUsize,
+    foreground_left: std::sync::atomic::AtomicUsize,
+    errors: parking_lot::Mutex<Vec<String>>,
+}
+
+/// Applies `ops` (sorted by `at`) from `start`; background ops are dropped
+/// once `stop_background` is cancelled.
+async fn drive_timeline(
+    cluster: Arc<EmbeddedCluster>,
+    ops: Vec<crate::workload::TimedOp>,
+    start: tokio::time::Instant,
+    stop_background: CancellationToken,
+    counts: Arc<TimelineCounts>,
+) {
+    use crate::workload::Op;
+    for op in ops {
+        if op.background {
+            if stop_background.is_cancelled() {
+                continue;
+            }
+            tokio::select! {
+                () = tokio::time::sleep_until(start + op.at) => {}
+                () = stop_background.cancelled() => continue,
+            }
+        } else {
+            tokio::time::sleep_until(start + op.at).await;
+        }
+        let result = match op.op {
+            Op::CreatePod(pod) => cluster.create_pod(*pod).map(|()| {
+                counts.created.fetch_add(1, Ordering::Relaxed);
+            }),
+            Op::DeletePod { namespace, name } => cluster.delete_pod(&namespace, &name).map(|()| {
+                counts.deleted.fetch_add(1, Ordering::Relaxed);
+            }),
+            Op::CreateNode(node) => cluster.apply_node(*node),
+            Op::DeleteNode(name) => cluster.delete_node(&name),
+        };
+        if let Err(e) = result {
+            counts.errors.lock().push(e.to_string());
+        }
+        if !op.background {
+            counts.foreground_left.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// As [`run_embedded`], with everything the run leaves behind.
+///
+/// # Errors
+/// See [`RunError`].
+#[allow(clippy::too_many_lines)]
+pub async fn run_embedded_full(
+    mut workload: Workload,
+    cfg: RunConfig,
+) -> Result<RunOutput, RunError> {
     let started = Instant::now();
     let cluster = Arc::new(EmbeddedCluster::new());
     cluster.set_grace_period(cfg.grace_period);
@@ -156,6 +252,8 @@ pub async fn run_embedded_with_cluster(
         &cfg.scheduler.dispatch_classes(),
     ));
     configure_arbiter(&coordinator, &cfg.scheduler);
+    coordinator.set_arbitration(!cfg.single_scheduler);
+    coordinator.set_bind_log(cfg.bind_log);
     coordinator.set_extenders(&cfg.scheduler.extenders)?;
     let running = server::start(coordinator.clone(), &cfg.listen, token.clone()).await?;
     let _ = running.synced.await;
@@ -230,20 +328,52 @@ pub async fn run_embedded_with_cluster(
     let submitted = Instant::now();
     let mut rejected = Vec::new();
     // Waves of pods between barriers: the next wave is submitted once every
-    // pod of the earlier ones is resolved.
-    let mut waves = wave_bounds(workload.pods.len(), &workload.barriers).into_iter();
+    // pod of the earlier ones is resolved; the timeline starts with the
+    // last one.
+    let mut waves = wave_bounds(workload.pods.len(), &workload.barriers)
+        .into_iter()
+        .peekable();
+    let pods = std::mem::take(&mut workload.pods);
     let submit = |range: std::ops::Range<usize>, rejected: &mut Vec<String>| {
-        for pod in &workload.pods[range.clone()] {
+        for pod in &pods[range.clone()] {
             if let Err(e) = cluster.create_pod(pod.clone()) {
                 rejected.push(e.to_string());
             }
         }
         range.end
     };
+    let mut timeline = std::mem::take(&mut workload.timeline);
+    timeline.sort_by_key(|op| op.at);
+    let timeline_pods = timeline
+        .iter()
+        .filter(|o| matches!(o.op, crate::workload::Op::CreatePod(_)) && !o.background)
+        .count();
+    let counts = Arc::new(TimelineCounts::default());
+    counts.foreground_left.store(
+        timeline.iter().filter(|o| !o.background).count(),
+        Ordering::Relaxed,
+    );
+    let stop_background = CancellationToken::new();
+    let mut timeline_task: Option<tokio::task::JoinHandle<()>> = None;
+    let mut measured_start = submitted;
+    let mut measured_cpu_start = crate::procstat::cpu_seconds();
+    let mut start_timeline = |timeline_task: &mut Option<tokio::task::JoinHandle<()>>| {
+        let ops = std::mem::take(&mut timeline);
+        *timeline_task = Some(tokio::spawn(drive_timeline(
+            cluster.clone(),
+            ops,
+            tokio::time::Instant::now(),
+            stop_background.clone(),
+            counts.clone(),
+        )));
+    };
     let mut submitted_pods = waves.next().map_or(0, |r| submit(r, &mut rejected));
+    if waves.peek().is_none() {
+        start_timeline(&mut timeline_task);
+    }
 
     let bar = if cfg.progress {
-        let b = ProgressBar::new(workload.pods.len() as u64);
+        let b = ProgressBar::new((pods.len() + timeline_pods) as u64);
         b.set_style(
             ProgressStyle::with_template(
                 "{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} pods resolved  {msg}",
@@ -268,9 +398,19 @@ pub async fn run_embedded_with_cluster(
         ));
         let idle_workers = stats.iter().all(|(_, _, st)| st.is_idle());
         let quiet = s.last_activity.is_none_or(|t| t.elapsed() >= cfg.settle);
-        let accepted = submitted_pods - rejected.len();
+        let accepted = (submitted_pods + counts.created.load(Ordering::Relaxed))
+            .saturating_sub(rejected.len() + counts.deleted.load(Ordering::Relaxed));
         let (evicted, _) = cluster.evicted_counts();
         let all_seen = s.pods_total + invalid + s.other_scheduler + evicted >= accepted;
+        let foreground_done =
+            timeline_task.is_some() && counts.foreground_left.load(Ordering::Relaxed) == 0;
+        if foreground_done && all_seen && s.pending == 0 && s.granting == 0 {
+            // Nothing left but churn: stop it, then settle as usual.
+            stop_background.cancel();
+        }
+        let timeline_done = timeline_task
+            .as_ref()
+            .is_some_and(tokio::task::JoinHandle::is_finished);
         // Victims still terminating will free room for their preemptors, and
         // a nominated preemptor retries once they are gone (after its
         // backoff): not settled while either waits, unless nothing at all
@@ -285,10 +425,19 @@ pub async fn run_embedded_with_cluster(
         if all_seen && s.pending == 0 && s.granting == 0 && idle_workers && quiet {
             match waves.next() {
                 Some(r) => {
+                    let last = waves.peek().is_none();
+                    if last {
+                        measured_start = Instant::now();
+                        measured_cpu_start = crate::procstat::cpu_seconds();
+                    }
                     submitted_pods = submit(r, &mut rejected);
+                    if last {
+                        start_timeline(&mut timeline_task);
+                    }
                     continue;
                 }
-                None => break,
+                None if timeline_done => break,
+                None => {}
             }
         }
         if cfg.in_process_workers > 0
@@ -307,6 +456,16 @@ pub async fn run_embedded_with_cluster(
     }
     bar.finish_and_clear();
     let scheduling_done = Instant::now();
+    let measured_cpu_seconds = match (measured_cpu_start, crate::procstat::cpu_seconds()) {
+        (Some(a), Some(b)) => Some(b - a),
+        _ => None,
+    };
+    stop_background.cancel();
+    if let Some(t) = timeline_task.take() {
+        // A timed-out run leaves foreground ops unapplied: drop them.
+        t.abort();
+        let _ = t.await;
+    }
 
     token.cancel();
     for w in workers {
@@ -359,7 +518,16 @@ pub async fn run_embedded_with_cluster(
             .filter(|(_, ig)| !ig.is_empty())
             .collect(),
     });
-    Ok((report, cluster))
+    let timeline_errors = std::mem::take(&mut *counts.errors.lock());
+    Ok(RunOutput {
+        report,
+        cluster,
+        coordinator,
+        measured_start,
+        scheduling_done,
+        measured_cpu_seconds,
+        timeline_errors,
+    })
 }
 
 /// The readiness of a coordinator and its in-process workers: ready once

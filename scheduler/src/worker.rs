@@ -1573,7 +1573,7 @@ async fn bind(
         }
         pb::BindOutcome::Conflict | pb::BindOutcome::Error | pb::BindOutcome::Unspecified => {
             if outcome == pb::BindOutcome::Conflict {
-                debug!(pod = %pod.key, %node, %reason, "bind conflict; re-queueing with backoff");
+                debug!(pod = %pod.key, %node, %reason, "bind conflict; retrying shortly");
                 s.stats.conflicts.fetch_add(1, Ordering::Relaxed);
             } else {
                 // A failed call means the connection is going: the broken
@@ -1589,7 +1589,11 @@ async fn bind(
                 .wasted_nanos
                 .fetch_add(nanos(cycle), Ordering::Relaxed);
             s.cache.forget(&pod.uid);
-            s.queue.add_backoff(&pod.uid, now);
+            if outcome == pb::BindOutcome::Conflict {
+                s.queue.add_conflict(&pod.uid, now);
+            } else {
+                s.queue.add_backoff(&pod.uid, now);
+            }
             // Forgetting freed room in our cache: pods waiting on it may fit.
             s.queue.on_event(ClusterEvent::AssignedPodDeleted, now);
         }

@@ -15,18 +15,31 @@ use super::{Cluster, ClusterError, PodRef, SchedulingEvent, WatchEvent};
 /// Counts writes, then forwards every call to the wrapped backend.
 pub struct Counted {
     inner: Arc<dyn Cluster>,
+    /// Writes through this wrapper (the metric is process-wide).
+    writes: std::sync::atomic::AtomicU64,
 }
 
 impl Counted {
     /// Wraps `inner`.
     #[must_use]
     pub fn new(inner: Arc<dyn Cluster>) -> Self {
-        Counted { inner }
+        Counted {
+            inner,
+            writes: std::sync::atomic::AtomicU64::new(0),
+        }
     }
-}
 
-fn count(kind: &str) {
-    metrics().api_writes.with_label_values(&[kind]).inc();
+    /// Writes made through this wrapper so far, every kind.
+    #[must_use]
+    pub fn writes(&self) -> u64 {
+        self.writes.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn count(&self, kind: &str) {
+        self.writes
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        metrics().api_writes.with_label_values(&[kind]).inc();
+    }
 }
 
 #[tonic::async_trait]
@@ -36,28 +49,28 @@ impl Cluster for Counted {
     }
 
     async fn bind(&self, pod: &PodRef, node: &str) -> Result<(), ClusterError> {
-        count("binding");
+        self.count("binding");
         self.inner.bind(pod, node).await
     }
 
     async fn bound_by_extender(&self, pod: &PodRef, node: &str) -> Result<(), ClusterError> {
         // The extender wrote the Binding: one write, as through the API.
-        count("binding");
+        self.count("binding");
         self.inner.bound_by_extender(pod, node).await
     }
 
     async fn mark_unschedulable(&self, pod: &Pod, message: &str) -> Result<(), ClusterError> {
-        count("status");
+        self.count("status");
         self.inner.mark_unschedulable(pod, message).await
     }
 
     async fn mark_scheduler_error(&self, pod: &Pod, message: &str) -> Result<(), ClusterError> {
-        count("status");
+        self.count("status");
         self.inner.mark_scheduler_error(pod, message).await
     }
 
     fn record_event(&self, event: SchedulingEvent) {
-        count("event");
+        self.count("event");
         self.inner.record_event(event);
     }
 
@@ -66,12 +79,12 @@ impl Cluster for Counted {
         group: &PodGroup,
         status: &PodGroupStatus,
     ) -> Result<(), ClusterError> {
-        count("pod_group_status");
+        self.count("pod_group_status");
         self.inner.update_pod_group_status(group, status).await
     }
 
     async fn delete_pod(&self, pod: &PodRef, grace: Option<i64>) -> Result<(), ClusterError> {
-        count("eviction");
+        self.count("eviction");
         self.inner.delete_pod(pod, grace).await
     }
 
@@ -80,12 +93,12 @@ impl Cluster for Counted {
         pod: &PodRef,
         scheduler_name: &str,
     ) -> Result<(), ClusterError> {
-        count("status");
+        self.count("status");
         self.inner.mark_preemption_victim(pod, scheduler_name).await
     }
 
     async fn set_nominated_node(&self, pod: &Pod, node: Option<&str>) -> Result<(), ClusterError> {
-        count("nomination");
+        self.count("nomination");
         self.inner.set_nominated_node(pod, node).await
     }
 }

@@ -421,3 +421,40 @@ async fn a_pod_bound_before_its_node_appears_is_counted_when_the_node_arrives() 
     );
     h.shutdown().await;
 }
+
+/// The single-scheduler baseline (`set_arbitration(false)`) grants what a
+/// lone scheduler decided, unchecked; turned back on, the same over-commit
+/// is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_arbitration_a_proposal_is_granted_unchecked() {
+    let cluster = EmbeddedCluster::new();
+    cluster
+        .apply_node(NodeBuilder::new("n1").cpu("1").pods(110).build())
+        .expect("node");
+    let h = Harness::start(cluster).await;
+    let mut w = FakeWorker::join(&h, "online-0", Online).await;
+    w.until_synced().await;
+    for name in ["a", "b", "c"] {
+        h.cluster
+            .create_pod(PodBuilder::new(name).cpu("1").build())
+            .expect("pod");
+    }
+    let mut dispatched = 0;
+    while dispatched < 3 {
+        let e = w.read_until(|e| !assigned_names(e).is_empty()).await;
+        dispatched += assigned_names(&e).len();
+    }
+
+    assert_eq!(outcome(&w.propose("a", "n1").await), pb::BindOutcome::Bound);
+    h.coordinator.set_arbitration(false);
+    assert_eq!(
+        outcome(&w.propose("b", "n1").await),
+        pb::BindOutcome::Bound,
+        "granted though n1 is full"
+    );
+    h.coordinator.set_arbitration(true);
+    let d = w.propose("c", "n1").await;
+    assert_eq!(outcome(&d), pb::BindOutcome::Conflict, "{d:?}");
+    assert!(d.reason.contains("Insufficient cpu"), "{}", d.reason);
+    assert_eq!(bound_pods(&h).len(), 2);
+}

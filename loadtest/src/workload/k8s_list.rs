@@ -122,6 +122,7 @@ pub fn load_k8s_list(path: &Path, on_bad: OnBadInput) -> Result<Workload> {
         priority_classes: objects.priority_classes,
         pod_disruption_budgets: objects.pod_disruption_budgets,
         pod_groups: objects.pod_groups,
+        timeline: Vec::new(),
     })
 }
 

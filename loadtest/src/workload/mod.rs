@@ -120,10 +120,29 @@ impl Workload {
                 )?,
             }
         }
+        let mut timeline = Vec::with_capacity(self.timeline.len());
+        for op in std::mem::take(&mut self.timeline) {
+            let bad = match &op.op {
+                Op::CreatePod(p) => flotilla_shared::PodInfo::from_pod(Arc::new((**p).clone()))
+                    .err()
+                    .map(|e| (format!("pod {}", e.pod), e.message)),
+                Op::CreateNode(n) => flotilla_shared::NodeSpec::from_node(Arc::new((**n).clone()))
+                    .err()
+                    .map(|e| (format!("node {}", e.node), e.message)),
+                Op::DeletePod { .. } | Op::DeleteNode(_) => None,
+            };
+            match bad {
+                Some((object, message)) => {
+                    on_bad.handle(LoadError::Invalid { object, message }, &mut warnings)?;
+                }
+                None => timeline.push(op),
+            }
+        }
         self.nodes = nodes;
         self.pods = pods;
         self.warnings = warnings;
         self.barriers = barriers;
+        self.timeline = timeline;
         Ok(self)
     }
 }
@@ -156,6 +175,41 @@ pub struct Workload {
     pub pod_disruption_budgets: Vec<k8s_openapi::api::policy::v1::PodDisruptionBudget>,
     /// PodGroups to create before the pods (gangs, with Coscheduling).
     pub pod_groups: Vec<pod_group::PodGroup>,
+    /// Timed cluster changes: a trace's arrivals and deletions, upstream
+    /// `scheduler_perf`'s `churn` op. Applied in `at` order, `at` counted
+    /// from the moment the last wave of `pods` is submitted. Empty: none.
+    pub timeline: Vec<TimedOp>,
+}
+
+/// A change to the cluster during a run.
+#[derive(Debug, Clone)]
+pub enum Op {
+    /// Create this pod.
+    CreatePod(Box<Pod>),
+    /// Delete the pod `namespace/name` (gracefully, as the API server would).
+    DeletePod {
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+    },
+    /// Create (or replace) this node.
+    CreateNode(Box<Node>),
+    /// Delete the node with this name.
+    DeleteNode(String),
+}
+
+/// An [`Op`] at a time offset.
+#[derive(Debug, Clone)]
+pub struct TimedOp {
+    /// When, from the start of the timeline.
+    pub at: std::time::Duration,
+    /// What.
+    pub op: Op,
+    /// Background churn (upstream's `churn` op): applied only while some
+    /// foreground work is left (a foreground op not yet applied, or a pod
+    /// not yet resolved), then dropped. Foreground ops are always applied.
+    pub background: bool,
 }
 
 /// What a loader does with a bad row (CSV) or bad object (Kubernetes list).

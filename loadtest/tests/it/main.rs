@@ -3,6 +3,7 @@
 //! cluster's final state independently of the report.
 
 mod bad_input;
+mod bench;
 mod cross_node;
 mod extenders;
 mod external_workers;

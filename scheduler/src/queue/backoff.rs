@@ -21,6 +21,14 @@ pub const DEFAULT_MAX_IN_UNSCHEDULABLE: Duration = Duration::from_secs(300);
 /// back in the same instant. Upstream adds none; this is ours.
 pub const DEFAULT_BACKOFF_JITTER: f64 = 0.1;
 
+/// First retry delay after a bind conflict (the arbiter gave the room to
+/// another worker's pod): 10 ms, doubling with each further conflict in a
+/// row up to the backoff ceiling. A conflict is not the pod's failure, only
+/// a stale cache: by then the winner's Binding has reached this worker and
+/// the retry sees it. Ours (upstream has a single scheduler, no conflicts;
+/// its bind failures take the normal backoff).
+pub const DEFAULT_CONFLICT_BACKOFF: Duration = Duration::from_millis(10);
+
 /// Backoff settings.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct BackoffConfig {
@@ -30,6 +38,8 @@ pub struct BackoffConfig {
     pub max: Duration,
     /// Jitter fraction in `[0, 1)`; 0 disables it. Defaults to 0.1.
     pub jitter: f64,
+    /// After a first bind conflict in a row ([`DEFAULT_CONFLICT_BACKOFF`]).
+    pub conflict: Duration,
 }
 
 impl Default for BackoffConfig {
@@ -38,6 +48,7 @@ impl Default for BackoffConfig {
             initial: DEFAULT_POD_INITIAL_BACKOFF,
             max: DEFAULT_POD_MAX_BACKOFF,
             jitter: DEFAULT_BACKOFF_JITTER,
+            conflict: DEFAULT_CONFLICT_BACKOFF,
         }
     }
 }
@@ -56,6 +67,19 @@ impl BackoffConfig {
             .map_or(self.max, |d| d.min(self.max))
     }
 
+    /// Delay before jitter after `conflicts` bind conflicts in a row (≥ 1):
+    /// `conflict · 2^(conflicts-1)`, capped at `max`.
+    #[must_use]
+    pub fn conflict_base(&self, conflicts: u32) -> Duration {
+        if conflicts == 0 {
+            return Duration::ZERO;
+        }
+        let shift = (conflicts - 1).min(31);
+        self.conflict
+            .checked_mul(1u32 << shift)
+            .map_or(self.max, |d| d.min(self.max))
+    }
+
     /// Backoff with jitter; `unit` is a uniform draw in `[0, 1)`.
     #[must_use]
     pub fn with_jitter(&self, attempts: u32, unit: f64) -> Duration {
@@ -67,6 +91,20 @@ impl BackoffConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn conflicts_retry_from_ten_milliseconds_doubling_to_the_ceiling() {
+        let b = BackoffConfig::default();
+        let ms: Vec<u128> = (1..=12).map(|n| b.conflict_base(n).as_millis()).collect();
+        assert_eq!(
+            ms,
+            [
+                10, 20, 40, 80, 160, 320, 640, 1280, 2560, 5120, 10_000, 10_000
+            ]
+        );
+        assert_eq!(b.conflict_base(0), Duration::ZERO);
+        assert_eq!(b.conflict_base(u32::MAX), Duration::from_secs(10));
+    }
 
     #[test]
     fn doubles_from_one_second_to_ten() {

@@ -86,6 +86,9 @@ pub struct QueuedPodInfo {
     pub initial_attempt: Instant,
     /// Failed attempts so far.
     pub attempts: u32,
+    /// Bind conflicts in a row (reset by any other outcome): the retry
+    /// delay after the next one ([`BackoffConfig::conflict_base`]).
+    pub conflicts: u32,
     /// Plugins that rejected it in its last failed cycle.
     pub unschedulable_plugins: BTreeSet<&'static str>,
 }
@@ -295,6 +298,7 @@ impl SchedulingQueue {
                     timestamp: now,
                     initial_attempt: now,
                     attempts: 0,
+                    conflicts: 0,
                     unschedulable_plugins: BTreeSet::new(),
                 },
                 loc: Location::Active,
@@ -508,6 +512,7 @@ impl SchedulingQueue {
         let seq = inner.seq;
         let e = inner.pods.get_mut(&key).expect("present");
         e.info.attempts += 1;
+        e.info.conflicts = 0;
         e.info.unschedulable_plugins = plugins;
         e.backoff_expiry = Some(until);
         if moved_meanwhile {
@@ -520,9 +525,22 @@ impl SchedulingQueue {
         }
     }
 
-    /// The attempt failed for a reason other than fit (bind conflict, error):
-    /// back off and retry.
+    /// The attempt failed for a reason other than fit (an error): back off
+    /// and retry.
     pub fn add_backoff(&self, uid: &str, now: Instant) {
+        self.retry(uid, now, false);
+    }
+
+    /// The arbiter gave the pod's room to another worker's pod (a bind
+    /// conflict): retry after the conflict delay, 10 ms doubling with each
+    /// conflict in a row ([`BackoffConfig::conflict_base`], plus jitter),
+    /// not the attempt backoff: the cache was stale, the pod did nothing
+    /// wrong. It still counts as an attempt.
+    pub fn add_conflict(&self, uid: &str, now: Instant) {
+        self.retry(uid, now, true);
+    }
+
+    fn retry(&self, uid: &str, now: Instant, conflict: bool) {
         let mut inner = self.inner.lock();
         let Some((key, e)) = inner.pods.get_key_value(uid) else {
             return;
@@ -532,9 +550,20 @@ impl SchedulingQueue {
         }
         let key = key.clone();
         let gated = self.gate(&e.info.pod).is_some();
-        let until = self.backoff_until(e.info.attempts + 1, now);
+        let until = if conflict {
+            let unit = if self.cfg.backoff.jitter > 0.0 {
+                rand::rng().random_range(0.0..1.0)
+            } else {
+                0.0
+            };
+            let base = self.cfg.backoff.conflict_base(e.info.conflicts + 1);
+            now + base + base.mul_f64(self.cfg.backoff.jitter * unit)
+        } else {
+            self.backoff_until(e.info.attempts + 1, now)
+        };
         let e = inner.pods.get_mut(&key).expect("present");
         e.info.attempts += 1;
+        e.info.conflicts = if conflict { e.info.conflicts + 1 } else { 0 };
         e.info.unschedulable_plugins.clear();
         e.backoff_expiry = Some(until);
         if gated {
@@ -756,6 +785,37 @@ mod tests {
     }
 
     #[test]
+    fn a_bind_conflict_retries_in_milliseconds_and_an_error_resets_the_streak() {
+        let q = queue();
+        let ms = Duration::from_millis;
+        let t0 = Instant::now();
+        q.add(pod("a", 0), t0);
+        let a = q.pop(t0).unwrap();
+        q.add_conflict(&a.pod.uid, t0);
+        assert!(q.pop(t0 + ms(9)).is_none(), "10 ms after a first conflict");
+        let a = q.pop(t0 + ms(10)).unwrap();
+        assert_eq!((a.attempts, a.conflicts), (1, 1), "an attempt all the same");
+        let t1 = t0 + ms(10);
+        q.add_conflict(&a.pod.uid, t1);
+        assert!(
+            q.pop(t1 + ms(19)).is_none(),
+            "20 ms after a second in a row"
+        );
+        let a = q.pop(t1 + ms(20)).unwrap();
+        assert_eq!(a.conflicts, 2);
+        // Another kind of failure takes the attempt backoff (3rd attempt:
+        // 4 s) and ends the streak.
+        let t2 = t1 + ms(20);
+        q.add_backoff(&a.pod.uid, t2);
+        assert!(q.pop(t2 + ms(3999)).is_none());
+        let a = q.pop(t2 + Duration::from_secs(4)).unwrap();
+        assert_eq!((a.attempts, a.conflicts), (3, 0));
+        let t3 = t2 + Duration::from_secs(4);
+        q.add_conflict(&a.pod.uid, t3);
+        assert!(q.pop(t3 + ms(10)).is_some(), "a new streak starts at 10 ms");
+    }
+
+    #[test]
     fn backoff_doubles_and_pods_leave_in_time_order() {
         let q = queue();
         let t0 = Instant::now();
@@ -924,6 +984,7 @@ mod tests {
                     initial: Duration::from_millis(20),
                     max: Duration::from_millis(20),
                     jitter: 0.0,
+                    ..BackoffConfig::default()
                 },
                 ..QueueConfig::default()
             },
