@@ -1,45 +1,29 @@
 //! One scheduling cycle (PreFilter → Filter → Score → select) over a
 //! SchedulingBasic-shaped cluster: nodes of 4 CPU / 32 Gi / 110 pods, each
 //! already running 10 pods of 100m / 500 Mi, and a 100m / 500 Mi pod to
-//! place. Upstream's adaptive `percentageOfNodesToScore` applies (5,000
-//! nodes → 500 feasible nodes searched). Run with `cargo bench -p flotilla-scheduler`.
+//! place, at 1,000, 5,000 and 30,000 nodes. Upstream's adaptive
+//! `percentageOfNodesToScore` applies (1,000 nodes → 420 feasible nodes
+//! searched, 5,000 → 500, 30,000 → 1,500); the unschedulable pod is
+//! checked against every node. Run with
+//! `cargo bench -p flotilla-scheduler --bench cycle`.
 
 use std::hint::black_box;
-use std::sync::Arc;
+use std::time::Duration;
 
-use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{
+    BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group, criterion_main,
+};
+
+mod common;
 
 use flotilla_scheduler::cache::{NodeCache, Snapshot};
 use flotilla_scheduler::{Framework, Profile, Registry};
-use flotilla_shared::testing::{NodeBuilder, PodBuilder};
+use flotilla_shared::testing::PodBuilder;
 use k8s_openapi::api::core::v1::TopologySpreadConstraint;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 fn cluster(nodes: usize) -> (NodeCache, Snapshot) {
-    let cache = NodeCache::default();
-    for i in 0..nodes {
-        let name = format!("node-{i:05}");
-        cache.upsert_node(
-            NodeBuilder::new(&name)
-                .cpu("4")
-                .memory("32Gi")
-                .pods(110)
-                .label("zone", if i % 2 == 0 { "a" } else { "b" })
-                .build_spec(),
-        );
-        for j in 0..10 {
-            cache.add_bound_pod(Arc::new(
-                PodBuilder::new(&format!("p-{i}-{j}"))
-                    .cpu("100m")
-                    .memory("500Mi")
-                    .node_name(&name)
-                    .build_info(),
-            ));
-        }
-    }
-    let mut snap = Snapshot::default();
-    cache.update_snapshot(&mut snap);
-    (cache, snap)
+    common::basic_cluster(nodes)
 }
 
 fn bench_cycle(c: &mut Criterion) {
@@ -84,8 +68,19 @@ fn bench_cycle(c: &mut Criterion) {
         })
         .build_info();
     let mut g = c.benchmark_group("scheduling_cycle");
-    for nodes in [1_000usize, 5_000, 15_000] {
+    // 12 benchmarks, up to tens of ms an iteration at 30,000 nodes: fewer,
+    // shorter samples (flat at 30,000 nodes, so they fit the measurement
+    // time) keep the whole run to a few minutes on 2 cores.
+    g.sample_size(20);
+    g.warm_up_time(Duration::from_secs(1));
+    g.measurement_time(Duration::from_secs(4));
+    for nodes in [1_000usize, 5_000, 30_000] {
         let (_cache, snap) = cluster(nodes);
+        g.sampling_mode(if nodes >= 30_000 {
+            SamplingMode::Flat
+        } else {
+            SamplingMode::Auto
+        });
         g.throughput(Throughput::Elements(1));
         g.bench_with_input(BenchmarkId::new("basic_pod", nodes), &snap, |b, snap| {
             b.iter(|| black_box(fw.schedule(black_box(&pod), snap).expect("fits")));

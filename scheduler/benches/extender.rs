@@ -16,40 +16,19 @@ use std::sync::Arc;
 use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::{Value, json};
 
-use flotilla_scheduler::cache::{NodeCache, Snapshot};
+use flotilla_scheduler::cache::Snapshot;
+mod common;
+
 use flotilla_scheduler::extender::Extenders;
 use flotilla_scheduler::{Framework, Profile, Registry};
 use flotilla_shared::extender::ExtenderConfig;
+use flotilla_shared::testing::PodBuilder;
 use flotilla_shared::testing::http::{Canned, MockServer};
-use flotilla_shared::testing::{NodeBuilder, PodBuilder};
 
 const NODES: usize = 500;
 
 fn cluster() -> Snapshot {
-    let cache = NodeCache::default();
-    for i in 0..NODES {
-        let name = format!("node-{i:05}");
-        cache.upsert_node(
-            NodeBuilder::new(&name)
-                .cpu("4")
-                .memory("32Gi")
-                .pods(110)
-                .label("zone", if i % 2 == 0 { "a" } else { "b" })
-                .build_spec(),
-        );
-        for j in 0..10 {
-            cache.add_bound_pod(Arc::new(
-                PodBuilder::new(&format!("p-{i}-{j}"))
-                    .cpu("100m")
-                    .memory("500Mi")
-                    .node_name(&name)
-                    .build_info(),
-            ));
-        }
-    }
-    let mut snap = Snapshot::default();
-    cache.update_snapshot(&mut snap);
-    snap
+    common::basic_cluster(NODES).1
 }
 
 /// Node names of a request, whole nodes or names.
