@@ -105,13 +105,8 @@ pub async fn bench(args: &BenchArgs, sched: SchedulerConfig) -> anyhow::Result<E
             .with_context(|| format!("writing the chart to {}", path.display()))?;
         eprintln!("chart written to {}", path.display());
     }
-    let c = &report.checks;
-    if c.overcommitted_nodes > 0 || c.bindings_written != c.pods_bound_by_flotilla as u64 {
-        eprintln!(
-            "error: safety check failed: {} over-committed node(s); {} Binding(s) written for {} \
-             pod(s) bound",
-            c.overcommitted_nodes, c.bindings_written, c.pods_bound_by_flotilla
-        );
+    if let Some(v) = report.checks.violation() {
+        eprintln!("error: safety check failed: {v}");
         return Ok(ExitCode::from(EXIT_SAFETY));
     }
     if report.timed_out {

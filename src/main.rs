@@ -243,7 +243,7 @@ struct ReportArgs {
 struct MetricsArgs {
     /// Serve Prometheus metrics (`/metrics`, kube-scheduler's names),
     /// `/healthz` and `/readyz` over HTTP on this address (e.g.
-    /// 0.0.0.0:10259). Off by default.
+    /// 0.0.0.0:10251). Off by default.
     #[arg(long, value_name = "ADDR")]
     metrics_listen: Option<String>,
 }
@@ -395,13 +395,8 @@ fn finish(report: &Report, args: &ReportArgs, placements: Option<&std::path::Pat
     if let Some(p) = placements {
         eprintln!("placements written to {}", p.display());
     }
-    let c = &report.checks;
-    if c.overcommitted_nodes > 0 || c.bindings_written != c.pods_bound_by_flotilla as u64 {
-        eprintln!(
-            "error: safety check failed: {} over-committed node(s); {} Binding(s) written for {} \
-             pod(s) bound (they must be equal)",
-            c.overcommitted_nodes, c.bindings_written, c.pods_bound_by_flotilla
-        );
+    if let Some(v) = report.checks.violation() {
+        eprintln!("error: safety check failed: {v}");
         return ExitCode::from(EXIT_SAFETY);
     }
     if report.timed_out {

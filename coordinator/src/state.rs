@@ -505,8 +505,11 @@ impl Inner {
         }
         let ignored = self.ignored_resources(info);
         fit::check_placement_ignoring(info, ninfo, ignored).map_err(Refusal::Fit)?;
+        // It fits alone; does it with the room reserved for nominees?
         let nominated = self.nominated_on(node, info);
-        if let Err(reason) = fits_with(ninfo, info, &nominated, ignored) {
+        if !nominated.is_empty()
+            && let Err(reason) = fits_with(ninfo, info, &nominated, ignored)
+        {
             let names = nominated.iter().map(|p| p.key.to_string()).collect();
             return Err(Refusal::Reserved(reason, names));
         }

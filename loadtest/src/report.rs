@@ -309,6 +309,24 @@ pub struct Checks {
     pub events_recorded: u64,
 }
 
+impl Checks {
+    /// What failed, if a safety invariant does not hold: a node
+    /// over-committed, or Bindings written not one per pod bound (a pod
+    /// bound twice).
+    #[must_use]
+    pub fn violation(&self) -> Option<String> {
+        (self.overcommitted_nodes > 0
+            || self.bindings_written != self.pods_bound_by_flotilla as u64)
+            .then(|| {
+                format!(
+                    "{} over-committed node(s); {} Binding(s) written for {} pod(s) bound (they \
+                     must be equal)",
+                    self.overcommitted_nodes, self.bindings_written, self.pods_bound_by_flotilla
+                )
+            })
+    }
+}
+
 /// The report.
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -841,6 +859,31 @@ pub fn write_placements(cluster: &EmbeddedCluster, path: &Path) -> std::io::Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_safety_violation_names_what_failed() {
+        let ok = Checks {
+            bindings_written: 3,
+            pods_bound_by_flotilla: 3,
+            ..Checks::default()
+        };
+        assert_eq!(ok.violation(), None);
+        let twice = Checks {
+            bindings_written: 4,
+            ..ok.clone()
+        };
+        let v = twice.violation().expect("a pod bound twice");
+        assert!(v.contains("4 Binding(s) written for 3 pod(s)"), "{v}");
+        let over = Checks {
+            overcommitted_nodes: 1,
+            ..ok
+        };
+        assert!(
+            over.violation()
+                .expect("over-commit")
+                .starts_with("1 over-committed")
+        );
+    }
 
     #[test]
     fn fit_error_reasons_are_split_out_of_the_message() {

@@ -367,10 +367,13 @@ pub async fn run_embedded_full(
             counts.clone(),
         )));
     };
-    let mut submitted_pods = waves.next().map_or(0, |r| submit(r, &mut rejected));
+    // The measured phase (and the timeline) starts as the last wave goes
+    // in: here when there is one wave, else at the last barrier below.
+    let first = waves.next();
     if waves.peek().is_none() {
         start_timeline(&mut timeline_task);
     }
+    let mut submitted_pods = first.map_or(0, |r| submit(r, &mut rejected));
 
     let bar = if cfg.progress {
         let b = ProgressBar::new((pods.len() + timeline_pods) as u64);
@@ -425,15 +428,12 @@ pub async fn run_embedded_full(
         if all_seen && s.pending == 0 && s.granting == 0 && idle_workers && quiet {
             match waves.next() {
                 Some(r) => {
-                    let last = waves.peek().is_none();
-                    if last {
+                    if waves.peek().is_none() {
                         measured_start = Instant::now();
                         measured_cpu_start = crate::procstat::cpu_seconds();
-                    }
-                    submitted_pods = submit(r, &mut rejected);
-                    if last {
                         start_timeline(&mut timeline_task);
                     }
+                    submitted_pods = submit(r, &mut rejected);
                     continue;
                 }
                 None if timeline_done => break,

@@ -586,19 +586,11 @@ async fn session(
             () = stop.cancelled() => break SessionEnd::Shutdown,
             m = stream.next() => m,
         };
-        let event = match msg {
+        let (event, trace_context) = match msg {
             Some(Ok(pb::WatchEvent {
                 event: Some(e),
                 trace_context,
-            })) => {
-                if !trace_context.is_empty()
-                    && let pb::watch_event::Event::AssignedPod(raw) = &e
-                    && let Some(uid) = uid_of(raw)
-                {
-                    shared.traces.lock().entry(uid).or_default().parent = Some(trace_context);
-                }
-                e
-            }
+            })) => (e, trace_context),
             Some(Ok(_)) => continue,
             Some(Err(status)) => break SessionEnd::Failed(status),
             None => {
@@ -620,7 +612,7 @@ async fn session(
             }
             continue;
         }
-        apply_event(&shared, event);
+        apply_event(&shared, event, trace_context);
     };
 
     // Stop intake, let the cycle in progress finish, let bindings settle.
@@ -643,22 +635,6 @@ async fn session(
     let _ = tokio::time::timeout(Duration::from_secs(10), shared.tracker.wait()).await;
     let _ = housekeeping.await;
     Ok(end)
-}
-
-/// `metadata.uid` of a raw pod, without decoding the rest.
-fn uid_of(raw: &pb::RawObject) -> Option<Arc<str>> {
-    #[derive(serde::Deserialize)]
-    struct Meta {
-        uid: Option<String>,
-    }
-    #[derive(serde::Deserialize)]
-    struct Obj {
-        metadata: Meta,
-    }
-    serde_json::from_slice::<Obj>(&raw.json)
-        .ok()
-        .and_then(|o| o.metadata.uid)
-        .map(Arc::from)
 }
 
 /// Attaches a cycle's span to the pod's trace: the coordinator's dispatch
@@ -689,7 +665,10 @@ fn forget_trace(s: &Shared, uid: &str) {
     }
 }
 
-fn apply_event(s: &Shared, event: pb::watch_event::Event) {
+/// Applies one event from the coordinator; `trace_context` is the
+/// dispatch span's context sent with an assigned pod (empty when tracing is
+/// off), which its next scheduling cycle continues.
+fn apply_event(s: &Shared, event: pb::watch_event::Event, trace_context: trace::Carrier) {
     use pb::watch_event::Event;
     let now = Instant::now();
     match event {
@@ -722,6 +701,10 @@ fn apply_event(s: &Shared, event: pb::watch_event::Event) {
         }
         Event::AssignedPod(raw) => {
             if let Some(pod) = parse_pod(&raw) {
+                if !trace_context.is_empty() {
+                    s.traces.lock().entry(pod.uid.clone()).or_default().parent =
+                        Some(trace_context);
+                }
                 // Its own nomination (status.nominatedNodeName) holds room
                 // for it against lower-priority pods of this worker.
                 match pod.nominated_node_name.as_deref() {

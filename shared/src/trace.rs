@@ -85,8 +85,12 @@ pub fn otlp_requested() -> bool {
 fn span_filter() -> tracing_subscriber::EnvFilter {
     let level = env("FLOTILLA_TRACE_LEVEL")
         .unwrap_or_else(|| "info,flotilla_scheduler::framework=debug".into());
-    tracing_subscriber::EnvFilter::try_new(&level)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"))
+    tracing_subscriber::EnvFilter::try_new(&level).unwrap_or_else(|e| {
+        eprintln!(
+            "warning: FLOTILLA_TRACE_LEVEL={level:?} is not a valid filter ({e}); using \"info\""
+        );
+        tracing_subscriber::EnvFilter::new("info")
+    })
 }
 
 fn log_layer<S>() -> impl tracing_subscriber::Layer<S>

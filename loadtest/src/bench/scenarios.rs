@@ -8,7 +8,6 @@
 //! `CreatePod`s, are the *measured* pods. Churn is background timeline ops.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{
@@ -592,10 +591,4 @@ pub fn build(name: ScenarioName, params: &ScenarioParams) -> Result<Scenario, Sc
         init_pods,
         measured_pods,
     })
-}
-
-/// Whether `dir` holds the openb CSV files.
-#[must_use]
-pub fn openb_present(dir: &Path) -> bool {
-    dir.join(workload::openb::PODS_DEFAULT_FILE).is_file()
 }

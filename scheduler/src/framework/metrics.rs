@@ -155,6 +155,27 @@ impl ProfileMetrics {
         }
     }
 
+    /// Plugin `name` ran at `point`, ending with `code`: one debug event
+    /// (exported as a span event when tracing is on) and, when the cycle is
+    /// sampled (`started` is when the plugin began), its duration.
+    pub(crate) fn plugin_ran(
+        &self,
+        name: &'static str,
+        point: ExtensionPoint,
+        code: Code,
+        started: Option<std::time::Instant>,
+    ) {
+        tracing::debug!(
+            plugin = name,
+            point = point.metric_name(),
+            code = code.as_str(),
+            "plugin ran"
+        );
+        if let Some(t) = started {
+            self.plugin(name, point, code, t.elapsed());
+        }
+    }
+
     /// Plugin `name` ran at `point` in `took`, ending with `code`.
     pub(crate) fn plugin(
         &self,

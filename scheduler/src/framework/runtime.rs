@@ -601,15 +601,8 @@ impl Framework {
         for p in &self.pre_filters {
             let t = timed.then(Instant::now);
             let (res, st) = p.pre_filter(&mut out.state, pod, cluster);
-            tracing::debug!(
-                plugin = p.name(),
-                code = st.code.as_str(),
-                "PreFilter plugin"
-            );
-            if let Some(t) = t {
-                self.metrics
-                    .plugin(p.name(), ExtensionPoint::PreFilter, st.code, t.elapsed());
-            }
+            self.metrics
+                .plugin_ran(p.name(), ExtensionPoint::PreFilter, st.code, t);
             match st.code {
                 Code::Success => {}
                 Code::Skip => out.skipped.push(p.name()),
@@ -1122,15 +1115,8 @@ impl Framework {
             for p in &self.pre_scores {
                 let t = timed.then(Instant::now);
                 let st = p.pre_score(state, pod, feasible_nodes, snap);
-                tracing::debug!(
-                    plugin = p.name(),
-                    code = st.code.as_str(),
-                    "PreScore plugin"
-                );
-                if let Some(t) = t {
-                    self.metrics
-                        .plugin(p.name(), ExtensionPoint::PreScore, st.code, t.elapsed());
-                }
+                self.metrics
+                    .plugin_ran(p.name(), ExtensionPoint::PreScore, st.code, t);
                 match st.code {
                     Code::Success => {}
                     Code::Skip => skipped_scores.push(p.name()),
