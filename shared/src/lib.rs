@@ -43,6 +43,7 @@ pub mod http;
 pub mod images;
 pub mod label_selector;
 pub mod metrics;
+pub mod node_hot;
 pub mod node_info;
 pub mod pdb;
 pub mod pod_affinity;
@@ -60,6 +61,7 @@ pub mod topology_spread;
 pub mod trace;
 pub mod workload;
 
+pub use node_hot::NodeHot;
 pub use node_info::{NodeInfo, NodeSpec};
 pub use pod_info::{PodInfo, PodKey};
 pub use resources::Resources;

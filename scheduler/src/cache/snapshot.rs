@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use flotilla_shared::framework::SharedLister;
-use flotilla_shared::{NodeInfo, PodInfo};
+use flotilla_shared::{NodeHot, NodeInfo, PodInfo};
 
 /// Node name → pods nominated to it (upstream nominator's
 /// `nominatedPods`), each list in nomination order.
@@ -16,6 +16,10 @@ pub type NominatedPods = HashMap<Arc<str>, Vec<Arc<PodInfo>>>;
 #[derive(Debug, Default, Clone)]
 pub struct Snapshot {
     nodes: Vec<Arc<NodeInfo>>,
+    /// `NodeHot::of(nodes[i])` for every `i`: the fields the default
+    /// Filters and Scores read, contiguous (struct-of-arrays style), so the
+    /// cycle's scan streams memory instead of chasing two pointers per node.
+    hot: Vec<NodeHot>,
     index: HashMap<Arc<str>, usize>,
     partition_len: usize,
     /// Cache generation this snapshot reflects.
@@ -68,6 +72,7 @@ impl Snapshot {
         rest.sort_unstable_by(|a, b| a.name().cmp(b.name()));
         self.partition_len = owned.len();
         self.nodes = owned.into_iter().chain(rest).cloned().collect();
+        self.hot = self.nodes.iter().map(|n| NodeHot::of(n)).collect();
         self.index = self
             .nodes
             .iter()
@@ -89,6 +94,7 @@ impl Snapshot {
     pub(crate) fn replace(&mut self, info: &Arc<NodeInfo>) {
         if let Some(&i) = self.index.get(info.name()) {
             self.nodes[i] = info.clone();
+            self.hot[i] = NodeHot::of(info);
             set_membership(
                 &mut self.with_affinity,
                 i,
@@ -106,6 +112,12 @@ impl Snapshot {
     #[must_use]
     pub fn nodes(&self) -> &[Arc<NodeInfo>] {
         &self.nodes
+    }
+
+    /// The hot fields of every node, same order as [`Snapshot::nodes`].
+    #[must_use]
+    pub fn hot(&self) -> &[NodeHot] {
+        &self.hot
     }
 
     /// How many leading entries of [`Snapshot::nodes`] are this worker's partition.

@@ -47,6 +47,7 @@ use flotilla_shared::framework::{
     Status,
 };
 use flotilla_shared::metrics::sample_plugin_metrics;
+use flotilla_shared::node_hot::HotFilter;
 use flotilla_shared::{NodeInfo, PodInfo};
 
 use super::metrics::ProfileMetrics;
@@ -170,6 +171,11 @@ pub struct PreFilterOutcome {
 }
 
 impl PreFilterOutcome {
+    /// Whether some of this cycle's timed Filter calls are still to come.
+    fn timing_pending(&self) -> bool {
+        self.timed_filter_nodes.load(Ordering::Relaxed) > 0
+    }
+
     /// Whether this node's Filter calls are timed (uses up one of the
     /// cycle's timed nodes).
     fn take_timed_node(&self) -> bool {
@@ -618,6 +624,18 @@ impl Framework {
         Ok(out)
     }
 
+    /// The AND of every running Filter's hot condition for `pod`, or `None`
+    /// when one of them has none.
+    fn hot_filter(
+        filters: &[&Arc<dyn FilterPlugin>],
+        state: &CycleState,
+        pod: &PodInfo,
+    ) -> Option<HotFilter> {
+        filters.iter().try_fold(HotFilter::ANY, |acc, f| {
+            Some(acc.and(f.hot_filter(state, pod)?))
+        })
+    }
+
     /// Filter plugins that run given the PreFilter skips.
     fn active_filters(&self, skipped: &[&'static str]) -> Vec<&Arc<dyn FilterPlugin>> {
         self.filters
@@ -898,7 +916,23 @@ impl Framework {
         .entered();
         let total = nodes.len();
         let limit = num_feasible_nodes_to_find(self.percentage_of_nodes_to_score, total);
-        let eval = |idx: usize| self.filter_node(filters, &pre, pod, &nodes[idx], snap);
+        // The fast path: a node meeting every Filter's hot condition is
+        // feasible without a Filter call. Off when a pod is nominated
+        // somewhere (Filter must count nominated pods), and for the first
+        // nodes of a sampled cycle (whose Filter calls are timed for the
+        // plugin metrics).
+        let hot = if snap.has_nominated_pods() {
+            None
+        } else {
+            Self::hot_filter(filters, &pre.state, pod)
+        };
+        let hot_nodes = snap.hot();
+        let eval = |idx: usize| {
+            if hot.is_some_and(|h| !pre.timing_pending() && h.passes(&hot_nodes[idx])) {
+                return Status::success();
+            }
+            self.filter_node(filters, &pre, pod, &nodes[idx], snap)
+        };
         // Parallel chunks may find a few feasible nodes past the limit; like
         // upstream, only `limit` of them count as processed (and get scored
         // and sent to the extenders).
@@ -1094,6 +1128,7 @@ impl Framework {
         candidates: Option<&mut Candidates>,
     ) -> Result<(usize, i64), ScheduleError> {
         let nodes = snap.nodes();
+        let hot = snap.hot();
         let mut skipped_scores: Vec<&'static str> = Vec::new();
         let timed = sample_plugin_metrics();
         let pre_score_started = Instant::now();
@@ -1144,17 +1179,24 @@ impl Framework {
             if skipped_scores.contains(&plugin.name()) {
                 continue;
             }
+            // The hot record when it determines the score, else the full
+            // NodeInfo.
+            let score = |&i: &usize| match plugin.score_hot(state, pod, &hot[i]) {
+                Some(s) => Ok(s),
+                None => plugin.score(state, pod, &nodes[i]),
+            };
             let raw: Result<Vec<i64>, Status> = if timed {
-                // A sampled cycle: the first nodes' calls are timed.
+                // A sampled cycle: the first nodes' calls (on the full
+                // NodeInfo) are timed.
                 feasible
                     .iter()
                     .enumerate()
-                    .map(|(k, &i)| {
+                    .map(|(k, i)| {
                         if k >= TIMED_NODES_PER_SAMPLED_CYCLE {
-                            return plugin.score(state, pod, &nodes[i]);
+                            return score(i);
                         }
                         let t = Instant::now();
-                        let r = plugin.score(state, pod, &nodes[i]);
+                        let r = plugin.score(state, pod, &nodes[*i]);
                         let code = r.as_ref().map_or_else(|st| st.code, |_| Code::Success);
                         self.metrics.plugin(
                             plugin.name(),
@@ -1166,15 +1208,9 @@ impl Framework {
                     })
                     .collect()
             } else if feasible.len() < PARALLEL_SCORE_MIN_NODES {
-                feasible
-                    .iter()
-                    .map(|&i| plugin.score(state, pod, &nodes[i]))
-                    .collect()
+                feasible.iter().map(score).collect()
             } else {
-                feasible
-                    .par_iter()
-                    .map(|&i| plugin.score(state, pod, &nodes[i]))
-                    .collect()
+                feasible.par_iter().map(score).collect()
             };
             let mut scores = raw.map_err(|st| ScheduleError::Internal {
                 plugin: plugin.name(),

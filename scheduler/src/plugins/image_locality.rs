@@ -36,6 +36,7 @@ use flotilla_shared::framework::{
     ClusterEvent, CycleState, MAX_NODE_SCORE, Plugin, PreScorePlugin, ScorePlugin, SharedLister,
     Status,
 };
+use flotilla_shared::node_hot::{HotFlags, NodeHot};
 use flotilla_shared::{NodeInfo, PodInfo};
 
 use super::names;
@@ -170,6 +171,15 @@ impl ScorePlugin for ImageLocality {
             })
             .sum();
         Ok(calculate_priority(sum, s.containers))
+    }
+
+    /// A node reporting no images holds none of the pod's.
+    fn score_hot(&self, state: &CycleState, _pod: &PodInfo, node: &NodeHot) -> Option<i64> {
+        if node.flags.intersects(HotFlags::IMAGES) {
+            return None;
+        }
+        let s = state.read::<PreScoreState>(STATE_KEY)?;
+        Some(calculate_priority(0, s.containers))
     }
 }
 

@@ -12,6 +12,7 @@
 //! - tests sit at the bottom and check the upstream reason text and code.
 
 use flotilla_shared::framework::{ClusterEvent, CycleState, FilterPlugin, Plugin, Status};
+use flotilla_shared::node_hot::HotFilter;
 use flotilla_shared::{NodeInfo, PodInfo};
 
 use super::names;
@@ -56,6 +57,12 @@ impl FilterPlugin for NodeName {
             Some(wanted) if wanted != node.name() => Status::unresolvable(REASON).with_plugin(NAME),
             _ => Status::success(),
         }
+    }
+
+    /// A pod naming no node passes everywhere; one naming a node has no
+    /// hot condition.
+    fn hot_filter(&self, _state: &CycleState, pod: &PodInfo) -> Option<HotFilter> {
+        pod.node_name.is_none().then_some(HotFilter::ANY)
     }
 }
 

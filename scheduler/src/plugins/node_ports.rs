@@ -7,6 +7,7 @@
 
 use flotilla_shared::fit::{self, REASON_PORTS};
 use flotilla_shared::framework::{ClusterEvent, CycleState, FilterPlugin, Plugin, Status};
+use flotilla_shared::node_hot::HotFilter;
 use flotilla_shared::{NodeInfo, PodInfo};
 
 use super::names;
@@ -50,6 +51,11 @@ impl FilterPlugin for NodePorts {
         } else {
             Status::success()
         }
+    }
+
+    /// A pod without host ports passes everywhere.
+    fn hot_filter(&self, _state: &CycleState, pod: &PodInfo) -> Option<HotFilter> {
+        pod.host_ports.is_empty().then_some(HotFilter::ANY)
     }
 }
 

@@ -42,13 +42,13 @@ use flotilla_shared::framework::{
     ClusterEvent, CycleState, MAX_NODE_SCORE, Plugin, PreScorePlugin, ScorePlugin, SharedLister,
     Status,
 };
-use flotilla_shared::{NodeInfo, PodInfo};
+use flotilla_shared::{NodeHot, NodeInfo, PodInfo};
 use serde::Deserialize;
 
 use super::names;
 use super::resource_allocation::{
-    DEFAULT_RESOURCE_WEIGHT, ResourceKind, ResourceSpec, default_resources, defaulted,
-    null_as_default,
+    DEFAULT_RESOURCE_WEIGHT, NodeFigures, ResourceKind, ResourceSpec, default_resources, defaulted,
+    hot_scorable, null_as_default,
 };
 use crate::framework::validation::{self, duplicate, invalid};
 
@@ -204,11 +204,22 @@ impl PreScorePlugin for NodeResourcesBalancedAllocation {
 
 impl ScorePlugin for NodeResourcesBalancedAllocation {
     fn score(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        Ok(self.score_figures(pod, node))
+    }
+
+    fn score_hot(&self, _state: &CycleState, pod: &PodInfo, node: &NodeHot) -> Option<i64> {
+        hot_scorable(&self.resources, pod).then(|| self.score_figures(pod, node))
+    }
+}
+
+impl NodeResourcesBalancedAllocation {
+    /// The score of `node` (its `NodeInfo` or its hot record) for `pod`.
+    fn score_figures(&self, pod: &PodInfo, node: &impl NodeFigures) -> i64 {
         let figures = |r: &ResourceKind| r.allocation(node, r.pod_request(pod, true), true);
         // The default two resources: the same arithmetic without buffers
         // (Score runs per node).
         if let [a, b] = self.resources.as_slice() {
-            return Ok(match (figures(a), figures(b)) {
+            return match (figures(a), figures(b)) {
                 (Some(a), Some(b)) => balanced_resource_score(
                     balance_score(&[
                         fraction(a.requested, a.allocatable),
@@ -221,7 +232,7 @@ impl ScorePlugin for NodeResourcesBalancedAllocation {
                 ),
                 // One or no fraction: std 0 with and without the pod.
                 _ => balanced_resource_score(MAX_NODE_SCORE, MAX_NODE_SCORE),
-            });
+            };
         }
         let n = self.resources.len();
         let (mut stack_with, mut stack_without) =
@@ -242,10 +253,7 @@ impl ScorePlugin for NodeResourcesBalancedAllocation {
                 len += 1;
             }
         }
-        Ok(balanced_resource_score(
-            balance_score(&with[..len]),
-            balance_score(&without[..len]),
-        ))
+        balanced_resource_score(balance_score(&with[..len]), balance_score(&without[..len]))
     }
 }
 

@@ -61,12 +61,14 @@ use flotilla_shared::fit::{self, IgnoredResources};
 use flotilla_shared::framework::{
     ClusterEvent, Code, CycleState, FilterPlugin, MAX_NODE_SCORE, Plugin, ScorePlugin, Status,
 };
+use flotilla_shared::node_hot::{HotFilter, HotRequests, NodeHot};
 use flotilla_shared::{NodeInfo, PodInfo};
 use serde::Deserialize;
 
 use super::names;
 use super::resource_allocation::{
-    ResourceSpec, WeightedResource, default_resources, defaulted, null_as_default,
+    NodeFigures, ResourceSpec, WeightedResource, default_resources, defaulted, hot_scorable,
+    null_as_default,
 };
 use crate::framework::validation::{
     self, forbidden, invalid, label_name_errors, not_supported, quote, required,
@@ -475,10 +477,25 @@ impl FilterPlugin for NodeResourcesFit {
             plugin: NAME,
         }
     }
+
+    /// Passes a node where cpu, memory and ephemeral storage fit with a
+    /// pod slot to spare; a pod requesting extended resources has no hot
+    /// condition (the record holds none).
+    fn hot_filter(&self, _state: &CycleState, pod: &PodInfo) -> Option<HotFilter> {
+        pod.requests.scalar.is_empty().then_some(HotFilter {
+            clear: flotilla_shared::node_hot::HotFlags::NONE,
+            fit: Some(HotRequests {
+                milli_cpu: pod.requests.milli_cpu,
+                memory: pod.requests.memory,
+                ephemeral_storage: pod.requests.ephemeral_storage,
+            }),
+        })
+    }
 }
 
-impl ScorePlugin for NodeResourcesFit {
-    fn score(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+impl NodeResourcesFit {
+    /// The score of `node` (its `NodeInfo` or its hot record) for `pod`.
+    fn score_figures(&self, pod: &PodInfo, node: &impl NodeFigures) -> i64 {
         let (mut sum, mut weights) = (0i64, 0i64);
         for r in &self.resources {
             let Some(a) = r
@@ -504,15 +521,26 @@ impl ScorePlugin for NodeResourcesFit {
             weights += r.weight;
         }
         if weights == 0 {
-            return Ok(0);
+            return 0;
         }
-        Ok(match self.strategy {
+        match self.strategy {
             #[allow(clippy::cast_precision_loss, clippy::cast_possible_truncation)]
             ScoringStrategy::RequestedToCapacityRatio(_) => {
                 (sum as f64 / weights as f64).round() as i64
             }
             _ => sum / weights,
-        })
+        }
+    }
+}
+
+impl ScorePlugin for NodeResourcesFit {
+    fn score(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        Ok(self.score_figures(pod, node))
+    }
+
+    fn score_hot(&self, _state: &CycleState, pod: &PodInfo, node: &NodeHot) -> Option<i64> {
+        hot_scorable(self.resources.iter().map(|r| &r.kind), pod)
+            .then(|| self.score_figures(pod, node))
     }
 }
 

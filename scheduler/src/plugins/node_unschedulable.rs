@@ -7,6 +7,7 @@
 
 use flotilla_shared::fit::{self, REASON_UNSCHEDULABLE};
 use flotilla_shared::framework::{ClusterEvent, CycleState, FilterPlugin, Plugin, Status};
+use flotilla_shared::node_hot::{HotFilter, HotFlags};
 use flotilla_shared::{NodeInfo, PodInfo};
 
 use super::names;
@@ -52,6 +53,15 @@ impl FilterPlugin for NodeUnschedulable {
         } else {
             Status::success()
         }
+    }
+
+    /// Passes every node that is not cordoned (a cordoned node gets the
+    /// full check: the pod may tolerate the cordon).
+    fn hot_filter(&self, _state: &CycleState, _pod: &PodInfo) -> Option<HotFilter> {
+        Some(HotFilter {
+            clear: HotFlags::UNSCHEDULABLE,
+            fit: None,
+        })
     }
 }
 

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Deserializer};
 
 use flotilla_shared::resources::{CPU, EPHEMERAL_STORAGE, MEMORY};
-use flotilla_shared::{NodeInfo, PodInfo};
+use flotilla_shared::{NodeHot, NodeInfo, PodInfo};
 
 /// Upstream default resource weight (applied when a weight is unset or 0).
 pub const DEFAULT_RESOURCE_WEIGHT: i64 = 1;
@@ -135,36 +135,85 @@ impl ResourceKind {
 
     /// The node's figures for this resource with `pod_request` added, or
     /// `None` when upstream leaves the resource out of the score (allocatable
-    /// 0, or an extended resource the pod does not request).
+    /// 0, or an extended resource the pod does not request). Also `None`
+    /// for a requested extended resource read from figures that lack it
+    /// (a [`NodeHot`]): callers check [`hot_scorable`] first.
     #[must_use]
     pub fn allocation(
         &self,
-        node: &NodeInfo,
+        node: &impl NodeFigures,
         pod_request: i64,
         use_requested: bool,
     ) -> Option<Allocation> {
-        let alloc = &node.spec.allocatable;
-        let (allocatable, node_requested) = match self {
-            ResourceKind::Cpu if use_requested => (alloc.milli_cpu, node.requested.milli_cpu),
-            ResourceKind::Cpu => (alloc.milli_cpu, node.non_zero_milli_cpu),
-            ResourceKind::Memory if use_requested => (alloc.memory, node.requested.memory),
-            ResourceKind::Memory => (alloc.memory, node.non_zero_memory),
-            ResourceKind::EphemeralStorage => {
-                (alloc.ephemeral_storage, node.requested.ephemeral_storage)
-            }
-            ResourceKind::Scalar(name) => {
-                if pod_request == 0 {
-                    return None;
-                }
-                (alloc.scalar(name), node.requested.scalar(name))
-            }
-        };
+        if matches!(self, ResourceKind::Scalar(_)) && pod_request == 0 {
+            return None;
+        }
+        let (allocatable, node_requested) = node.figures(self, use_requested)?;
         (allocatable != 0).then_some(Allocation {
             allocatable,
             node_requested,
             requested: node_requested + pod_request,
         })
     }
+}
+
+/// Where a node's resource figures come from: its [`NodeInfo`], or its
+/// [`NodeHot`] record in the snapshot (which has no extended resources).
+pub trait NodeFigures {
+    /// `(allocatable, requested on the node)` of `kind`: the non-zero
+    /// cpu / memory sums unless `use_requested`. `None` when these figures
+    /// do not hold the resource (an extended resource on a [`NodeHot`]).
+    fn figures(&self, kind: &ResourceKind, use_requested: bool) -> Option<(i64, i64)>;
+}
+
+impl NodeFigures for NodeInfo {
+    fn figures(&self, kind: &ResourceKind, use_requested: bool) -> Option<(i64, i64)> {
+        let alloc = &self.spec.allocatable;
+        Some(match kind {
+            ResourceKind::Cpu if use_requested => (alloc.milli_cpu, self.requested.milli_cpu),
+            ResourceKind::Cpu => (alloc.milli_cpu, self.non_zero_milli_cpu),
+            ResourceKind::Memory if use_requested => (alloc.memory, self.requested.memory),
+            ResourceKind::Memory => (alloc.memory, self.non_zero_memory),
+            ResourceKind::EphemeralStorage => {
+                (alloc.ephemeral_storage, self.requested.ephemeral_storage)
+            }
+            ResourceKind::Scalar(name) => (alloc.scalar(name), self.requested.scalar(name)),
+        })
+    }
+}
+
+impl NodeFigures for NodeHot {
+    fn figures(&self, kind: &ResourceKind, use_requested: bool) -> Option<(i64, i64)> {
+        Some(match kind {
+            ResourceKind::Cpu if use_requested => {
+                (self.allocatable_milli_cpu, self.requested_milli_cpu)
+            }
+            ResourceKind::Cpu => (self.allocatable_milli_cpu, self.non_zero_milli_cpu),
+            ResourceKind::Memory if use_requested => {
+                (self.allocatable_memory, self.requested_memory)
+            }
+            ResourceKind::Memory => (self.allocatable_memory, self.non_zero_memory),
+            ResourceKind::EphemeralStorage => (
+                self.allocatable_ephemeral_storage,
+                self.requested_ephemeral_storage,
+            ),
+            ResourceKind::Scalar(_) => return None,
+        })
+    }
+}
+
+/// Whether the score over `resources` for `pod` can be computed from a
+/// [`NodeHot`]: no configured extended resource is requested by the pod
+/// (an unrequested one is left out of the score anyway).
+#[must_use]
+pub fn hot_scorable<'a>(
+    resources: impl IntoIterator<Item = &'a ResourceKind>,
+    pod: &PodInfo,
+) -> bool {
+    resources.into_iter().all(|kind| match kind {
+        ResourceKind::Scalar(name) => pod.requests.scalar(name) == 0,
+        _ => true,
+    })
 }
 
 /// One resource's figures on one node (millicores for cpu, bytes for

@@ -15,6 +15,7 @@ use flotilla_shared::framework::{
     ClusterEvent, CycleState, FilterPlugin, MAX_NODE_SCORE, Plugin, ScorePlugin, Status,
     default_normalize_score,
 };
+use flotilla_shared::node_hot::{HotFilter, HotFlags, NodeHot};
 use flotilla_shared::taints::{self, NO_EXECUTE, NO_SCHEDULE, PREFER_NO_SCHEDULE};
 use flotilla_shared::{NodeInfo, PodInfo};
 
@@ -63,6 +64,14 @@ impl FilterPlugin for TaintToleration {
             Status::success()
         }
     }
+
+    /// Passes every node without a `NoSchedule` / `NoExecute` taint.
+    fn hot_filter(&self, _state: &CycleState, _pod: &PodInfo) -> Option<HotFilter> {
+        Some(HotFilter {
+            clear: HotFlags::NO_SCHEDULE_TAINT,
+            fit: None,
+        })
+    }
 }
 
 impl ScorePlugin for TaintToleration {
@@ -78,6 +87,11 @@ impl ScorePlugin for TaintToleration {
             .filter(|t| t.effect == PREFER_NO_SCHEDULE && !taints::tolerated(&pod.tolerations, t))
             .count();
         Ok(i64::try_from(count).unwrap_or(i64::MAX))
+    }
+
+    /// 0 intolerable `PreferNoSchedule` taints on a node that has none.
+    fn score_hot(&self, _state: &CycleState, _pod: &PodInfo, node: &NodeHot) -> Option<i64> {
+        (!node.flags.intersects(HotFlags::PREFER_NO_SCHEDULE_TAINT)).then_some(0)
     }
 
     fn normalize_score(&self, _state: &CycleState, _pod: &PodInfo, scores: &mut [i64]) {

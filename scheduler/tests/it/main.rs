@@ -8,6 +8,7 @@ mod extender_config;
 mod extenders;
 mod fit_error;
 mod fit_strategies;
+mod hot_path;
 mod image_locality;
 mod inter_pod_affinity;
 mod node_cache;

@@ -32,6 +32,7 @@ pub use cycle_state::CycleState;
 pub use fit_error::{Diagnosis, FitError, REASON_FILTERED_BY_PREFILTER};
 pub use status::{Code, Status};
 
+use crate::node_hot::{HotFilter, NodeHot};
 use crate::node_info::NodeInfo;
 use crate::pod_info::PodInfo;
 
@@ -261,6 +262,19 @@ pub trait FilterPlugin: Plugin {
     /// Decide feasibility. Called concurrently for many nodes (from several
     /// threads): read `state`, never block.
     fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status;
+
+    /// The fast path: a condition on a node's [`NodeHot`] fields under which
+    /// [`FilterPlugin::filter`] surely returns success for `pod`, decided
+    /// once per cycle (after PreFilter, so `state` is readable). The
+    /// framework passes a node without calling any `filter` when every
+    /// running Filter's condition holds for it, and calls the Filter chain
+    /// as usual otherwise (a condition that fails says nothing: the Filter
+    /// decides and gives its reason). `None`, the default, means no
+    /// condition exists for this pod and turns the fast path off for the
+    /// cycle, so a plugin that does not implement it stays correct.
+    fn hot_filter(&self, _state: &CycleState, _pod: &PodInfo) -> Option<HotFilter> {
+        None
+    }
 }
 
 /// PreScore: once per pod, after Filter, over the feasible nodes that will be
@@ -288,6 +302,14 @@ pub trait ScorePlugin: Plugin {
     /// # Errors
     /// A `Status` with code `Error` aborts the cycle.
     fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status>;
+
+    /// The fast path: the raw score of a node from its [`NodeHot`] fields
+    /// when they determine it, which must equal what [`ScorePlugin::score`]
+    /// returns for the node; `None`, the default, and the framework calls
+    /// `score`.
+    fn score_hot(&self, _state: &CycleState, _pod: &PodInfo, _node: &NodeHot) -> Option<i64> {
+        None
+    }
 
     /// Maps raw scores (one per feasible node, same order) into
     /// [`MIN_NODE_SCORE`]..=[`MAX_NODE_SCORE`]. The default leaves them as is.
