@@ -17,7 +17,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use flotilla_shared::{NodeInfo, PodInfo, pod_affinity, topology_spread};
+use flotilla_shared::spread_counts::SpreadCounts;
+use flotilla_shared::{NodeInfo, PodInfo, pod_affinity};
 
 /// Which cross-node Filter plugins a profile runs, so the arbiter enforces
 /// exactly those for its pods. Unknown profiles get both (the default
@@ -50,7 +51,9 @@ pub fn has_required_anti_affinity(pod: &PodInfo) -> bool {
 
 /// Re-checks placing `pod` on `node` against every node of the arbiter's
 /// view. `anti_affinity_pods` is how many placed pods carry required
-/// anti-affinity (0 lets a pod without terms skip the cluster-wide pass).
+/// anti-affinity (0 lets a pod without terms skip the cluster-wide pass);
+/// `spread` holds the view's per-domain spread counts (made on first use,
+/// kept current by the caller).
 ///
 /// # Errors
 /// The upstream Filter reason of the first violated constraint.
@@ -61,9 +64,12 @@ pub fn check(
     nodes: &HashMap<std::sync::Arc<str>, NodeInfo>,
     namespaces: &BTreeMap<String, BTreeMap<String, String>>,
     anti_affinity_pods: usize,
+    spread: &mut SpreadCounts,
 ) -> Result<(), &'static str> {
     if checks.topology_spread && pod.topology_spread_constraints.iter().any(|c| c.is_hard()) {
-        topology_spread::check_placement(pod, nodes.values(), node).map_err(|v| v.reason())?;
+        spread
+            .check_placement(pod, || nodes.values(), node)
+            .map_err(|v| v.reason())?;
     }
     let pod_terms = pod
         .pod_affinity

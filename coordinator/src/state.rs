@@ -50,6 +50,7 @@ use flotilla_shared::fit::{self, IgnoredResources};
 use flotilla_shared::node_info::{NodeInfo, NodeSpec, Orphans};
 use flotilla_shared::pod_info::PodInfo;
 use flotilla_shared::priority::PriorityClasses;
+use flotilla_shared::spread_counts::SpreadCounts;
 use flotilla_shared::{PodKey, WorkloadClass};
 
 use crate::arbiter::{self, CrossNodeChecks};
@@ -221,6 +222,9 @@ struct Inner {
     ignored_resources: HashMap<String, IgnoredResources>,
     /// Placed pods (bound, granted or orphaned) with required anti-affinity.
     anti_affinity_pods: usize,
+    /// Per-domain counts for hard spread constraints, fed by `place` /
+    /// `unplace` over `nodes`, reset when a node comes, goes or relabels.
+    spread: SpreadCounts,
     /// [`Coordinator::set_arbitration`]`(false)`: grant every proposal for
     /// a known node unchecked (the single-scheduler baseline).
     unarbitrated: bool,
@@ -496,7 +500,7 @@ impl Inner {
     /// view: the shared fit check, the room nominated pods hold, and the
     /// cross-node constraints the pod's profile filters on. Returns the
     /// node's interned name when granted.
-    fn check_grant(&self, info: &PodInfo, node: &str) -> Result<Arc<str>, Refusal> {
+    fn check_grant(&mut self, info: &PodInfo, node: &str) -> Result<Arc<str>, Refusal> {
         let Some((name, ninfo)) = self.nodes.get_key_value(node) else {
             return Err(Refusal::NoNode);
         };
@@ -525,6 +529,7 @@ impl Inner {
             &self.nodes,
             &self.namespaces,
             self.anti_affinity_pods,
+            &mut self.spread,
         )
         .map_err(Refusal::CrossNode)?;
         Ok(name.clone())
@@ -673,7 +678,13 @@ impl Inner {
 
     fn place(&mut self, node: &Arc<str>, info: &Arc<PodInfo>) {
         let added = match self.nodes.get_mut(node) {
-            Some(n) => n.add_pod(info.clone()),
+            Some(n) => {
+                let added = n.add_pod(info.clone());
+                if added {
+                    self.spread.pod_placed(info, n);
+                }
+                added
+            }
             None => {
                 self.orphans.park(node, info.clone());
                 true
@@ -772,7 +783,11 @@ impl Inner {
     fn unplace(&mut self, node: &Arc<str>, uid: &str) {
         let removed = match self.orphans.remove(node, uid) {
             Some(p) => Some(p),
-            None => self.nodes.get_mut(node).and_then(|n| n.remove_pod(uid)),
+            None => self.nodes.get_mut(node).and_then(|n| {
+                let p = n.remove_pod(uid)?;
+                self.spread.pod_removed(&p, n);
+                Some(p)
+            }),
         };
         if removed.is_some_and(|p| arbiter::has_required_anti_affinity(&p)) {
             self.anti_affinity_pods -= 1;
@@ -1199,8 +1214,14 @@ impl Coordinator {
                 };
                 let name = spec.name.clone();
                 match inner.nodes.get_mut(&name) {
-                    Some(n) => n.set_spec(spec),
+                    Some(n) => {
+                        if n.spec.labels != spec.labels {
+                            inner.spread.invalidate();
+                        }
+                        n.set_spec(spec);
+                    }
                     None => {
+                        inner.spread.invalidate();
                         let mut info = NodeInfo::new(spec);
                         for pod in inner.orphans.take(&name) {
                             info.add_pod(pod);
@@ -1216,6 +1237,7 @@ impl Coordinator {
                     return;
                 };
                 if let Some(info) = inner.nodes.remove(name) {
+                    inner.spread.invalidate();
                     // Pods bound to it still hold its room (a deleted and
                     // re-created Node keeps them in Kubernetes).
                     inner.orphans.park_all(&info);

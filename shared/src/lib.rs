@@ -54,6 +54,7 @@ pub mod priority;
 pub mod quantity;
 pub mod resources;
 pub mod selector;
+pub mod spread_counts;
 pub mod taints;
 pub mod telemetry;
 pub mod testing;

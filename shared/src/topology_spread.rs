@@ -500,7 +500,7 @@ impl fmt::Display for SpreadViolation {
 /// The first [`SpreadViolation`].
 pub fn check_node(
     constraints: &[TopologySpreadConstraint],
-    counts: &[DomainCounts],
+    counts: &[impl std::borrow::Borrow<DomainCounts>],
     self_match: &[bool],
     node: &NodeSpec,
 ) -> Result<(), SpreadViolation> {
@@ -510,7 +510,7 @@ pub fn check_node(
                 topology_key: c.topology_key.clone(),
             });
         };
-        let Some(domains) = counts.get(i) else {
+        let Some(domains) = counts.get(i).map(std::borrow::Borrow::borrow) else {
             continue;
         };
         let own = i64::from(self_match.get(i).copied().unwrap_or(false));

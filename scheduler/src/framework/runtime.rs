@@ -624,16 +624,23 @@ impl Framework {
         Ok(out)
     }
 
-    /// The AND of every running Filter's hot condition for `pod`, or `None`
-    /// when one of them has none.
-    fn hot_filter(
-        filters: &[&Arc<dyn FilterPlugin>],
+    /// The AND of the running Filters' hot conditions for `pod`, and the
+    /// Filters (in order) that have none and must still be called on a node
+    /// meeting it.
+    fn hot_filter<'f>(
+        filters: &[&'f Arc<dyn FilterPlugin>],
         state: &CycleState,
         pod: &PodInfo,
-    ) -> Option<HotFilter> {
-        filters.iter().try_fold(HotFilter::ANY, |acc, f| {
-            Some(acc.and(f.hot_filter(state, pod)?))
-        })
+    ) -> (HotFilter, Vec<&'f Arc<dyn FilterPlugin>>) {
+        let mut cond = HotFilter::ANY;
+        let mut residual = Vec::new();
+        for f in filters {
+            match f.hot_filter(state, pod) {
+                Some(c) => cond = cond.and(c),
+                None => residual.push(*f),
+            }
+        }
+        (cond, residual)
     }
 
     /// Filter plugins that run given the PreFilter skips.
@@ -916,20 +923,26 @@ impl Framework {
         .entered();
         let total = nodes.len();
         let limit = num_feasible_nodes_to_find(self.percentage_of_nodes_to_score, total);
-        // The fast path: a node meeting every Filter's hot condition is
-        // feasible without a Filter call. Off when a pod is nominated
-        // somewhere (Filter must count nominated pods), and for the first
-        // nodes of a sampled cycle (whose Filter calls are timed for the
-        // plugin metrics).
+        // The fast path: a node meeting the hot conditions of the Filters
+        // that have one needs only the other Filters (none, for most pods)
+        // called. Off when a pod is nominated somewhere (Filter must count
+        // nominated pods), and for the first nodes of a sampled cycle
+        // (whose Filter calls are timed for the plugin metrics).
         let hot = if snap.has_nominated_pods() {
             None
         } else {
-            Self::hot_filter(filters, &pre.state, pod)
+            Some(Self::hot_filter(filters, &pre.state, pod))
         };
         let hot_nodes = snap.hot();
         let eval = |idx: usize| {
-            if hot.is_some_and(|h| !pre.timing_pending() && h.passes(&hot_nodes[idx])) {
-                return Status::success();
+            if let Some((cond, residual)) = &hot
+                && !pre.timing_pending()
+                && cond.passes(&hot_nodes[idx])
+            {
+                // The Filters the condition stands for pass, so the first
+                // rejection, if any, is the first residual one's: the same
+                // status the whole chain would give.
+                return Self::run_filters(residual, &pre.state, pod, &nodes[idx]);
             }
             self.filter_node(filters, &pre, pod, &nodes[idx], snap)
         };

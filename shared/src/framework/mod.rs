@@ -265,13 +265,13 @@ pub trait FilterPlugin: Plugin {
 
     /// The fast path: a condition on a node's [`NodeHot`] fields under which
     /// [`FilterPlugin::filter`] surely returns success for `pod`, decided
-    /// once per cycle (after PreFilter, so `state` is readable). The
-    /// framework passes a node without calling any `filter` when every
-    /// running Filter's condition holds for it, and calls the Filter chain
-    /// as usual otherwise (a condition that fails says nothing: the Filter
-    /// decides and gives its reason). `None`, the default, means no
-    /// condition exists for this pod and turns the fast path off for the
-    /// cycle, so a plugin that does not implement it stays correct.
+    /// once per cycle (after PreFilter, so `state` is readable). On a node
+    /// meeting the conditions of the Filters that have one, the framework
+    /// calls only the other Filters; on any other node, the whole chain as
+    /// usual (a condition that fails says nothing: the Filter decides and
+    /// gives its reason). `None`, the default, means no condition exists
+    /// for this pod: this plugin's `filter` is then called on every node,
+    /// so a plugin that does not implement it stays correct.
     fn hot_filter(&self, _state: &CycleState, _pod: &PodInfo) -> Option<HotFilter> {
         None
     }

@@ -1,0 +1,373 @@
+//! Incremental per-domain counts for hard topology spread constraints, so
+//! the coordinator's bind arbiter checks `maxSkew` in O(domains) instead of
+//! recounting every pod on every node for each proposal (2.6 ms at 5,000
+//! nodes; the arbiter runs under the coordinator's lock).
+//!
+//! An entry holds, for one (namespace, selector, topology key, the pod's
+//! set of constraint keys), exactly what [`count_domains`] would return
+//! for that constraint over the same nodes. Entries are made on first use
+//! by a full count, then kept current by [`SpreadCounts::pod_placed`] /
+//! [`SpreadCounts::pod_removed`], and dropped by
+//! [`SpreadCounts::invalidate`] when the node set or a node's labels
+//! change. Only constraints whose eligible domains are "every node with
+//! the keys" are indexed: taints policy `Ignore` (the default) and node
+//! affinity that cannot exclude a node (policy `Ignore`, or a pod without
+//! `nodeSelector` and required node affinity). Other constraints are
+//! counted in full each time, as before.
+
+use std::sync::Arc;
+
+use crate::label_selector::LabelSelector;
+use crate::node_info::NodeInfo;
+use crate::pod_info::PodInfo;
+use crate::topology_spread::{
+    DomainCounts, NodeInclusionPolicy, SpreadViolation, TopologySpreadConstraint, check_node,
+    count_domains, hard_constraints,
+};
+
+/// At most this many entries; past it the index starts over (each entry
+/// costs a selector match per placed pod).
+const MAX_ENTRIES: usize = 64;
+
+#[derive(Debug, Clone)]
+struct Entry {
+    namespace: Arc<str>,
+    selector: LabelSelector,
+    topology_key: String,
+    /// Every hard constraint key of the pods that share this entry: a node
+    /// lacking one is no domain (upstream `nodeLabelsMatchSpreadConstraints`).
+    all_keys: Vec<String>,
+    counts: DomainCounts,
+}
+
+impl Entry {
+    fn is_for(&self, namespace: &str, c: &TopologySpreadConstraint, all_keys: &[String]) -> bool {
+        &*self.namespace == namespace
+            && self.topology_key == c.topology_key
+            && c.selector.as_ref() == Some(&self.selector)
+            && self.all_keys == all_keys
+    }
+
+    /// The domain of `node` for this entry, if it is one.
+    fn domain<'a>(&self, node: &'a NodeInfo) -> Option<&'a String> {
+        let labels = &node.spec.labels;
+        if !self.all_keys.iter().all(|k| labels.contains_key(k)) {
+            return None;
+        }
+        labels.get(&self.topology_key)
+    }
+
+    /// Whether `pod` counts in this entry (upstream `countPodsMatchSelector`).
+    fn counts_pod(&self, pod: &PodInfo) -> bool {
+        *pod.key.namespace == *self.namespace
+            && pod.pod.metadata.deletion_timestamp.is_none()
+            && self.selector.matches(&pod.labels)
+    }
+
+    fn adjust(&mut self, pod: &PodInfo, node: &NodeInfo, by: i64) {
+        if !self.counts_pod(pod) {
+            return;
+        }
+        if let Some(value) = self.domain(node) {
+            // The node was a domain when the entry was made (a new node
+            // invalidates), so the key is there.
+            if let Some(n) = self.counts.counts.get_mut(value.as_str()) {
+                *n += by;
+            }
+        }
+    }
+}
+
+/// Whether `c`'s eligible domains for `pod` are every node holding the
+/// constraint keys (so placements elsewhere keep the counts exact).
+fn indexable(pod: &PodInfo, c: &TopologySpreadConstraint) -> bool {
+    c.selector.is_some()
+        && c.node_taints_policy == NodeInclusionPolicy::Ignore
+        && (c.node_affinity_policy == NodeInclusionPolicy::Ignore
+            || (pod.node_selector.is_empty() && pod.required_affinity.is_none()))
+}
+
+/// The index (see the module docs). Feed it every placement and removal
+/// of the node view it is used with.
+#[derive(Debug, Default)]
+pub struct SpreadCounts {
+    entries: Vec<Entry>,
+}
+
+impl SpreadCounts {
+    /// Counts `pod`, just placed on `node`, in every entry it matches.
+    pub fn pod_placed(&mut self, pod: &PodInfo, node: &NodeInfo) {
+        for e in &mut self.entries {
+            e.adjust(pod, node, 1);
+        }
+    }
+
+    /// Uncounts `pod`, just removed from `node`.
+    pub fn pod_removed(&mut self, pod: &PodInfo, node: &NodeInfo) {
+        for e in &mut self.entries {
+            e.adjust(pod, node, -1);
+        }
+    }
+
+    /// Forgets every entry: call when a node is added or removed or its
+    /// labels change.
+    pub fn invalidate(&mut self) {
+        self.entries.clear();
+    }
+
+    /// Entries held (for tests and metrics).
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether no entry is held.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// [`crate::topology_spread::check_placement`] with the counts from the
+    /// index where it can: placing `pod` on `target`, in the cluster made of
+    /// `nodes` (the same view the index is fed from).
+    ///
+    /// # Errors
+    /// The first [`SpreadViolation`] on `target`.
+    pub fn check_placement<'a, I>(
+        &mut self,
+        pod: &PodInfo,
+        nodes: impl Fn() -> I,
+        target: &NodeInfo,
+    ) -> Result<(), SpreadViolation>
+    where
+        I: Iterator<Item = &'a NodeInfo>,
+    {
+        let constraints = hard_constraints(pod);
+        if constraints.is_empty() {
+            return Ok(());
+        }
+        let mut all_keys: Vec<String> =
+            constraints.iter().map(|c| c.topology_key.clone()).collect();
+        all_keys.sort_unstable();
+        all_keys.dedup();
+        let namespace = &*pod.key.namespace;
+        let found: Vec<Option<usize>> = constraints
+            .iter()
+            .map(|c| {
+                if !indexable(pod, c) {
+                    return None;
+                }
+                self.entries
+                    .iter()
+                    .position(|e| e.is_for(namespace, c, &all_keys))
+            })
+            .collect();
+        let fresh: Option<Vec<DomainCounts>> = constraints
+            .iter()
+            .zip(&found)
+            .any(|(c, f)| f.is_none() || !indexable(pod, c))
+            .then(|| count_domains(pod, &constraints, nodes()));
+        if let Some(fresh) = &fresh {
+            if self.entries.len() + constraints.len() > MAX_ENTRIES {
+                self.entries.clear();
+            }
+            for (c, counts) in constraints.iter().zip(fresh) {
+                if indexable(pod, c)
+                    && !self
+                        .entries
+                        .iter()
+                        .any(|e| e.is_for(namespace, c, &all_keys))
+                    && let Some(selector) = &c.selector
+                {
+                    self.entries.push(Entry {
+                        namespace: pod.key.namespace.clone(),
+                        selector: selector.clone(),
+                        topology_key: c.topology_key.clone(),
+                        all_keys: all_keys.clone(),
+                        counts: counts.clone(),
+                    });
+                }
+            }
+            let self_match: Vec<bool> =
+                constraints.iter().map(|c| c.selects(&pod.labels)).collect();
+            return check_node(&constraints, fresh, &self_match, &target.spec);
+        }
+        let counts: Vec<&DomainCounts> = found
+            .iter()
+            .map(|f| &self.entries[f.expect("every constraint found")].counts)
+            .collect();
+        let self_match: Vec<bool> = constraints.iter().map(|c| c.selects(&pod.labels)).collect();
+        check_node(&constraints, &counts, &self_match, &target.spec)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use k8s_openapi::api::core::v1::TopologySpreadConstraint as K8sConstraint;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector as K8sSelector;
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::testing::{NodeBuilder, PodBuilder};
+    use crate::topology_spread;
+
+    fn constraint(key: &str, max_skew: i32) -> K8sConstraint {
+        K8sConstraint {
+            max_skew,
+            topology_key: key.into(),
+            when_unsatisfiable: "DoNotSchedule".into(),
+            label_selector: Some(K8sSelector {
+                match_labels: Some([("app".to_owned(), "web".to_owned())].into()),
+                match_expressions: None,
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// A pod of app `app` in `ns`, with zone (and, if `both`, hostname)
+    /// constraints.
+    fn spread_pod(name: &str, ns: &str, app: &str, both: bool) -> PodInfo {
+        let mut b = PodBuilder::new(name)
+            .namespace(ns)
+            .label("app", app)
+            .spread_constraint(constraint("zone", 1));
+        if both {
+            b = b.spread_constraint(constraint("kubernetes.io/hostname", 2));
+        }
+        b.build_info()
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// Place pod (app index, namespace index, both constraints) on node.
+        Place(usize, usize, bool, usize),
+        /// Remove the k-th placed pod.
+        Remove(usize),
+        /// Relabel node i into zone z (or drop its zone label).
+        Relabel(usize, Option<usize>),
+        /// Check a new pod (both constraints?) on node i.
+        Check(bool, usize, usize),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (0usize..2, 0usize..2, any::<bool>(), 0usize..6).prop_map(|(a, n, b, i)| Op::Place(a, n, b, i)),
+            1 => (0usize..16).prop_map(Op::Remove),
+            1 => (0usize..6, proptest::option::of(0usize..3)).prop_map(|(i, z)| Op::Relabel(i, z)),
+            4 => (any::<bool>(), 0usize..2, 0usize..6).prop_map(|(b, n, i)| Op::Check(b, n, i)),
+        ]
+    }
+
+    fn node(i: usize, zone: Option<usize>) -> NodeInfo {
+        let mut b = NodeBuilder::new(&format!("n{i}")).pods(100);
+        if let Some(z) = zone {
+            b = b.label("zone", &format!("z{z}"));
+        }
+        NodeInfo::new(Arc::new(b.build_spec()))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// Whatever happens to the view, the indexed check answers as the
+        /// full recount does (the caller invalidating on relabels).
+        #[test]
+        fn the_index_answers_as_a_full_recount(ops in proptest::collection::vec(op(), 1..60)) {
+            const APPS: [&str; 2] = ["web", "db"];
+            const NS: [&str; 2] = ["default", "other"];
+            // n5 has no zone label from the start.
+            let mut nodes: HashMap<String, NodeInfo> = (0..6)
+                .map(|i| (format!("n{i}"), node(i, (i < 5).then_some(i % 3))))
+                .collect();
+            let mut index = SpreadCounts::default();
+            let mut placed: Vec<(Arc<PodInfo>, String)> = Vec::new();
+            let mut serial = 0;
+            for op in ops {
+                match op {
+                    Op::Place(a, n, both, i) => {
+                        serial += 1;
+                        let pod = Arc::new(spread_pod(&format!("p{serial}"), NS[n], APPS[a], both));
+                        let name = format!("n{i}");
+                        let info = nodes.get_mut(&name).unwrap();
+                        prop_assert!(info.add_pod(pod.clone()));
+                        index.pod_placed(&pod, info);
+                        placed.push((pod, name));
+                    }
+                    Op::Remove(k) if !placed.is_empty() => {
+                        let (pod, name) = placed.remove(k % placed.len());
+                        let info = nodes.get_mut(&name).unwrap();
+                        let removed = info.remove_pod(&pod.uid).unwrap();
+                        index.pod_removed(&removed, info);
+                    }
+                    Op::Remove(_) => {}
+                    Op::Relabel(i, zone) => {
+                        let name = format!("n{i}");
+                        let fresh = node(i, zone);
+                        let info = nodes.get_mut(&name).unwrap();
+                        if info.spec.labels != fresh.spec.labels {
+                            index.invalidate();
+                        }
+                        info.set_spec(fresh.spec.clone());
+                    }
+                    Op::Check(both, n, i) => {
+                        let pod = spread_pod("new", NS[n], "web", both);
+                        let target = &nodes[&format!("n{i}")];
+                        let want = topology_spread::check_placement(&pod, nodes.values(), target);
+                        let got = index.check_placement(&pod, || nodes.values(), target);
+                        prop_assert_eq!(got, want);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn an_entry_is_made_once_and_then_kept_current() {
+        let mut nodes: HashMap<String, NodeInfo> = (0..3)
+            .map(|i| (format!("n{i}"), node(i, Some(i))))
+            .collect();
+        let mut index = SpreadCounts::default();
+        let pod = spread_pod("new", "default", "web", false);
+        // n0: 0 + 1 - 0 = 1 ≤ 1.
+        assert!(
+            index
+                .check_placement(&pod, || nodes.values(), &nodes["n0"])
+                .is_ok()
+        );
+        assert_eq!(index.len(), 1);
+        let web = Arc::new(spread_pod("w1", "default", "web", false));
+        let n0 = nodes.get_mut("n0").unwrap();
+        n0.add_pod(web.clone());
+        index.pod_placed(&web, n0);
+        // Now n0 would be 1 + 1 - 0 = 2 > 1; the entry saw the placement.
+        let err = index
+            .check_placement(&pod, || nodes.values(), &nodes["n0"])
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("zone=z0 would have skew 2"),
+            "{err}"
+        );
+        assert_eq!(index.len(), 1, "no second entry");
+        // Other namespaces and apps do not count.
+        let other = Arc::new(spread_pod("o1", "other", "web", false));
+        let n1 = nodes.get_mut("n1").unwrap();
+        n1.add_pod(other.clone());
+        index.pod_placed(&other, n1);
+        assert!(
+            index
+                .check_placement(&pod, || nodes.values(), &nodes["n1"])
+                .is_ok()
+        );
+        // Removing the pod frees n0 again.
+        let n0 = nodes.get_mut("n0").unwrap();
+        let gone = n0.remove_pod(&web.uid).unwrap();
+        index.pod_removed(&gone, n0);
+        assert!(
+            index
+                .check_placement(&pod, || nodes.values(), &nodes["n0"])
+                .is_ok()
+        );
+    }
+}
