@@ -1005,7 +1005,7 @@ async fn bench_scenario(kubeconfig: &Path) {
     assert_eq!(r["pods"], 500);
     assert_eq!(r["scheduler"], "flotilla");
     check_bench_run(&client, &r, 500).await;
-    // Flotilla's own count agrees with the server's.
+    // The coordinator counts its own writes too (at least the Bindings).
     assert!(
         r["ownApiWritesPerPod"].as_f64().expect("number") >= 1.0,
         "{r}"

@@ -35,11 +35,11 @@
 //!
 //! Every write first checks the [`WriteFence`]: once leadership is lost it
 //! answers `Unavailable` without calling the server. With
-//! [`KubeOptions::write_limit`] every write then waits for a token of a
-//! client-side [`TokenBucket`] (kube-scheduler's `--kube-api-qps` /
-//! `--kube-api-burst`); Events take theirs from a second bucket of the same
-//! rate, as kube-scheduler's separate event client. Reads (lists, watches)
-//! are not limited.
+//! [`KubeOptions::write_limit`] every write but Events then waits for a
+//! token of a client-side [`TokenBucket`] (kube-scheduler's
+//! `--kube-api-qps` / `--kube-api-burst`). Events have their own limit,
+//! [`KubeOptions::events`] (default 50 / 100, kube-scheduler's defaults for
+//! its separate event client). Reads (lists, watches) are not limited.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -326,7 +326,8 @@ pub struct KubeOptions {
     /// The fence checked before writes.
     pub fence: WriteFence,
     /// Client-side limit on writes (Bindings, status patches, deletions;
-    /// Events in a bucket of their own). `None`: unlimited.
+    /// not Events, which [`KubeOptions::events`] limits). `None`:
+    /// unlimited.
     pub write_limit: Option<RateLimit>,
 }
 
@@ -452,7 +453,6 @@ impl KubeCluster {
             reporting_instance: options.reporting_instance.clone(),
             timeout: options.request_timeout,
             fence: options.fence.clone(),
-            limiter: options.write_limit.map(TokenBucket::new),
         });
         KubeCluster {
             events: EventRecorder::spawn(writer, options.events),
@@ -819,7 +819,6 @@ struct KubeEventWriter {
     reporting_instance: String,
     timeout: Duration,
     fence: WriteFence,
-    limiter: Option<TokenBucket>,
 }
 
 fn regarding(pod: &PodRef) -> ObjectReference {
@@ -891,7 +890,6 @@ pub fn core_v1_event(ev: &SchedulingEvent, now: Timestamp) -> CoreEvent {
 impl EventWriter for KubeEventWriter {
     async fn write(&self, ev: &SchedulingEvent) -> Result<(), ClusterError> {
         self.fence.check()?;
-        ratelimit::acquire(self.limiter.as_ref()).await;
         let now = Timestamp::now();
         let pp = PostParams::default();
         let ns = &ev.pod.namespace;

@@ -48,6 +48,7 @@ use kube::runtime::watcher::{self, Event as WatcherEvent};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
+use flotilla_coordinator::cluster::events::EventLimits;
 use flotilla_coordinator::cluster::kube::{KubeCluster, KubeOptions};
 use flotilla_coordinator::cluster::ratelimit::RateLimit;
 use flotilla_scheduler::config::SchedulerConfig;
@@ -212,6 +213,10 @@ pub struct SchedulerRun {
     /// Writes the scheduler counted itself, per pod (Flotilla's
     /// coordinator; `None` for kube-scheduler).
     pub own_api_writes_per_pod: Option<f64>,
+    /// Flotilla's Event pipeline (recorded, written, dropped...; `None`
+    /// for kube-scheduler).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub events: Option<live::EventReport>,
     /// kube-scheduler's `scheduler_schedule_attempts_total` by result
     /// (`None` for Flotilla).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -892,8 +897,16 @@ async fn run_one(
         let mut running = match which {
             Which::Flotilla => {
                 let stop = CancellationToken::new();
+                // Events at the same rate as the other writes, as
+                // kube-scheduler's event client (default 50 / 100).
+                let mut events = EventLimits::default();
+                if let Some(l) = cfg.limit {
+                    events.qps = l.qps;
+                    events.burst = l.burst;
+                }
                 let options = KubeOptions {
                     write_limit: cfg.limit,
+                    events,
                     ..KubeOptions::default()
                 };
                 let c = client.clone();
@@ -968,7 +981,7 @@ async fn run_one(
         let writes = diff(&after, &before);
 
         // Stop the scheduler.
-        let (latency_ms, own_writes, attempts) = match running {
+        let (latency_ms, own_writes, attempts, events) = match running {
             Running::Flotilla { stop, task } => {
                 stop.cancel();
                 let report = task
@@ -984,6 +997,7 @@ async fn run_one(
                     }),
                     Some(report.api_writes),
                     None,
+                    Some(report.events),
                 )
             }
             Running::Upstream {
@@ -994,7 +1008,7 @@ async fn run_one(
                 let attempts = scrape(metrics_port).await.map(|t| schedule_attempts(&t));
                 let _ = child.kill();
                 let _ = child.wait();
-                (None, None, attempts)
+                (None, None, attempts, None)
             }
         };
 
@@ -1046,6 +1060,7 @@ async fn run_one(
             api_writes_per_pod: per_pod(total(&writes)),
             api_writes: by_kind,
             own_api_writes_per_pod: own_writes.map(|w| per_pod(w as f64)),
+            events,
             schedule_attempts: attempts,
             checks,
             cleanup: Cleanup::default(),
@@ -1229,6 +1244,14 @@ impl ApiBenchReport {
                 s,
                 "  flotilla latency           p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms (first seen to Binding)",
                 l.p50, l.p99, l.max
+            );
+        }
+        if let Some(e) = &self.flotilla.events {
+            let _ = writeln!(
+                s,
+                "  flotilla events            {} recorded, {} written, {} deduplicated, {} dropped, \
+                 {} failed, {} unwritten at exit",
+                e.recorded, e.written, e.deduplicated, e.dropped, e.failed, e.unwritten
             );
         }
         if let Some(x) = self.speedup {
