@@ -1,6 +1,8 @@
 //! `flotilla bench`: one named scenario on the embedded cluster, measured
 //! (`flotilla_loadtest::bench`), printed as text or one JSON object, with an
-//! SVG chart beside it.
+//! SVG chart beside it; or, with `--kubeconfig`, against a real API server
+//! (`flotilla_loadtest::bench::api`), optionally beside upstream
+//! kube-scheduler (`--upstream-scheduler`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -9,6 +11,9 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::Args;
 
+use flotilla_coordinator::cluster::kube::{self as kube_backend, ConfigSource};
+use flotilla_coordinator::cluster::ratelimit::RateLimit;
+use flotilla_loadtest::bench::api::{self, ApiBenchConfig, UpstreamScheduler};
 use flotilla_loadtest::bench::scenarios::{self, ScenarioName, ScenarioParams};
 use flotilla_loadtest::bench::{self, BenchConfig};
 use flotilla_scheduler::config::SchedulerConfig;
@@ -19,8 +24,8 @@ use crate::{EXIT_SAFETY, EXIT_TIMED_OUT, Output};
 pub struct BenchArgs {
     /// The scenario: scheduling-basic, scheduling-basic-50k,
     /// pod-anti-affinity, topology-spreading, mixed-churn,
-    /// preemption-basic, unschedulable, openb, godel-30k (docs/benchmarks.md
-    /// describes each).
+    /// preemption-basic, unschedulable, openb, godel-30k, kube-lab
+    /// (docs/benchmarks.md describes each).
     #[arg(long, value_name = "NAME")]
     pub scenario: ScenarioName,
     #[command(flatten)]
@@ -31,11 +36,36 @@ pub struct BenchArgs {
     /// The in-house baseline: one worker and no bind arbitration (the
     /// coordinator writes whatever the worker decided, as a lone
     /// kube-scheduler binds).
-    #[arg(long, conflicts_with = "workers")]
+    #[arg(long, conflicts_with_all = ["workers", "kubeconfig"])]
     pub single_scheduler: bool,
-    /// Multiply every node and pod count (0.01 for a quick look).
-    #[arg(long, default_value_t = 1.0)]
-    pub scale: f64,
+    /// Multiply every node and pod count (0.01 for a quick look). Default
+    /// 1; with --kubeconfig 0.1, except kube-lab (1).
+    #[arg(long)]
+    pub scale: Option<f64>,
+    /// Run against the API server of this kubeconfig (its current
+    /// context) instead of the embedded cluster: create the scenario's
+    /// Nodes and Pods, start Flotilla, measure until every pod is bound,
+    /// clean up. Scenarios without churn, PriorityClasses, budgets or
+    /// PodGroups only.
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// With --kubeconfig: client-side limit on the schedulers' API writes,
+    /// requests per second, as kube-scheduler's --kube-api-qps (default
+    /// its default, 50; 0: Flotilla unlimited).
+    #[arg(long, requires = "kubeconfig")]
+    pub qps: Option<f64>,
+    /// With --kubeconfig: the limit's burst, as kube-scheduler's
+    /// --kube-api-burst (default 100).
+    #[arg(long, requires = "kubeconfig")]
+    pub burst: Option<u32>,
+    /// With --kubeconfig: afterwards run the same scenario again under this
+    /// kube-scheduler binary (schedulerName default-scheduler, the same
+    /// --kube-api-qps/--kube-api-burst) and report both side by side.
+    #[arg(long, value_name = "PATH", requires = "kubeconfig")]
+    pub upstream_scheduler: Option<PathBuf>,
+    /// The kubeconfig kube-scheduler uses (default: --kubeconfig).
+    #[arg(long, value_name = "FILE", requires = "upstream_scheduler")]
+    pub upstream_kubeconfig: Option<PathBuf>,
     /// Pods per second offered by godel-30k.
     #[arg(long, default_value_t = 5000.0)]
     pub rate: f64,
@@ -47,7 +77,8 @@ pub struct BenchArgs {
     pub output: Output,
     /// Write the chart (throughput over time, latency CDF) here; default
     /// `target/bench/<scenario>-<N>w.svg` (`-single` for the baseline).
-    #[arg(long, value_name = "FILE")]
+    /// No chart with --kubeconfig.
+    #[arg(long, value_name = "FILE", conflicts_with = "kubeconfig")]
     pub chart: Option<PathBuf>,
     /// Do not write the chart.
     #[arg(long, conflicts_with = "chart")]
@@ -62,10 +93,13 @@ pub struct BenchArgs {
 
 /// Runs `flotilla bench`.
 pub async fn bench(args: &BenchArgs, sched: SchedulerConfig) -> anyhow::Result<ExitCode> {
+    if let Some(kubeconfig) = &args.kubeconfig {
+        return api_bench(args, kubeconfig, sched).await;
+    }
     let scenario = scenarios::build(
         args.scenario,
         &ScenarioParams {
-            scale: args.scale,
+            scale: args.scale.unwrap_or(1.0),
             rate: args.rate,
             openb_dir: args.openb_dir.clone(),
         },
@@ -114,6 +148,73 @@ pub async fn bench(args: &BenchArgs, sched: SchedulerConfig) -> anyhow::Result<E
             "error: timed out with {} pod(s) still pending",
             report.pending
         );
+        return Ok(ExitCode::from(EXIT_TIMED_OUT));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `flotilla bench --kubeconfig`: the scenario against a real API server.
+async fn api_bench(
+    args: &BenchArgs,
+    kubeconfig: &std::path::Path,
+    sched: SchedulerConfig,
+) -> anyhow::Result<ExitCode> {
+    let default_scale = if args.scenario == ScenarioName::KubeLab {
+        1.0
+    } else {
+        0.1
+    };
+    let scenario = scenarios::build(
+        args.scenario,
+        &ScenarioParams {
+            scale: args.scale.unwrap_or(default_scale),
+            rate: args.rate,
+            openb_dir: args.openb_dir.clone(),
+        },
+    )?;
+    let qps = args.qps.unwrap_or(api::DEFAULT_LIMIT.qps);
+    anyhow::ensure!(
+        qps.is_finite() && qps >= 0.0,
+        "--qps {qps}: must be 0 (no limit) or more"
+    );
+    let limit = (qps > 0.0).then(|| RateLimit {
+        qps,
+        burst: args.burst.unwrap_or(api::DEFAULT_LIMIT.burst).max(1),
+    });
+    let source = ConfigSource::Kubeconfig(kubeconfig.to_path_buf());
+    let (client, url) = kube_backend::client(&source)
+        .await
+        .context("connecting to the Kubernetes API server")?;
+    let cfg = ApiBenchConfig {
+        client,
+        url,
+        workers: usize::from(args.workers),
+        limit,
+        timeout: Duration::from_secs(args.timeout),
+        scheduler: sched,
+        upstream: args
+            .upstream_scheduler
+            .as_ref()
+            .map(|binary| UpstreamScheduler {
+                binary: binary.clone(),
+                kubeconfig: args
+                    .upstream_kubeconfig
+                    .clone()
+                    .unwrap_or_else(|| kubeconfig.to_path_buf()),
+            }),
+        progress: !args.no_progress,
+    };
+    let report = api::run_api_bench(scenario, &cfg).await?;
+    match args.output {
+        Output::Text => print!("{}", report.to_text()),
+        Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+    }
+    if let Some(v) = report.violation() {
+        eprintln!("error: safety check failed: {v}");
+        return Ok(ExitCode::from(EXIT_SAFETY));
+    }
+    if report.timed_out() {
+        eprintln!("error: timed out with pod(s) still pending");
         return Ok(ExitCode::from(EXIT_TIMED_OUT));
     }
     Ok(ExitCode::SUCCESS)

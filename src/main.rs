@@ -68,7 +68,9 @@ enum Command {
     #[command(long_about = EXPLAIN_ABOUT)]
     Explain(ExplainArgs),
     /// Run a named benchmark scenario on the embedded cluster and measure
-    /// it (pods/s, latency, conflicts, CPU, memory, API writes; SVG chart).
+    /// it (pods/s, latency, conflicts, CPU, memory, API writes; SVG chart),
+    /// or with --kubeconfig against a real API server, optionally beside
+    /// upstream kube-scheduler.
     Bench(bench_cmd::BenchArgs),
 }
 

@@ -10,6 +10,9 @@
 //! find it; SIGTERM → the Lease is released. A second test runs `flotilla
 //! explain` / `simulate --kubeconfig` on a pod that fits nowhere and checks
 //! they name the rejecting plugin and the FitError line and write nothing.
+//! A third runs `flotilla bench --kubeconfig` (and upstream kube-scheduler
+//! beside it when `$K8S_BIN/kube-scheduler` exists). The tests run one at
+//! a time.
 //!
 //! Runs only when `KUBECONFIG` is set (otherwise it says why and passes):
 //! `.ci/e2e-kube` starts a throwaway kube-apiserver + etcd and runs it; see
@@ -43,6 +46,10 @@ const POD_MILLI_CPU: u64 = 500;
 const LEASE_SECONDS: u64 = 6;
 /// Longest wait for any outcome.
 const OUTCOME: Duration = Duration::from_secs(90);
+
+/// One test at a time: the bench's schedulers see every node of the
+/// cluster, and the explain test counts nodes.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Child processes, killed when the test ends (pass or fail).
 struct Procs {
@@ -217,6 +224,9 @@ where
 
 #[test]
 fn coordinators_and_workers_schedule_a_real_cluster_and_fail_over() {
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let Some(kubeconfig) = std::env::var_os("KUBECONFIG").filter(|v| !v.is_empty()) else {
         eprintln!(
             "e2e_kube skipped: KUBECONFIG is not set (run .ci/e2e-kube for a throwaway API server, \
@@ -648,6 +658,9 @@ async fn scenario(kubeconfig: &Path) {
 /// `schedulerName`, so nothing else touches it meanwhile.
 #[test]
 fn explain_reads_a_real_cluster_without_writing() {
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let Some(kubeconfig) = std::env::var_os("KUBECONFIG").filter(|v| !v.is_empty()) else {
         eprintln!("e2e_kube explain skipped: KUBECONFIG is not set (see the other test)");
         return;
@@ -840,4 +853,177 @@ async fn explain_scenario(kubeconfig: &Path) {
         let _ = nodes.delete(n, &DeleteParams::default()).await;
     }
     let _ = namespaces.delete(&ns, &DeleteParams::default()).await;
+}
+
+/// `flotilla bench --kubeconfig` on a small kube-lab shape (10 nodes, 500
+/// pods): every pod bound exactly once (one successful Binding each, by
+/// the server's own counters), no node over-committed, the JSON keys, and
+/// nothing left behind. With `$K8S_BIN/kube-scheduler` present, the same
+/// again beside upstream kube-scheduler.
+#[test]
+fn bench_against_a_real_api_server() {
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let Some(kubeconfig) = std::env::var_os("KUBECONFIG").filter(|v| !v.is_empty()) else {
+        eprintln!("e2e_kube bench skipped: KUBECONFIG is not set (see the first test)");
+        return;
+    };
+    let kubeconfig = std::env::split_paths(&kubeconfig)
+        .next()
+        .expect("KUBECONFIG names a file");
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(bench_scenario(&kubeconfig));
+}
+
+/// The checks of one scheduler's run in the bench report.
+async fn check_bench_run(client: &Client, run: &serde_json::Value, pods: u64) {
+    let who = run["scheduler"].as_str().expect("scheduler").to_owned();
+    for key in [
+        "scheduled",
+        "podsPerSecondAvg",
+        "podsPerSecondPeak",
+        "apiWritesPerPod",
+        "apiWrites",
+        "secondsToAllBound",
+        "checks",
+        "cleanup",
+        "runId",
+    ] {
+        assert!(run.get(key).is_some(), "{who}: no {key} in {run}");
+    }
+    assert_eq!(run["scheduled"], pods, "{who}: {run}");
+    assert_eq!(run["timedOut"], false, "{who}");
+    let c = &run["checks"];
+    assert_eq!(c["podsBound"], pods, "{who}: {c}");
+    assert_eq!(
+        c["bindingsCreated"], pods,
+        "{who}: one Binding per pod: {c}"
+    );
+    assert_eq!(c["overcommittedNodes"], 0, "{who}: {c}");
+    assert_eq!(c["podsOnForeignNodes"], 0, "{who}: {c}");
+    assert!(run["podsPerSecondAvg"].as_f64().expect("number") > 0.0);
+    // At least the Binding per pod, counted by the server.
+    assert!(
+        run["apiWritesPerPod"].as_f64().expect("number") >= 1.0,
+        "{who}: {run}"
+    );
+    assert_eq!(run["cleanup"]["podsLeft"], 0, "{who}");
+    assert_eq!(run["cleanup"]["nodesLeft"], 0, "{who}");
+    let sel = format!(
+        "flotilla.io/bench-run={}",
+        run["runId"].as_str().expect("runId")
+    );
+    let lp = ListParams::default().labels(&sel);
+    let left_nodes = Api::<Node>::all(client.clone())
+        .list_metadata(&lp)
+        .await
+        .expect("listing nodes");
+    let left_pods = Api::<Pod>::all(client.clone())
+        .list_metadata(&lp)
+        .await
+        .expect("listing pods");
+    assert!(left_nodes.items.is_empty(), "{who}: nodes left");
+    assert!(left_pods.items.is_empty(), "{who}: pods left");
+}
+
+async fn bench_scenario(kubeconfig: &Path) {
+    let client = client(kubeconfig).await;
+    let upstream = std::env::var_os("K8S_BIN")
+        .map(|d| PathBuf::from(d).join("kube-scheduler"))
+        .filter(|p| p.is_file());
+    let kc = kubeconfig.display().to_string();
+    let mut args: Vec<String> = [
+        "bench",
+        "--scenario",
+        "kube-lab",
+        "--scale",
+        "0.1",
+        "--kubeconfig",
+        &kc,
+        "--qps",
+        "1000",
+        "--burst",
+        "2000",
+        "--timeout",
+        "120",
+        "--output",
+        "json",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    match &upstream {
+        Some(bin) => {
+            args.push("--upstream-scheduler".into());
+            args.push(bin.display().to_string());
+            if let Some(skc) = std::env::var_os("LAB_SCHEDULER_KUBECONFIG") {
+                args.push("--upstream-kubeconfig".into());
+                args.push(PathBuf::from(skc).display().to_string());
+            }
+        }
+        None => eprintln!(
+            "e2e_kube bench: no kube-scheduler in $K8S_BIN; the side-by-side part is skipped"
+        ),
+    }
+    let started = Instant::now();
+    let o = Command::new(env!("CARGO_BIN_EXE_flotilla"))
+        .args(&args)
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .output()
+        .expect("running flotilla bench");
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    );
+    eprintln!("e2e_kube: flotilla bench took {:?}", started.elapsed());
+    assert!(
+        o.status.success(),
+        "flotilla bench: {}\n{err}\n{out}",
+        o.status
+    );
+    let r: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    for key in [
+        "scenario",
+        "workers",
+        "pods",
+        "nodes",
+        "qps",
+        "burst",
+        "serverVersion",
+    ] {
+        assert!(r.get(key).is_some(), "no {key} in {r}");
+    }
+    assert_eq!(r["scenario"], "kube-lab");
+    assert_eq!(r["mode"], "api-server");
+    assert_eq!(r["nodes"], 10);
+    assert_eq!(r["pods"], 500);
+    assert_eq!(r["scheduler"], "flotilla");
+    check_bench_run(&client, &r, 500).await;
+    // The coordinator counts its own writes too (at least the Bindings).
+    assert!(
+        r["ownApiWritesPerPod"].as_f64().expect("number") >= 1.0,
+        "{r}"
+    );
+    if upstream.is_some() {
+        let u = &r["upstream"];
+        assert_eq!(u["scheduler"], "kube-scheduler", "{r}");
+        assert_eq!(u["schedulerName"], "default-scheduler");
+        check_bench_run(&client, u, 500).await;
+        assert!(r["speedup"].as_f64().expect("number") > 0.0);
+        eprintln!(
+            "e2e_kube bench: flotilla {:.0} pods/s, {:.2} writes/pod; kube-scheduler {:.0} pods/s, {:.2} writes/pod",
+            r["podsPerSecondAvg"].as_f64().unwrap_or(0.0),
+            r["apiWritesPerPod"].as_f64().unwrap_or(0.0),
+            u["podsPerSecondAvg"].as_f64().unwrap_or(0.0),
+            u["apiWritesPerPod"].as_f64().unwrap_or(0.0),
+        );
+    } else {
+        assert!(r.get("upstream").is_none());
+    }
 }

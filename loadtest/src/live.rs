@@ -107,6 +107,9 @@ pub struct LiveReport {
     pub bind_errors: u64,
     /// Events.
     pub events: EventReport,
+    /// Writes the coordinator made (Bindings, status patches, Events,
+    /// deletions, nominations), successful or not.
+    pub api_writes: u64,
     /// First seen pending → Binding written, milliseconds.
     pub latency_ms: Latency,
     /// Seconds from start to stop.
@@ -339,6 +342,7 @@ pub async fn serve(
                 .recorded
                 .saturating_sub(ev.written + ev.deduplicated + ev.dropped + ev.failed),
         },
+        api_writes: coordinator.api_writes(),
         latency_ms: Latency {
             p50: percentile(&lat, 50.0),
             p90: percentile(&lat, 90.0),

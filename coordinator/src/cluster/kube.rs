@@ -34,7 +34,12 @@
 //!   written by [`EventRecorder`] (rate-limited, never blocking).
 //!
 //! Every write first checks the [`WriteFence`]: once leadership is lost it
-//! answers `Unavailable` without calling the server.
+//! answers `Unavailable` without calling the server. With
+//! [`KubeOptions::write_limit`] every write but Events then waits for a
+//! token of a client-side [`TokenBucket`] (kube-scheduler's
+//! `--kube-api-qps` / `--kube-api-burst`). Events have their own limit,
+//! [`KubeOptions::events`] (default 50 / 100, kube-scheduler's defaults for
+//! its separate event client). Reads (lists, watches) are not limited.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -59,6 +64,7 @@ use k8s_openapi::jiff::Timestamp;
 use tracing::{info, warn};
 
 use super::events::{EventCounts, EventLimits, EventRecorder, EventWriter, REPORTING_CONTROLLER};
+use super::ratelimit::{self, RateLimit, TokenBucket};
 use super::{Cluster, ClusterError, Kind, PodRef, SchedulingEvent, WatchEvent};
 use flotilla_shared::pod_group::{PodGroup, PodGroupStatus};
 
@@ -319,6 +325,10 @@ pub struct KubeOptions {
     pub reporting_instance: String,
     /// The fence checked before writes.
     pub fence: WriteFence,
+    /// Client-side limit on writes (Bindings, status patches, deletions;
+    /// not Events, which [`KubeOptions::events`] limits). `None`:
+    /// unlimited.
+    pub write_limit: Option<RateLimit>,
 }
 
 impl Default for KubeOptions {
@@ -328,6 +338,7 @@ impl Default for KubeOptions {
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             reporting_instance: reporting_instance(&hostname()),
             fence: WriteFence::new(),
+            write_limit: None,
         }
     }
 }
@@ -368,6 +379,7 @@ pub struct KubeCluster {
     events: EventRecorder,
     request_timeout: Duration,
     fence: WriteFence,
+    limiter: Option<TokenBucket>,
 }
 
 impl std::fmt::Debug for KubeCluster {
@@ -391,6 +403,7 @@ impl KubeCluster {
         let Some(cond) = pod_scheduled_false(pod, reason, message, Timestamp::now()) else {
             return Ok(());
         };
+        self.throttle().await;
         let r = PodRef::of(pod);
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &r.namespace);
         let patch = serde_json::json!({ "status": { "conditions": [cond] } });
@@ -447,7 +460,13 @@ impl KubeCluster {
             info,
             request_timeout: options.request_timeout,
             fence: options.fence,
+            limiter: options.write_limit.map(TokenBucket::new),
         }
+    }
+
+    /// Waits for a write token (no wait without a limit).
+    async fn throttle(&self) {
+        ratelimit::acquire(self.limiter.as_ref()).await;
     }
 
     /// What discovery found.
@@ -648,6 +667,7 @@ impl Cluster for KubeCluster {
 
     async fn bind(&self, pod: &PodRef, node: &str) -> Result<(), ClusterError> {
         self.fence.check()?;
+        self.throttle().await;
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &pod.namespace);
         let binding = Binding {
             metadata: ObjectMeta {
@@ -695,6 +715,7 @@ impl Cluster for KubeCluster {
         status: &PodGroupStatus,
     ) -> Result<(), ClusterError> {
         self.fence.check()?;
+        self.throttle().await;
         let ns = group.metadata.namespace.as_deref().unwrap_or("default");
         let name = group.metadata.name.as_deref().unwrap_or_default();
         let api = Api::<PodGroup>::namespaced(self.client.clone(), ns);
@@ -721,6 +742,7 @@ impl Cluster for KubeCluster {
         scheduler_name: &str,
     ) -> Result<(), ClusterError> {
         self.fence.check()?;
+        self.throttle().await;
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &pod.namespace);
         let cond = flotilla_shared::preemption::disruption_target_condition(scheduler_name);
         // Strategic merge: conditions merge by type, others stay.
@@ -740,6 +762,7 @@ impl Cluster for KubeCluster {
 
     async fn delete_pod(&self, pod: &PodRef, grace: Option<i64>) -> Result<(), ClusterError> {
         self.fence.check()?;
+        self.throttle().await;
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &pod.namespace);
         let dp = DeleteParams {
             grace_period_seconds: grace.map(|g| u32::try_from(g.max(0)).unwrap_or(u32::MAX)),
@@ -757,6 +780,7 @@ impl Cluster for KubeCluster {
 
     async fn set_nominated_node(&self, pod: &Pod, node: Option<&str>) -> Result<(), ClusterError> {
         self.fence.check()?;
+        self.throttle().await;
         let r = PodRef::of(pod);
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &r.namespace);
         let patch = serde_json::json!({ "status": { "nominatedNodeName": node } });

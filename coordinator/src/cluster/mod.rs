@@ -22,6 +22,7 @@ pub mod counted;
 pub mod embedded;
 pub mod events;
 pub mod kube;
+pub mod ratelimit;
 
 use std::sync::Arc;
 use std::time::Duration;

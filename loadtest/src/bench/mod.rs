@@ -8,11 +8,14 @@
 //!   openb trace, a 30,000-node fixed-rate scenario after Gödel).
 //! - [`measure`]: throughput windows, percentiles, the latency CDF.
 //! - [`chart`]: the SVG.
+//! - [`api`]: a scenario against a real API server (`--kubeconfig`),
+//!   optionally beside upstream kube-scheduler.
 //!
 //! Only the *measured* pods (after the init pods' barrier, as upstream)
 //! count for throughput and latency; attempts, conflicts and API writes
 //! cover the whole run.
 
+pub mod api;
 pub mod chart;
 pub mod measure;
 pub mod scenarios;

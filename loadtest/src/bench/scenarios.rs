@@ -68,11 +68,16 @@ pub enum ScenarioName {
     /// of 100m / 500 Mi offered at a fixed rate (`--rate`, default 5,000
     /// pods/s).
     Godel30k,
+    /// The kube-lab README's upstream bench shape (100 nodes of 8 CPU /
+    /// 16 Gi / 110 pods, 5,000 pods of 100m / 64 Mi, all at once, no init
+    /// pods), so `flotilla bench --kubeconfig` figures compare with its
+    /// kube-scheduler figures.
+    KubeLab,
 }
 
 impl ScenarioName {
     /// Every scenario, in the order of `docs/benchmarks.md`.
-    pub const ALL: [ScenarioName; 9] = [
+    pub const ALL: [ScenarioName; 10] = [
         Self::SchedulingBasic,
         Self::SchedulingBasic50k,
         Self::PodAntiAffinity,
@@ -82,6 +87,7 @@ impl ScenarioName {
         Self::Unschedulable,
         Self::Openb,
         Self::Godel30k,
+        Self::KubeLab,
     ];
 
     /// The kebab-case name (`scheduling-basic`).
@@ -97,6 +103,7 @@ impl ScenarioName {
             Self::Unschedulable => "unschedulable",
             Self::Openb => "openb",
             Self::Godel30k => "godel-30k",
+            Self::KubeLab => "kube-lab",
         }
     }
 
@@ -114,7 +121,7 @@ impl ScenarioName {
             ),
             Self::PreemptionBasic => (18.0, "PreemptionBasic 500Nodes (misc, old)"),
             Self::Unschedulable => (590.0, "Unschedulable 5000Nodes_10000Pods (misc, new)"),
-            Self::Openb | Self::Godel30k => return None,
+            Self::Openb | Self::Godel30k | Self::KubeLab => return None,
         };
         Some(UpstreamFloor {
             pods_per_second,
@@ -576,6 +583,35 @@ pub fn build(name: ScenarioName, params: &ScenarioParams) -> Result<Scenario, Sc
                 Workload {
                     nodes: default_nodes(nodes),
                     timeline,
+                    ..Workload::default()
+                },
+                0,
+                pods,
+            )
+        }
+        ScenarioName::KubeLab => {
+            let (nodes, pods) = (scaled(100, s), scaled(5000, s));
+            let node = |i: usize| {
+                ready_node(
+                    &format!("node-{i:05}"),
+                    BTreeMap::new(),
+                    resource_list([
+                        ("cpu", "8".to_owned()),
+                        ("memory", "16Gi".to_owned()),
+                        ("pods", "110".to_owned()),
+                    ]),
+                )
+            };
+            (
+                format!(
+                    "{nodes} nodes of 8 CPU / 16 Gi / 110 pods, {pods} pods of 100m / 64 Mi, all \
+                     at once (the kube-lab bench shape)"
+                ),
+                Workload {
+                    nodes: (0..nodes).map(node).collect(),
+                    pods: (0..pods)
+                        .map(|i| template_pod("sched-1", &format!("pod-{i:05}"), "100m", "64Mi", i))
+                        .collect(),
                     ..Workload::default()
                 },
                 0,

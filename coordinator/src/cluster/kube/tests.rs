@@ -56,6 +56,7 @@ fn mock_cluster(events_v1: bool, fence: WriteFence) -> (KubeCluster, Handle) {
         request_timeout: Duration::from_secs(5),
         reporting_instance: "flotilla.io/scheduler-test".into(),
         fence,
+        write_limit: None,
     };
     (KubeCluster::new(client, info(events_v1), options), handle)
 }
