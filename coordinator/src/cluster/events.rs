@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use tokio::sync::mpsc;
+use tokio::sync::{Semaphore, mpsc};
 use tracing::{debug, warn};
 
 use super::{ClusterError, PodRef};
@@ -125,6 +125,9 @@ pub fn truncate_note(message: &str) -> String {
     }
     format!("{}{SUFFIX}", &message[..end])
 }
+
+/// Event writes in flight at once.
+const CONCURRENT_WRITES: usize = 16;
 
 /// Limits of the event pipeline.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -293,6 +296,10 @@ impl EventRecorder {
         let st = stats.clone();
         tokio::spawn(async move {
             let mut limiter = EventLimiter::new(limits, Instant::now());
+            // Writes run concurrently (each is one API round trip) so the
+            // writer keeps up with binding at high client QPS; the limiter
+            // still paces them in order.
+            let in_flight = Arc::new(Semaphore::new(CONCURRENT_WRITES));
             while let Some(ev) = rx.recv().await {
                 match limiter.admit(&ev, Instant::now()) {
                     Admission::Duplicate => {
@@ -302,21 +309,28 @@ impl EventRecorder {
                     Admission::After(d) => tokio::time::sleep(d).await,
                     Admission::Write => {}
                 }
-                match writer.write(&ev).await {
-                    Ok(()) => {
-                        st.written.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Err(e) => {
-                        // The first failure is news (RBAC, an API the server
-                        // lacks); the rest are counted.
-                        if st.failed.fetch_add(1, Ordering::Relaxed) == 0 {
-                            warn!(pod = %ev.pod, reason = ev.reason, error = %e,
-                                "event not written (further failures are only counted)");
-                        } else {
-                            debug!(pod = %ev.pod, reason = ev.reason, error = %e, "event not written");
+                let Ok(permit) = in_flight.clone().acquire_owned().await else {
+                    break;
+                };
+                let (writer, st) = (writer.clone(), st.clone());
+                tokio::spawn(async move {
+                    let _permit = permit;
+                    match writer.write(&ev).await {
+                        Ok(()) => {
+                            st.written.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(e) => {
+                            // The first failure is news (RBAC, an API the
+                            // server lacks); the rest are counted.
+                            if st.failed.fetch_add(1, Ordering::Relaxed) == 0 {
+                                warn!(pod = %ev.pod, reason = ev.reason, error = %e,
+                                    "event not written (further failures are only counted)");
+                            } else {
+                                debug!(pod = %ev.pod, reason = ev.reason, error = %e, "event not written");
+                            }
                         }
                     }
-                }
+                });
             }
         });
         EventRecorder { tx, stats }
@@ -469,5 +483,46 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(5)).await;
         let s = r.stats().snapshot();
         assert_eq!((s.written, s.deduplicated), (2, 1));
+    }
+
+    /// A sink whose writes take 20 ms, recording how many ran at once.
+    #[derive(Default)]
+    struct Slow {
+        now: AtomicU64,
+        most: AtomicU64,
+    }
+
+    #[tonic::async_trait]
+    impl EventWriter for Slow {
+        async fn write(&self, _event: &SchedulingEvent) -> Result<(), ClusterError> {
+            let n = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+            self.most.fetch_max(n, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            self.now.fetch_sub(1, Ordering::SeqCst);
+            Ok(())
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn writes_overlap_up_to_the_limit_so_a_slow_server_does_not_fill_the_queue() {
+        let sink = Arc::new(Slow::default());
+        let limits = EventLimits {
+            qps: 10_000.0,
+            burst: 10_000,
+            ..EventLimits::default()
+        };
+        let r = EventRecorder::spawn(sink.clone(), limits);
+        for i in 0..100 {
+            r.record(SchedulingEvent::scheduled(&pod(&i.to_string()), "n"));
+        }
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let s = r.stats().snapshot();
+        assert_eq!((s.written, s.dropped), (100, 0));
+        let most = sink.most.load(Ordering::SeqCst);
+        assert_eq!(
+            most,
+            u64::try_from(CONCURRENT_WRITES).unwrap(),
+            "writes overlap, at most {CONCURRENT_WRITES} at once"
+        );
     }
 }
