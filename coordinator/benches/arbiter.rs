@@ -211,7 +211,7 @@ fn bench_checks(c: &mut Criterion) {
         g.bench_function(BenchmarkId::new(id, NODES), |b| {
             b.iter(|| {
                 arbiter::check(
-                    CrossNodeChecks::default(),
+                    &CrossNodeChecks::DEFAULT,
                     black_box(pod),
                     target,
                     &nodes,
