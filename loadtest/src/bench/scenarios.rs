@@ -237,8 +237,9 @@ impl Scenario {
     pub fn configure(&self, mut config: SchedulerConfig) -> SchedulerConfig {
         for p in &mut config.profiles {
             for name in &self.plugins {
-                let sets = std::iter::once(&p.plugins.multi_point).chain(p.plugins.points.values());
-                let named = sets.into_iter().any(|set| {
+                let mut sets =
+                    std::iter::once(&p.plugins.multi_point).chain(p.plugins.points.values());
+                let named = sets.any(|set| {
                     set.enabled.iter().any(|r| r.name == *name)
                         || set.disabled.iter().any(|d| d == name)
                 });
