@@ -242,7 +242,7 @@ async fn a_cap_of_two_lets_two_instances_share_a_node() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_malformed_cap_is_refused_by_the_arbiter() {
-    let (h, mut online, _batch) =
+    let (h, online, _batch) =
         two_workers_with([capped("a", "many"), capped("b", "1")], Some(with_cap())).await;
     let d = online.propose("a", "n1").await;
     assert_eq!(outcome(&d), pb::BindOutcome::Conflict, "{d:?}");
