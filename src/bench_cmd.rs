@@ -24,7 +24,7 @@ use crate::{EXIT_SAFETY, EXIT_TIMED_OUT, Output};
 pub struct BenchArgs {
     /// The scenario: scheduling-basic, scheduling-basic-50k,
     /// pod-anti-affinity, topology-spreading, mixed-churn,
-    /// preemption-basic, unschedulable, openb, godel-30k, kube-lab
+    /// preemption-basic, unschedulable, openb, godel-30k, dlrm, kube-lab
     /// (docs/benchmarks.md describes each).
     #[arg(long, value_name = "NAME")]
     pub scenario: ScenarioName,
@@ -72,6 +72,13 @@ pub struct BenchArgs {
     /// Directory of the openb CSV files (default: beside the project).
     #[arg(long, value_name = "DIR")]
     pub openb_dir: Option<PathBuf>,
+    /// Directory of the DLRM trace (default: beside the project).
+    #[arg(long, value_name = "DIR")]
+    pub dlrm_dir: Option<PathBuf>,
+    /// Trace seconds per wall second of the dlrm replay (100,000: the 31
+    /// days of arrivals in about 27 s).
+    #[arg(long, default_value_t = flotilla_loadtest::workload::dlrm::DEFAULT_SPEEDUP)]
+    pub speedup: f64,
     /// Report format on stdout.
     #[arg(long, value_enum, default_value_t = Output::Text)]
     pub output: Output,
@@ -102,6 +109,8 @@ pub async fn bench(args: &BenchArgs, sched: SchedulerConfig) -> anyhow::Result<E
             scale: args.scale.unwrap_or(1.0),
             rate: args.rate,
             openb_dir: args.openb_dir.clone(),
+            dlrm_dir: args.dlrm_dir.clone(),
+            speedup: args.speedup,
         },
     )?;
     let cfg = BenchConfig {
@@ -170,6 +179,8 @@ async fn api_bench(
             scale: args.scale.unwrap_or(default_scale),
             rate: args.rate,
             openb_dir: args.openb_dir.clone(),
+            dlrm_dir: args.dlrm_dir.clone(),
+            speedup: args.speedup,
         },
     )?;
     let qps = args.qps.unwrap_or(api::DEFAULT_LIMIT.qps);

@@ -217,7 +217,7 @@ fn bench_checks(c: &mut Criterion) {
             b.iter(|| {
                 let mut cold = SpreadCounts::default();
                 arbiter::check(
-                    CrossNodeChecks::default(),
+                    &CrossNodeChecks::DEFAULT,
                     black_box(pod),
                     target,
                     &nodes,

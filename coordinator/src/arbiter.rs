@@ -7,36 +7,52 @@
 //!   existing pods' required anti-affinity against the pod (two workers must
 //!   never place two mutually anti-affine pods in one topology domain);
 //! - **PodTopologySpread**: the pod's `DoNotSchedule` constraints (two
-//!   workers must never break a `maxSkew` together).
+//!   workers must never break a `maxSkew` together);
+//! - **MaxInstancesPerNode**: the pod's
+//!   `scheduling.flotilla.dev/max-instances-per-node` cap on its app's pods
+//!   on the target node (a per-node count, but two workers granted the same
+//!   node would break it together just the same).
 //!
 //! The arbiter's view counts every grant, even those the cluster has not
 //! reflected yet, so a proposal that became infeasible meanwhile is a
 //! conflict and the worker re-queues the pod. The same pure functions the
 //! Filter plugins use decide ([`flotilla_shared::pod_affinity::check_placement`],
-//! [`flotilla_shared::topology_spread::check_placement`]).
+//! [`flotilla_shared::topology_spread::check_placement`],
+//! [`flotilla_shared::max_instances::check_placement`]).
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use flotilla_shared::spread_counts::SpreadCounts;
-use flotilla_shared::{NodeInfo, PodInfo, pod_affinity};
+use flotilla_shared::{NodeInfo, PodInfo, max_instances, pod_affinity};
 
-/// Which cross-node Filter plugins a profile runs, so the arbiter enforces
-/// exactly those for its pods. Unknown profiles get both (the default
-/// profile enables both).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Which inter-pod Filter plugins a profile runs, so the arbiter enforces
+/// exactly those for its pods. Unknown profiles get what the default
+/// profile enables ([`CrossNodeChecks::DEFAULT`]: affinity and spread, not
+/// the instance cap).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CrossNodeChecks {
     /// `InterPodAffinity` is enabled at `filter`.
     pub pod_affinity: bool,
     /// `PodTopologySpread` is enabled at `filter`.
     pub topology_spread: bool,
+    /// `MaxInstancesPerNode` is enabled at `filter`, with this app label
+    /// key (`None`: not enabled).
+    pub max_instances_label: Option<Arc<str>>,
+}
+
+impl CrossNodeChecks {
+    /// The default profile's: InterPodAffinity and PodTopologySpread.
+    pub const DEFAULT: CrossNodeChecks = CrossNodeChecks {
+        pod_affinity: true,
+        topology_spread: true,
+        max_instances_label: None,
+    };
 }
 
 impl Default for CrossNodeChecks {
     fn default() -> Self {
-        CrossNodeChecks {
-            pod_affinity: true,
-            topology_spread: true,
-        }
+        Self::DEFAULT
     }
 }
 
@@ -58,7 +74,7 @@ pub fn has_required_anti_affinity(pod: &PodInfo) -> bool {
 /// # Errors
 /// The upstream Filter reason of the first violated constraint.
 pub fn check(
-    checks: CrossNodeChecks,
+    checks: &CrossNodeChecks,
     pod: &PodInfo,
     node: &NodeInfo,
     nodes: &HashMap<std::sync::Arc<str>, NodeInfo>,
@@ -66,6 +82,9 @@ pub fn check(
     anti_affinity_pods: usize,
     spread: &mut SpreadCounts,
 ) -> Result<(), &'static str> {
+    if let Some(label) = checks.max_instances_label.as_deref() {
+        max_instances::check_placement(pod, node, label).map_err(|v| v.reason())?;
+    }
     if checks.topology_spread && pod.topology_spread_constraints.iter().any(|c| c.is_hard()) {
         spread
             .check_placement(pod, || nodes.values(), node)

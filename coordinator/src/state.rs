@@ -520,8 +520,7 @@ impl Inner {
         let checks = self
             .cross_node_checks
             .get(&*info.scheduler_name)
-            .copied()
-            .unwrap_or_default();
+            .unwrap_or(&CrossNodeChecks::DEFAULT);
         arbiter::check(
             checks,
             info,

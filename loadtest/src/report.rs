@@ -18,6 +18,7 @@ use flotilla_coordinator::cluster::EmbeddedCluster;
 use flotilla_scheduler::worker::WorkerStats;
 use flotilla_shared::extender::HttpExtender;
 use flotilla_shared::fit::IgnoredResources;
+use flotilla_shared::max_instances;
 use flotilla_shared::node_info::{NodeInfo, NodeSpec};
 use flotilla_shared::pod_info::PodInfo;
 use flotilla_shared::resources::NVIDIA_GPU;
@@ -301,8 +302,13 @@ pub struct Checks {
     /// Bindings the cluster accepted. Equals `podsBoundByFlotilla` when no
     /// pod was bound twice.
     pub bindings_written: u64,
-    /// Pods the coordinator bound.
+    /// Pods the coordinator bound (those evicted or deleted since
+    /// included).
     pub pods_bound_by_flotilla: usize,
+    /// Nodes running more pods of an app than one of those pods'
+    /// `scheduling.flotilla.dev/max-instances-per-node` allows (apps named
+    /// by the label `app`). Must be 0.
+    pub over_instance_cap_nodes: usize,
     /// `PodScheduled=False` status writes.
     pub status_writes: u64,
     /// Events recorded (`Scheduled`, `FailedScheduling`).
@@ -311,17 +317,21 @@ pub struct Checks {
 
 impl Checks {
     /// What failed, if a safety invariant does not hold: a node
-    /// over-committed, or Bindings written not one per pod bound (a pod
+    /// over-committed or over an app's instance cap, or Bindings written not one per pod bound (a pod
     /// bound twice).
     #[must_use]
     pub fn violation(&self) -> Option<String> {
         (self.overcommitted_nodes > 0
+            || self.over_instance_cap_nodes > 0
             || self.bindings_written != self.pods_bound_by_flotilla as u64)
             .then(|| {
                 format!(
-                    "{} over-committed node(s); {} Binding(s) written for {} pod(s) bound (they \
-                     must be equal)",
-                    self.overcommitted_nodes, self.bindings_written, self.pods_bound_by_flotilla
+                    "{} over-committed node(s); {} node(s) over an app's max instances per node; \
+                     {} Binding(s) written for {} pod(s) bound (they must be equal)",
+                    self.overcommitted_nodes,
+                    self.over_instance_cap_nodes,
+                    self.bindings_written,
+                    self.pods_bound_by_flotilla
                 )
             })
     }
@@ -671,7 +681,13 @@ pub fn build(i: &Inputs<'_>) -> Report {
         checks: Checks {
             overcommitted_nodes: over,
             bindings_written: bindings,
-            pods_bound_by_flotilla: bound_by_us + evicted_bound_by_us,
+            pods_bound_by_flotilla: bound_by_us
+                + evicted_bound_by_us
+                + i.cluster.deleted_bound_count(),
+            over_instance_cap_nodes: max_instances::overfull_nodes(
+                nodes.values(),
+                max_instances::DEFAULT_APP_LABEL,
+            ),
             status_writes,
             events_recorded: i.cluster.events_recorded(),
         },
@@ -792,8 +808,9 @@ impl Report {
         }
         let _ = writeln!(
             s,
-            "  checks         {} over-committed nodes, {} bindings for {} pods bound, {} status writes, {} events",
+            "  checks         {} over-committed nodes, {} over an instance cap, {} bindings for {} pods bound, {} status writes, {} events",
             self.checks.overcommitted_nodes,
+            self.checks.over_instance_cap_nodes,
             self.checks.bindings_written,
             self.checks.pods_bound_by_flotilla,
             self.checks.status_writes,

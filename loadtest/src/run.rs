@@ -18,7 +18,7 @@ use flotilla_coordinator::arbiter::CrossNodeChecks;
 use flotilla_coordinator::cluster::EmbeddedCluster;
 use flotilla_coordinator::{Coordinator, server};
 use flotilla_scheduler::config::SchedulerConfig;
-use flotilla_scheduler::plugins::{names, node_resources_fit};
+use flotilla_scheduler::plugins::{max_instances_per_node, names, node_resources_fit};
 use flotilla_scheduler::worker::{self, WorkerConfig, WorkerStats};
 use flotilla_scheduler::{Framework, Registry};
 use flotilla_shared::WorkloadClass;
@@ -330,9 +330,16 @@ pub async fn run_embedded_full(
     // Waves of pods between barriers: the next wave is submitted once every
     // pod of the earlier ones is resolved; the timeline starts with the
     // last one.
-    let mut waves = wave_bounds(workload.pods.len(), &workload.barriers)
-        .into_iter()
-        .peekable();
+    let mut waves = wave_bounds(workload.pods.len(), &workload.barriers);
+    // A barrier at the very end holds the timeline until every pod is
+    // resolved (init pods, then a trace's arrivals): an empty last wave.
+    if !workload.pods.is_empty()
+        && !workload.timeline.is_empty()
+        && workload.barriers.last() == Some(&workload.pods.len())
+    {
+        waves.push(workload.pods.len()..workload.pods.len());
+    }
+    let mut waves = waves.into_iter().peekable();
     let pods = std::mem::take(&mut workload.pods);
     let submit = |range: std::ops::Range<usize>, rejected: &mut Vec<String>| {
         for pod in &pods[range.clone()] {
@@ -571,8 +578,9 @@ fn wave_bounds(len: usize, barriers: &[usize]) -> Vec<std::ops::Range<usize>> {
     out
 }
 
-/// Tells the coordinator's bind arbiter which cross-node constraints each
-/// profile filters on (InterPodAffinity, PodTopologySpread at `filter`), so
+/// Tells the coordinator's bind arbiter which inter-pod constraints each
+/// profile filters on (InterPodAffinity, PodTopologySpread,
+/// MaxInstancesPerNode at `filter`), so
 /// it re-checks exactly those for the profile's pods, and which extended
 /// resources its NodeResourcesFit ignores.
 pub fn configure_arbiter(coordinator: &Coordinator, config: &SchedulerConfig) {
@@ -587,6 +595,9 @@ pub fn configure_arbiter(coordinator: &Coordinator, config: &SchedulerConfig) {
                 CrossNodeChecks {
                     pod_affinity: filters.contains(&names::INTER_POD_AFFINITY),
                     topology_spread: filters.contains(&names::POD_TOPOLOGY_SPREAD),
+                    max_instances_label: filters
+                        .contains(&names::MAX_INSTANCES_PER_NODE)
+                        .then(|| max_instances_per_node::label_key(p).into()),
                 },
             );
             if filters.contains(&names::NODE_RESOURCES_FIT) {

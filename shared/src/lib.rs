@@ -17,6 +17,9 @@
 //! - [`topology_spread`]: `spec.topologySpreadConstraints` compiled once per
 //!   pod, and the pure spread counting / skew check / scoring shared by the
 //!   PodTopologySpread plugin and the coordinator's bind arbiter.
+//! - [`max_instances`]: at most `k` pods of one app per node (annotation
+//!   `scheduling.flotilla.dev/max-instances-per-node`), the check shared by
+//!   the MaxInstancesPerNode plugin and the bind arbiter.
 //! - [`pdb`]: `PodDisruptionBudget` compiled for preemption.
 //! - [`images`]: container image names (pods) and reported images (nodes),
 //!   for ImageLocality.
@@ -42,6 +45,7 @@ pub mod framework;
 pub mod http;
 pub mod images;
 pub mod label_selector;
+pub mod max_instances;
 pub mod metrics;
 pub mod node_hot;
 pub mod node_info;

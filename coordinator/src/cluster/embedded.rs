@@ -71,6 +71,9 @@ struct State {
     evicted: Vec<Arc<Pod>>,
     /// Uids of pods bound through [`Cluster::bind`].
     bound_uids: std::collections::HashSet<String>,
+    /// Pods bound through [`Cluster::bind`] and later removed by
+    /// [`EmbeddedCluster::delete_pod`] (a trace's deletions).
+    deleted_bound: usize,
 }
 
 impl State {
@@ -224,12 +227,29 @@ impl EmbeddedCluster {
     pub fn delete_pod(&self, namespace: &str, name: &str) -> Result<(), AdminError> {
         let mut st = self.state.lock();
         let key = (namespace.to_owned(), name.to_owned());
-        st.remove_pod(&key, None)
-            .map(|_| ())
+        let pod = st
+            .remove_pod(&key, None)
             .ok_or_else(|| AdminError::NotFound {
                 kind: "Pod",
                 name: format!("{namespace}/{name}"),
-            })
+            })?;
+        if pod
+            .metadata
+            .uid
+            .as_ref()
+            .is_some_and(|u| st.bound_uids.contains(u))
+        {
+            st.deleted_bound += 1;
+        }
+        Ok(())
+    }
+
+    /// Pods bound through a Binding of this cluster and deleted since by
+    /// [`EmbeddedCluster::delete_pod`] (their Bindings count in
+    /// [`EmbeddedCluster::write_counts`]).
+    #[must_use]
+    pub fn deleted_bound_count(&self) -> usize {
+        self.state.lock().deleted_bound
     }
 
     /// Grace period (seconds) of every graceful delete from now on, whatever

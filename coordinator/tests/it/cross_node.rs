@@ -7,6 +7,7 @@ use flotilla_coordinator::arbiter::CrossNodeChecks;
 use flotilla_coordinator::cluster::EmbeddedCluster;
 use flotilla_proto::v1 as pb;
 use flotilla_proto::v1::WorkloadClass::{Batch, Online};
+use flotilla_shared::max_instances::ANNOTATION_MAX_INSTANCES_PER_NODE;
 use flotilla_shared::testing::{NodeBuilder, PodAffinityKind, PodBuilder, pod_affinity_term};
 use k8s_openapi::api::core::v1::TopologySpreadConstraint;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -71,6 +72,21 @@ fn anti_affine(name: &str) -> PodBuilder {
             PodAffinityKind::RequiredAnti,
             pod_affinity_term("app", "In", &["db"], ZONE),
         )
+}
+
+/// App `dlrm` capped at one instance per node.
+fn capped(name: &str, k: &str) -> PodBuilder {
+    PodBuilder::new(name)
+        .cpu("100m")
+        .label("app", "dlrm")
+        .annotation(ANNOTATION_MAX_INSTANCES_PER_NODE, k)
+}
+
+fn with_cap() -> CrossNodeChecks {
+    CrossNodeChecks {
+        max_instances_label: Some("app".into()),
+        ..CrossNodeChecks::DEFAULT
+    }
 }
 
 fn spread(name: &str) -> PodBuilder {
@@ -169,11 +185,72 @@ async fn a_profile_without_the_plugins_is_not_held_to_them() {
     let off = CrossNodeChecks {
         pod_affinity: false,
         topology_spread: false,
+        max_instances_label: None,
     };
     let (h, mut online, mut batch) =
         two_workers_with([anti_affine("a"), anti_affine("b")], Some(off)).await;
     let (da, db) = race(&mut online, &mut batch, "n1", "n2").await;
     assert_eq!(outcome(&da), pb::BindOutcome::Bound, "{da:?}");
     assert_eq!(outcome(&db), pb::BindOutcome::Bound, "{db:?}");
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_workers_cannot_put_more_instances_on_a_node_than_the_cap() {
+    let (h, mut online, mut batch) =
+        two_workers_with([capped("a", "1"), capped("b", "1")], Some(with_cap())).await;
+    // Both workers saw n1 empty of the app and chose it.
+    let (da, db) = race(&mut online, &mut batch, "n1", "n1").await;
+    let outcomes = [outcome(&da), outcome(&db)];
+    let bound = outcomes
+        .iter()
+        .filter(|o| **o == pb::BindOutcome::Bound)
+        .count();
+    assert_eq!(bound, 1, "exactly one wins: {da:?} {db:?}");
+    let (loser, loser_is_a) = if outcomes[0] == pb::BindOutcome::Bound {
+        (&db, false)
+    } else {
+        (&da, true)
+    };
+    assert_eq!(outcome(loser), pb::BindOutcome::Conflict, "{loser:?}");
+    assert!(
+        loser
+            .reason
+            .contains("node(s) already run the maximum number of instances of this app"),
+        "{:?}",
+        loser.reason
+    );
+    // Another node is fine.
+    let retry = if loser_is_a {
+        online.propose("a", "n2").await
+    } else {
+        batch.propose("b", "n2").await
+    };
+    assert_eq!(outcome(&retry), pb::BindOutcome::Bound, "{retry:?}");
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cap_of_two_lets_two_instances_share_a_node() {
+    let (h, mut online, mut batch) =
+        two_workers_with([capped("a", "2"), capped("b", "2")], Some(with_cap())).await;
+    let (da, db) = race(&mut online, &mut batch, "n1", "n1").await;
+    assert_eq!(outcome(&da), pb::BindOutcome::Bound, "{da:?}");
+    assert_eq!(outcome(&db), pb::BindOutcome::Bound, "{db:?}");
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_malformed_cap_is_refused_by_the_arbiter() {
+    let (h, online, _batch) =
+        two_workers_with([capped("a", "many"), capped("b", "1")], Some(with_cap())).await;
+    let d = online.propose("a", "n1").await;
+    assert_eq!(outcome(&d), pb::BindOutcome::Conflict, "{d:?}");
+    assert!(
+        d.reason
+            .contains("invalid scheduling.flotilla.dev/max-instances-per-node"),
+        "{:?}",
+        d.reason
+    );
     h.shutdown().await;
 }

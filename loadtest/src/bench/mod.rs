@@ -47,7 +47,8 @@ pub struct BenchConfig {
     pub timeout: Duration,
     /// Show a progress bar.
     pub progress: bool,
-    /// The scheduler configuration (default: upstream's default profile).
+    /// The scheduler configuration (default: upstream's default profile);
+    /// the scenario adds the plugins it needs ([`Scenario::configure`]).
     pub scheduler: SchedulerConfig,
 }
 
@@ -188,6 +189,7 @@ pub async fn run_bench(scenario: Scenario, cfg: &BenchConfig) -> Result<BenchRep
     }
     let measured = measured_keys(&scenario);
     let nodes = scenario.workload.nodes.len();
+    let scheduler = scenario.configure(cfg.scheduler.clone());
     let run_cfg = RunConfig {
         in_process_workers: cfg.workers,
         expect_workers: cfg.workers,
@@ -196,7 +198,7 @@ pub async fn run_bench(scenario: Scenario, cfg: &BenchConfig) -> Result<BenchRep
         // Settle quickly: the figures come from the bind samples, not the
         // wall clock, but every second here is a second of the bench.
         settle: Duration::from_millis(300),
-        scheduler: cfg.scheduler.clone(),
+        scheduler,
         // No kubelet: victims and deleted pods free their room at once.
         grace_period: Some(0),
         single_scheduler: cfg.single_scheduler,
@@ -360,8 +362,12 @@ impl BenchReport {
         let c = &self.checks;
         let _ = writeln!(
             s,
-            "  checks         {} over-committed nodes, {} Bindings for {} pods bound",
-            c.overcommitted_nodes, c.bindings_written, c.pods_bound_by_flotilla
+            "  checks         {} over-committed nodes, {} over an instance cap, {} Bindings for {} \
+             pods bound",
+            c.overcommitted_nodes,
+            c.over_instance_cap_nodes,
+            c.bindings_written,
+            c.pods_bound_by_flotilla
         );
         if self.timed_out {
             let _ = writeln!(s, "  TIMED OUT      unresolved pods are counted pending");

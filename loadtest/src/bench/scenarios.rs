@@ -16,6 +16,10 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
+use flotilla_scheduler::config::SchedulerConfig;
+use flotilla_scheduler::framework::PluginRef;
+use flotilla_scheduler::plugins::names;
+
 use crate::workload::{
     self, LABEL_HOSTNAME, LABEL_WORKLOAD_CLASS, OnBadInput, Op, PAUSE_IMAGE, TimedOp,
     WORKLOAD_CLASS_BATCH, WORKLOAD_CLASS_ONLINE, Workload, pending_pod, ready_node, resource_list,
@@ -73,11 +77,17 @@ pub enum ScenarioName {
     /// pods), so `flotilla bench --kubeconfig` figures compare with its
     /// kube-scheduler figures.
     KubeLab,
+    /// The Alibaba GPU trace v2025 (disaggregated DLRM inference): 7,280
+    /// initial pods, then 16,591 arrivals and 14,993 deletions replayed at
+    /// trace time / `--speedup` (default 100,000: about 27 s), on synthetic
+    /// CN and HN pools sized from the replayed peak, with the trace's
+    /// `max_instance_per_node` enforced by `MaxInstancesPerNode`.
+    Dlrm,
 }
 
 impl ScenarioName {
     /// Every scenario, in the order of `docs/benchmarks.md`.
-    pub const ALL: [ScenarioName; 10] = [
+    pub const ALL: [ScenarioName; 11] = [
         Self::SchedulingBasic,
         Self::SchedulingBasic50k,
         Self::PodAntiAffinity,
@@ -88,6 +98,7 @@ impl ScenarioName {
         Self::Openb,
         Self::Godel30k,
         Self::KubeLab,
+        Self::Dlrm,
     ];
 
     /// The kebab-case name (`scheduling-basic`).
@@ -104,6 +115,7 @@ impl ScenarioName {
             Self::Openb => "openb",
             Self::Godel30k => "godel-30k",
             Self::KubeLab => "kube-lab",
+            Self::Dlrm => "dlrm",
         }
     }
 
@@ -121,7 +133,7 @@ impl ScenarioName {
             ),
             Self::PreemptionBasic => (18.0, "PreemptionBasic 500Nodes (misc, old)"),
             Self::Unschedulable => (590.0, "Unschedulable 5000Nodes_10000Pods (misc, new)"),
-            Self::Openb | Self::Godel30k | Self::KubeLab => return None,
+            Self::Openb | Self::Godel30k | Self::KubeLab | Self::Dlrm => return None,
         };
         Some(UpstreamFloor {
             pods_per_second,
@@ -161,6 +173,11 @@ pub struct ScenarioParams {
     pub rate: f64,
     /// Where the openb CSV files are (`None`: beside the project).
     pub openb_dir: Option<std::path::PathBuf>,
+    /// Where the DLRM trace is (`None`: beside the project).
+    pub dlrm_dir: Option<std::path::PathBuf>,
+    /// Trace seconds per wall second of the [`ScenarioName::Dlrm`] replay
+    /// (default [`workload::dlrm::DEFAULT_SPEEDUP`]).
+    pub speedup: f64,
 }
 
 impl Default for ScenarioParams {
@@ -169,6 +186,8 @@ impl Default for ScenarioParams {
             scale: 1.0,
             rate: 5000.0,
             openb_dir: None,
+            dlrm_dir: None,
+            speedup: workload::dlrm::DEFAULT_SPEEDUP,
         }
     }
 }
@@ -188,6 +207,15 @@ pub enum ScenarioError {
          project); pass --openb-dir"
     )]
     OpenbMissing,
+    /// The DLRM trace is missing or malformed.
+    #[error("DLRM trace: {0}")]
+    Dlrm(workload::LoadError),
+    /// The DLRM trace is not beside the project.
+    #[error(
+        "DLRM trace not found (looked for ../shared/data/alibaba-gpu-v2025-dlrm beside the \
+         project); pass --dlrm-dir"
+    )]
+    DlrmMissing,
 }
 
 /// A scenario, built.
@@ -203,6 +231,32 @@ pub struct Scenario {
     pub init_pods: usize,
     /// Pods measured.
     pub measured_pods: usize,
+    /// Plugins the scenario needs beyond the default profile (registry
+    /// names), enabled at `multiPoint` in every profile of the bench's
+    /// configuration that does not name them yet ([`Scenario::configure`]).
+    pub plugins: Vec<&'static str>,
+}
+
+impl Scenario {
+    /// `config` with [`Scenario::plugins`] enabled in every profile that
+    /// does not enable or disable them already.
+    #[must_use]
+    pub fn configure(&self, mut config: SchedulerConfig) -> SchedulerConfig {
+        for p in &mut config.profiles {
+            for name in &self.plugins {
+                let mut sets =
+                    std::iter::once(&p.plugins.multi_point).chain(p.plugins.points.values());
+                let named = sets.any(|set| {
+                    set.enabled.iter().any(|r| r.name == *name)
+                        || set.disabled.iter().any(|d| d == name)
+                });
+                if !named {
+                    p.plugins.multi_point.enabled.push(PluginRef::new(name, 0));
+                }
+            }
+        }
+        config
+    }
 }
 
 /// `n × scale`, rounded, at least 1 unless `n` is 0.
@@ -558,6 +612,7 @@ pub fn build(name: ScenarioName, params: &ScenarioParams) -> Result<Scenario, Sc
                 pods,
             )
         }
+        ScenarioName::Dlrm => dlrm(params)?,
         ScenarioName::Godel30k => {
             let (nodes, pods) = (scaled(30_000, s), scaled(100_000, s));
             let rate = params.rate;
@@ -626,5 +681,73 @@ pub fn build(name: ScenarioName, params: &ScenarioParams) -> Result<Scenario, Sc
         workload,
         init_pods,
         measured_pods,
+        plugins: if name == ScenarioName::Dlrm {
+            vec![names::MAX_INSTANCES_PER_NODE]
+        } else {
+            Vec::new()
+        },
     })
+}
+
+/// The DLRM replay: description, workload, init and measured pods.
+fn dlrm(params: &ScenarioParams) -> Result<(String, Workload, usize, usize), ScenarioError> {
+    use workload::dlrm::{self, CN_NODE, HN_NODE, Replay};
+    if params.scale > 1.0 {
+        return Err(ScenarioError::Params(format!(
+            "--scale {}: dlrm replays the trace once; at most 1 (a sample)",
+            params.scale
+        )));
+    }
+    if !(params.speedup.is_finite() && params.speedup > 0.0) {
+        return Err(ScenarioError::Params(format!(
+            "--speedup {}: must be positive",
+            params.speedup
+        )));
+    }
+    let dir = match &params.dlrm_dir {
+        Some(d) => d.clone(),
+        None => dlrm::default_dlrm_dir().ok_or(ScenarioError::DlrmMissing)?,
+    };
+    let trace = dlrm::load_dlrm(&dir.join(dlrm::TRACE_FILE), OnBadInput::Fail)
+        .map_err(ScenarioError::Dlrm)?;
+    let r = trace.workload(&Replay {
+        speedup: params.speedup,
+        sample: params.scale,
+        ..Replay::default()
+    });
+    let w = r
+        .workload
+        .validate(OnBadInput::Fail)
+        .map_err(ScenarioError::Dlrm)?;
+    let shape = |n: &dlrm::NodeShape| {
+        let gpus = if n.gpus > 0 {
+            format!(" / {} GPU", n.gpus)
+        } else {
+            String::new()
+        };
+        format!(
+            "{} vCPU / {} GiB{gpus} / {} GiB disk / {} RDMA NIC",
+            n.cpu_cores, n.memory_gib, n.ephemeral_gib, n.rdma_nics
+        )
+    };
+    Ok((
+        format!(
+            "Alibaba GPU trace v2025 (DLRM): {} CN nodes ({}) + {} HN nodes ({}), peak x{} \
+             headroom; {} init pods, then {} arrivals and {} deletions over {:.1} s (speedup \
+             {}); max instances per node enforced",
+            r.cn_nodes,
+            shape(&CN_NODE),
+            r.hn_nodes,
+            shape(&HN_NODE),
+            dlrm::DEFAULT_HEADROOM,
+            r.init_pods,
+            r.created_pods,
+            r.deleted_pods,
+            r.replay_duration.as_secs_f64(),
+            params.speedup,
+        ),
+        w,
+        r.init_pods,
+        r.created_pods,
+    ))
 }

@@ -7,6 +7,9 @@
 //!   test cases ([`synthetic::scheduling_basic`]);
 //! - [`openb`]: the Alibaba GPU cluster trace v2023 ("openb") CSV files
 //!   ([`openb::load_openb`]);
+//! - [`dlrm`]: the Alibaba GPU cluster trace v2025 of disaggregated DLRM
+//!   inference instances, replayed with arrivals and deletions
+//!   ([`dlrm::load_dlrm`], [`dlrm::DlrmTrace::workload`]);
 //! - [`k8s_list`]: a Kubernetes `List` or multi-document YAML/JSON dump, as
 //!   written by `kubectl get nodes,pods -A -o yaml` ([`k8s_list::load_k8s_list`];
 //!   [`k8s_list::load_cluster_objects`] also keeps Namespaces,
@@ -16,6 +19,7 @@
 //! first bad row/object ([`OnBadInput::Fail`]) or skip it and record a
 //! [`LoadWarning`] ([`OnBadInput::Skip`]).
 
+pub mod dlrm;
 pub mod k8s_list;
 pub mod openb;
 pub mod pod_group;
@@ -120,6 +124,10 @@ impl Workload {
                 )?,
             }
         }
+        // Barriers at or past the end stay at the (new) end.
+        if next_barrier.next().is_some() && barriers.last() != Some(&pods.len()) {
+            barriers.push(pods.len());
+        }
         let mut timeline = Vec::with_capacity(self.timeline.len());
         for op in std::mem::take(&mut self.timeline) {
             let bad = match &op.op {
@@ -165,7 +173,9 @@ pub struct Workload {
     /// Barriers (upstream `scheduler_perf`'s `barrier` op): indices into
     /// `pods`, ascending; the run submits the pods before a barrier, waits
     /// until every one of them is resolved (bound or unschedulable), then
-    /// submits the next ones. Empty: everything at once.
+    /// submits the next ones. Empty: everything at once. A barrier equal
+    /// to `pods.len()` holds the [`Workload::timeline`] until every pod is
+    /// resolved (a trace's initial pods, then its arrivals).
     pub barriers: Vec<usize>,
     /// PriorityClasses to create before the pods (resolve
     /// `priorityClassName`).

@@ -384,13 +384,13 @@ fn gpu_model_affinity(models: Vec<String>) -> Affinity {
 }
 
 /// Where a row is, to build errors.
-struct RowCtx<'a> {
-    file: &'a str,
-    line: u64,
+pub(super) struct RowCtx<'a> {
+    pub(super) file: &'a str,
+    pub(super) line: u64,
 }
 
 impl RowCtx<'_> {
-    fn invalid(&self, field: &'static str, message: String) -> LoadError {
+    pub(super) fn invalid(&self, field: &'static str, message: String) -> LoadError {
         LoadError::InvalidField {
             file: self.file.to_owned(),
             line: self.line,
@@ -399,7 +399,7 @@ impl RowCtx<'_> {
         }
     }
 
-    fn deserialize<'r, T: Deserialize<'r>>(
+    pub(super) fn deserialize<'r, T: Deserialize<'r>>(
         &self,
         record: &'r csv::StringRecord,
         headers: &'r csv::StringRecord,
@@ -416,7 +416,7 @@ impl RowCtx<'_> {
     }
 
     /// A non-empty name.
-    fn name<'v>(&self, field: &'static str, value: &'v str) -> Result<&'v str> {
+    pub(super) fn name<'v>(&self, field: &'static str, value: &'v str) -> Result<&'v str> {
         if value.is_empty() {
             Err(self.invalid(field, "empty name".to_owned()))
         } else {
@@ -425,7 +425,7 @@ impl RowCtx<'_> {
     }
 
     /// A non-negative integer.
-    fn uint(&self, field: &'static str, value: &str) -> Result<u64> {
+    pub(super) fn uint(&self, field: &'static str, value: &str) -> Result<u64> {
         parse_uint(value).map_err(|message| self.invalid(field, message))
     }
 
@@ -448,7 +448,7 @@ impl RowCtx<'_> {
     }
 
     /// Records `name` as seen on this line, or fails if an earlier line has it.
-    fn check_unique(
+    pub(super) fn check_unique(
         &self,
         seen: &mut HashMap<String, u64>,
         field: &'static str,
@@ -472,7 +472,7 @@ impl RowCtx<'_> {
 /// (any order), and calls `row` for each record. Row errors (malformed
 /// records and errors returned by `row`) go through `on_bad`; I/O errors and
 /// a wrong header always fail. `row` must not keep partial results when it fails.
-fn for_each_row<F>(
+pub(super) fn for_each_row<F>(
     path: &Path,
     columns: &[&str],
     on_bad: OnBadInput,
@@ -585,7 +585,7 @@ fn parse_uint(value: &str) -> std::result::Result<u64, String> {
 
 /// Whether `s` is a valid Kubernetes label value: at most 63 characters,
 /// alphanumerics, `-`, `_` and `.`, starting and ending with an alphanumeric.
-fn is_label_value(s: &str) -> bool {
+pub(super) fn is_label_value(s: &str) -> bool {
     let bytes = s.as_bytes();
     match (bytes.first(), bytes.last()) {
         (None, _) | (_, None) => true,

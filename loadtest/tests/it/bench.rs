@@ -122,7 +122,7 @@ async fn pods_offered_at_a_rate_are_bound_no_faster_than_offered() {
         &ScenarioParams {
             scale: 0.01,
             rate: 2000.0,
-            openb_dir: None,
+            ..ScenarioParams::default()
         },
     )
     .expect("built");
@@ -265,4 +265,116 @@ fn scenario_parameters_and_names_are_checked() {
     )
     .unwrap_err();
     assert!(e.to_string().contains("/nonexistent"), "{e}");
+}
+
+/// The DLRM trace's folder beside the project, or `None` with a message
+/// (the data is not in the repository).
+fn dlrm_dir() -> Option<std::path::PathBuf> {
+    let d = flotilla_loadtest::workload::dlrm::default_dlrm_dir();
+    if d.is_none() {
+        eprintln!("skipped: ../shared/data/alibaba-gpu-v2025-dlrm not found beside the project");
+    }
+    d
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dlrm_sample_replays_with_every_app_within_its_cap_and_no_node_overcommitted() {
+    let Some(dir) = dlrm_dir() else { return };
+    // 2 % of the trace (145 init pods, ~332 arrivals), the 31 days in ~4 s.
+    let s = scenarios::build(
+        ScenarioName::Dlrm,
+        &ScenarioParams {
+            scale: 0.02,
+            speedup: 700_000.0,
+            dlrm_dir: Some(dir),
+            ..ScenarioParams::default()
+        },
+    )
+    .expect("built");
+    assert_eq!(s.plugins, ["MaxInstancesPerNode"]);
+    assert_eq!(s.init_pods, 145, "2 % of 7,280: {}", s.description);
+    assert!(s.measured_pods > 300, "{}", s.description);
+    let sched = s.configure(flotilla_scheduler::config::SchedulerConfig::default());
+    assert!(
+        sched.profiles[0]
+            .plugins
+            .multi_point
+            .enabled
+            .iter()
+            .any(|p| p.name == "MaxInstancesPerNode")
+    );
+    let r = within(Duration::from_secs(120), "bench", run_bench(s, &cfg(2)))
+        .await
+        .expect("ran");
+    assert!(!r.timed_out, "{}", r.to_text());
+    assert!(r.timeline_errors.is_empty(), "{:?}", r.timeline_errors);
+    assert_eq!(r.checks.overcommitted_nodes, 0, "{}", r.to_text());
+    assert_eq!(r.checks.over_instance_cap_nodes, 0, "{}", r.to_text());
+    assert_eq!(r.checks.violation(), None);
+    assert!(r.scheduled > 0, "{}", r.to_text());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_instance_cap_holds_in_the_final_state_of_a_dense_app() {
+    // Ten pods of one app capped at 2 per node on five nodes: exactly two
+    // per node. Without the cap the big node would take most of them
+    // (least allocated); with 2 workers the arbiter keeps the cap.
+    use flotilla_shared::max_instances::ANNOTATION_MAX_INSTANCES_PER_NODE;
+    let nodes = (0..5)
+        .map(|i| {
+            NodeBuilder::new(&format!("n{i}"))
+                .cpu(if i == 0 { "8" } else { "500m" })
+                .memory("8Gi")
+                .pods(110)
+                .build()
+        })
+        .collect();
+    let pods = (0..10)
+        .map(|i| {
+            PodBuilder::new(&format!("p{i}"))
+                .cpu("100m")
+                .label("app", "dense")
+                .label(
+                    "flotilla.io/workload-class",
+                    if i % 2 == 0 { "online" } else { "batch" },
+                )
+                .annotation(ANNOTATION_MAX_INSTANCES_PER_NODE, "2")
+                .build()
+        })
+        .collect();
+    let workload = Workload {
+        name: "dense".into(),
+        nodes,
+        pods,
+        ..Workload::default()
+    };
+    let mut sched = flotilla_scheduler::config::SchedulerConfig::default();
+    sched.profiles[0].plugins.multi_point.enabled.push(
+        flotilla_scheduler::framework::PluginRef::new("MaxInstancesPerNode", 0),
+    );
+    let cfg = flotilla_loadtest::run::RunConfig {
+        in_process_workers: 2,
+        expect_workers: 2,
+        timeout: Duration::from_secs(60),
+        settle: Duration::from_millis(300),
+        scheduler: sched,
+        ..flotilla_loadtest::run::RunConfig::default()
+    };
+    let out = within(
+        Duration::from_secs(90),
+        "run",
+        run_embedded_full(workload, cfg),
+    )
+    .await
+    .expect("ran");
+    assert_eq!(out.report.scheduled, 10, "{}", out.report.to_text());
+    assert_eq!(out.report.checks.over_instance_cap_nodes, 0);
+    let mut per_node = std::collections::HashMap::<String, usize>::new();
+    for p in out.cluster.pods() {
+        if let Some(n) = p.spec.as_ref().and_then(|s| s.node_name.clone()) {
+            *per_node.entry(n).or_default() += 1;
+        }
+    }
+    assert_eq!(per_node.len(), 5, "{per_node:?}");
+    assert!(per_node.values().all(|&c| c == 2), "{per_node:?}");
 }

@@ -14,6 +14,7 @@ use crate::plugins::{
     default_preemption::{self, DefaultPreemption},
     image_locality::ImageLocality,
     inter_pod_affinity::{InterPodAffinity, InterPodAffinityArgs},
+    max_instances_per_node::MaxInstancesPerNode,
     names,
     node_affinity::NodeAffinity,
     node_name::NodeName,
@@ -296,6 +297,14 @@ impl Registry {
                     .filter(p.clone())
                     .pre_score(p.clone())
                     .score(p))
+            }),
+        );
+        add(
+            &mut r,
+            names::MAX_INSTANCES_PER_NODE,
+            Arc::new(|args| {
+                let p = Arc::new(MaxInstancesPerNode::from_args(args)?);
+                Ok(PluginHandle::new(p.clone()).pre_filter(p.clone()).filter(p))
             }),
         );
         add(

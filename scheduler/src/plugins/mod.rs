@@ -17,6 +17,13 @@
 //! | [`NodeResourcesBalancedAllocation`] | | | change in resource balance (1); PreScore `Skip` for pods requesting none of the resources | none | none (rejects nothing) |
 //! | [`ImageLocality`] | | | size × spread of the pod's images on the node (1); PreScore `Skip` when no node has them | none | none (rejects nothing) |
 //!
+//! [`MaxInstancesPerNode`] (Flotilla's, not upstream's, and not in the
+//! default profile) caps the pods of one app per node from the pod
+//! annotation `scheduling.flotilla.dev/max-instances-per-node`: PreFilter
+//! reads it (`Skip` without it), Filter counts the app's pods on the node
+//! (`shared::max_instances`, also checked by the bind arbiter); events
+//! `NodeAdded`, `AssignedPodDeleted`.
+//!
 //! [`SchedulingGates`] is a PreEnqueue plugin the queue runs: a pod with
 //! `spec.schedulingGates` waits in the queue's gated set until they are removed.
 //!
@@ -39,6 +46,7 @@ pub mod default_binder;
 pub mod default_preemption;
 pub mod image_locality;
 pub mod inter_pod_affinity;
+pub mod max_instances_per_node;
 pub mod names;
 pub mod node_affinity;
 pub mod node_name;
@@ -57,6 +65,7 @@ pub use default_binder::DefaultBinder;
 pub use default_preemption::DefaultPreemption;
 pub use image_locality::ImageLocality;
 pub use inter_pod_affinity::InterPodAffinity;
+pub use max_instances_per_node::MaxInstancesPerNode;
 pub use node_affinity::NodeAffinity;
 pub use node_name::NodeName;
 pub use node_ports::NodePorts;

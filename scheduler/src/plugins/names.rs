@@ -28,6 +28,9 @@ pub const IMAGE_LOCALITY: &str = "ImageLocality";
 pub const DEFAULT_PREEMPTION: &str = "DefaultPreemption";
 /// `Coscheduling` (scheduler-plugins gang scheduling; not a default plugin).
 pub const COSCHEDULING: &str = "Coscheduling";
+/// `MaxInstancesPerNode` (Flotilla: at most `k` pods of one app per node,
+/// from a pod annotation; not a default plugin).
+pub const MAX_INSTANCES_PER_NODE: &str = "MaxInstancesPerNode";
 /// `SchedulingGates` (PreEnqueue).
 pub const SCHEDULING_GATES: &str = "SchedulingGates";
 

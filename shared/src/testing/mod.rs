@@ -273,6 +273,17 @@ impl PodBuilder {
         self
     }
 
+    /// Adds an annotation.
+    #[must_use]
+    pub fn annotation(mut self, k: &str, v: &str) -> Self {
+        self.pod
+            .metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(k.into(), v.into());
+        self
+    }
+
     /// Adds a host port (TCP, all addresses) to the first container.
     #[must_use]
     pub fn host_port(mut self, port: i32) -> Self {
