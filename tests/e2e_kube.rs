@@ -222,19 +222,24 @@ where
     }
 }
 
-#[test]
-fn coordinators_and_workers_schedule_a_real_cluster_and_fail_over() {
+/// Runs `test` against the cluster of `KUBECONFIG` (its first file) on a
+/// 2-thread runtime, one e2e test at a time (they share the cluster);
+/// skipped with a message when `KUBECONFIG` is unset.
+fn in_lab<F, Fut>(what: &str, test: F)
+where
+    F: FnOnce(std::path::PathBuf) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
     let _serial = SERIAL
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     let Some(kubeconfig) = std::env::var_os("KUBECONFIG").filter(|v| !v.is_empty()) else {
         eprintln!(
-            "e2e_kube skipped: KUBECONFIG is not set (run .ci/e2e-kube for a throwaway API server, \
-             or point KUBECONFIG at a test cluster; see the README)"
+            "e2e_kube {what} skipped: KUBECONFIG is not set (run .ci/e2e-kube for a throwaway \
+             API server, or point KUBECONFIG at a test cluster; see the README)"
         );
         return;
     };
-    // The first file of a KUBECONFIG list.
     let kubeconfig = std::env::split_paths(&kubeconfig)
         .next()
         .expect("KUBECONFIG names a file");
@@ -243,7 +248,14 @@ fn coordinators_and_workers_schedule_a_real_cluster_and_fail_over() {
         .enable_all()
         .build()
         .expect("runtime")
-        .block_on(scenario(&kubeconfig));
+        .block_on(test(kubeconfig));
+}
+
+#[test]
+fn coordinators_and_workers_schedule_a_real_cluster_and_fail_over() {
+    in_lab("scheduling", |kubeconfig| async move {
+        scenario(&kubeconfig).await
+    });
 }
 
 #[allow(clippy::too_many_lines)]
@@ -658,22 +670,9 @@ async fn scenario(kubeconfig: &Path) {
 /// `schedulerName`, so nothing else touches it meanwhile.
 #[test]
 fn explain_reads_a_real_cluster_without_writing() {
-    let _serial = SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let Some(kubeconfig) = std::env::var_os("KUBECONFIG").filter(|v| !v.is_empty()) else {
-        eprintln!("e2e_kube explain skipped: KUBECONFIG is not set (see the other test)");
-        return;
-    };
-    let kubeconfig = std::env::split_paths(&kubeconfig)
-        .next()
-        .expect("KUBECONFIG names a file");
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
-        .block_on(explain_scenario(&kubeconfig));
+    in_lab("explain", |kubeconfig| async move {
+        explain_scenario(&kubeconfig).await
+    });
 }
 
 /// The resourceVersion of an object.
@@ -862,22 +861,9 @@ async fn explain_scenario(kubeconfig: &Path) {
 /// again beside upstream kube-scheduler.
 #[test]
 fn bench_against_a_real_api_server() {
-    let _serial = SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let Some(kubeconfig) = std::env::var_os("KUBECONFIG").filter(|v| !v.is_empty()) else {
-        eprintln!("e2e_kube bench skipped: KUBECONFIG is not set (see the first test)");
-        return;
-    };
-    let kubeconfig = std::env::split_paths(&kubeconfig)
-        .next()
-        .expect("KUBECONFIG names a file");
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
-        .block_on(bench_scenario(&kubeconfig));
+    in_lab("bench", |kubeconfig| async move {
+        bench_scenario(&kubeconfig).await
+    });
 }
 
 /// The checks of one scheduler's run in the bench report.
