@@ -1436,7 +1436,15 @@ impl Coordinator {
                 rejections: Arc::from([]),
             });
             match &rec.phase {
-                PodPhase::Granted(n) | PodPhase::Bound(n) if *n == node => {}
+                PodPhase::Granted(n) | PodPhase::Bound(n) if *n == node => {
+                    // The same node: swap in the new copy (labels, a
+                    // deletionTimestamp, resized requests), so the arbiter
+                    // counts the pod as it is now, as the workers do.
+                    if !Arc::ptr_eq(&rec.info, &info) {
+                        inner.unplace(&node, &uid);
+                        inner.place(&node, &info);
+                    }
+                }
                 PodPhase::Granted(n) | PodPhase::Bound(n) => {
                     let n = n.clone();
                     inner.unplace(&n, &uid);

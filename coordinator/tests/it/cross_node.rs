@@ -254,3 +254,44 @@ async fn a_malformed_cap_is_refused_by_the_arbiter() {
     );
     h.shutdown().await;
 }
+
+/// A bound pod updated in place (here relabelled out of the selector) is
+/// counted as it is now: the arbiter must not refuse a spread pod over a
+/// match that no longer exists (the workers already count the new copy).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_bound_pod_updated_in_place_is_counted_as_it_is_now() {
+    use flotilla_coordinator::cluster::WatchEvent;
+    use std::sync::Arc;
+
+    let h = Harness::start(cluster()).await;
+    let mut online = FakeWorker::join(&h, "online-0", Online).await;
+    online.until_synced().await;
+    let old = PodBuilder::new("old")
+        .cpu("100m")
+        .label("app", "web")
+        .node_name("n1")
+        .build();
+    h.cluster.create_pod(old.clone()).expect("pod");
+    h.wait_for_record("uid-old").await;
+    // Zone a holds one app=web pod, zone b none: a second in zone a would
+    // be skew 2 > maxSkew 1.
+    let mut relabelled = old;
+    relabelled
+        .metadata
+        .labels
+        .get_or_insert_with(Default::default)
+        .insert("app".into(), "retired".into());
+    h.coordinator
+        .apply(WatchEvent::PodApplied(Arc::new(relabelled)));
+    h.cluster
+        .create_pod(spread("a").label(CLASS_LABEL, "online").build())
+        .expect("pod");
+    online.read_until(|e| !assigned_names(e).is_empty()).await;
+    let d = online.propose("a", "n1").await;
+    assert_eq!(
+        outcome(&d),
+        pb::BindOutcome::Bound,
+        "zone a has no app=web pod any more: {d:?}"
+    );
+    h.shutdown().await;
+}
