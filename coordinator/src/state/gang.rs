@@ -257,6 +257,17 @@ impl Coordinator {
             decision,
             failed: Vec::new(),
         };
+        // A pod listed twice would be reserved on two nodes; refuse the
+        // whole proposal (a worker bug, not a placement conflict).
+        let mut seen = std::collections::HashSet::new();
+        if let Some((pod, _)) = members
+            .iter()
+            .find(|(p, _)| !seen.insert((&p.namespace, &p.name)))
+        {
+            return none(Decision::Error(format!(
+                "pod group {group}: pod {pod} is listed more than once"
+            )));
+        }
         let granted = {
             let mut inner = self.inner.lock();
             inner.counters.proposals += members.len() as u64;

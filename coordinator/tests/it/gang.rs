@@ -353,6 +353,21 @@ async fn propose_gang_grants_all_or_none() {
         "reservations rolled back"
     );
     assert_eq!(h.cluster.write_counts().0, 0);
+    // A member listed twice (on two nodes) is refused outright: nothing
+    // reserved anywhere, nothing written.
+    let twice = vec![
+        (refs[0].clone(), "n1".to_owned()),
+        (refs[0].clone(), "n2".to_owned()),
+        (refs[1].clone(), "n1".to_owned()),
+    ];
+    let d = h.coordinator.propose_gang(w, "default/pg", &twice).await;
+    assert!(
+        matches!(&d.decision, Decision::Error(m) if m.contains("default/m0") && m.contains("more than once")),
+        "{d:?}"
+    );
+    assert_eq!(h.coordinator.node_pods("n1"), Some(vec![]));
+    assert_eq!(h.coordinator.node_pods("n2"), Some(vec![]));
+    assert_eq!(h.cluster.write_counts().0, 0);
     // Two on n1, one on n2: all granted and bound.
     let split: Vec<(PodRef, String)> = refs
         .iter()
