@@ -378,6 +378,18 @@ fn pod_ref_of(p: &PodInfo) -> PodRef {
     }
 }
 
+/// Whether `new` differs from `old` in what a node's view of its pods
+/// holds: labels (affinity, spread, instance caps), annotations (instance
+/// caps), the deletion timestamp (terminating pods do not count), requests
+/// and host ports (fit).
+fn placement_changed(old: &PodInfo, new: &PodInfo) -> bool {
+    old.labels != new.labels
+        || old.pod.metadata.annotations != new.pod.metadata.annotations
+        || old.requests != new.requests
+        || old.host_ports != new.host_ports
+        || old.pod.metadata.deletion_timestamp != new.pod.metadata.deletion_timestamp
+}
+
 fn is_terminating(p: &PodInfo) -> bool {
     p.pod.metadata.deletion_timestamp.is_some()
 }
@@ -1437,10 +1449,12 @@ impl Coordinator {
             });
             match &rec.phase {
                 PodPhase::Granted(n) | PodPhase::Bound(n) if *n == node => {
-                    // The same node: swap in the new copy (labels, a
-                    // deletionTimestamp, resized requests), so the arbiter
-                    // counts the pod as it is now, as the workers do.
-                    if !Arc::ptr_eq(&rec.info, &info) {
+                    // The same node: swap in the new copy when what the
+                    // arbiter counts changed (labels, a deletionTimestamp,
+                    // resized requests), so it sees the pod as the workers
+                    // do. The usual Granted → Bound confirmation changes
+                    // none of it and costs nothing here.
+                    if placement_changed(&rec.info, &info) {
                         inner.unplace(&node, &uid);
                         inner.place(&node, &info);
                     }

@@ -118,32 +118,34 @@ async fn race(
     .await
 }
 
+/// Asserts exactly one of two racing proposals was bound and the other
+/// refused as a conflict whose reason contains `reason`; returns whether the
+/// loser was pod a.
+fn one_wins(da: &pb::BindDecision, db: &pb::BindDecision, reason: &str) -> bool {
+    let outcomes = [outcome(da), outcome(db)];
+    let bound = outcomes
+        .iter()
+        .filter(|o| **o == pb::BindOutcome::Bound)
+        .count();
+    assert_eq!(bound, 1, "exactly one wins: {da:?} {db:?}");
+    let (loser, loser_is_a) = if outcomes[0] == pb::BindOutcome::Bound {
+        (db, false)
+    } else {
+        (da, true)
+    };
+    assert_eq!(outcome(loser), pb::BindOutcome::Conflict, "{loser:?}");
+    assert!(loser.reason.contains(reason), "{:?}", loser.reason);
+    loser_is_a
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn mutually_anti_affine_pods_never_share_a_zone() {
     let (h, mut online, mut batch) =
         two_workers_with([anti_affine("a"), anti_affine("b")], None).await;
     // Both workers saw an empty zone a and chose it.
     let (da, db) = race(&mut online, &mut batch, "n1", "n2").await;
-    let outcomes = [outcome(&da), outcome(&db)];
-    assert_eq!(
-        outcomes
-            .iter()
-            .filter(|o| **o == pb::BindOutcome::Bound)
-            .count(),
-        1,
-        "exactly one wins: {da:?} {db:?}"
-    );
-    let (loser, loser_is_a) = if outcomes[0] == pb::BindOutcome::Bound {
-        (&db, false)
-    } else {
-        (&da, true)
-    };
-    assert_eq!(outcome(loser), pb::BindOutcome::Conflict, "{loser:?}");
-    assert!(
-        loser.reason.contains("anti-affinity rules"),
-        "an upstream anti-affinity reason: {:?}",
-        loser.reason
-    );
+    // An upstream anti-affinity reason.
+    let loser_is_a = one_wins(&da, &db, "anti-affinity rules");
     // The loser's retry in the other zone is granted.
     let retry = if loser_is_a {
         online.propose("a", "n3").await
@@ -159,23 +161,10 @@ async fn two_spread_pods_cannot_break_max_skew_together() {
     let (h, mut online, mut batch) = two_workers_with([spread("a"), spread("b")], None).await;
     // Zone a then holds 2 matching pods and zone b none: skew 2 > maxSkew 1.
     let (da, db) = race(&mut online, &mut batch, "n1", "n2").await;
-    let bound = [outcome(&da), outcome(&db)]
-        .iter()
-        .filter(|o| **o == pb::BindOutcome::Bound)
-        .count();
-    assert_eq!(bound, 1, "exactly one wins: {da:?} {db:?}");
-    let loser = if outcome(&da) == pb::BindOutcome::Bound {
-        &db
-    } else {
-        &da
-    };
-    assert_eq!(outcome(loser), pb::BindOutcome::Conflict);
-    assert!(
-        loser
-            .reason
-            .contains("node(s) didn't match pod topology spread constraints"),
-        "{:?}",
-        loser.reason
+    one_wins(
+        &da,
+        &db,
+        "node(s) didn't match pod topology spread constraints",
     );
     h.shutdown().await;
 }
@@ -201,24 +190,10 @@ async fn two_workers_cannot_put_more_instances_on_a_node_than_the_cap() {
         two_workers_with([capped("a", "1"), capped("b", "1")], Some(with_cap())).await;
     // Both workers saw n1 empty of the app and chose it.
     let (da, db) = race(&mut online, &mut batch, "n1", "n1").await;
-    let outcomes = [outcome(&da), outcome(&db)];
-    let bound = outcomes
-        .iter()
-        .filter(|o| **o == pb::BindOutcome::Bound)
-        .count();
-    assert_eq!(bound, 1, "exactly one wins: {da:?} {db:?}");
-    let (loser, loser_is_a) = if outcomes[0] == pb::BindOutcome::Bound {
-        (&db, false)
-    } else {
-        (&da, true)
-    };
-    assert_eq!(outcome(loser), pb::BindOutcome::Conflict, "{loser:?}");
-    assert!(
-        loser
-            .reason
-            .contains("node(s) already run the maximum number of instances of this app"),
-        "{:?}",
-        loser.reason
+    let loser_is_a = one_wins(
+        &da,
+        &db,
+        "node(s) already run the maximum number of instances of this app",
     );
     // Another node is fine.
     let retry = if loser_is_a {
