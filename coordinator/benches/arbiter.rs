@@ -25,7 +25,6 @@
 //!
 //! Run with `cargo bench -p flotilla-coordinator --bench arbiter`.
 
-use flotilla_shared::spread_counts::SpreadCounts;
 use std::collections::{BTreeMap, HashMap};
 use std::hint::black_box;
 use std::sync::Arc;
@@ -34,13 +33,14 @@ use std::time::{Duration, Instant};
 use criterion::{
     BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group, criterion_main,
 };
-use k8s_openapi::api::core::v1::{Pod, TopologySpreadConstraint};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::api::core::v1::Pod;
 
-use flotilla_coordinator::arbiter::{self, CrossNodeChecks};
+use flotilla_coordinator::arbiter::{self, CrossNodeChecks, KeptCounts};
 use flotilla_coordinator::cluster::{EmbeddedCluster, PodRef, WatchEvent};
 use flotilla_coordinator::{Coordinator, Decision};
-use flotilla_shared::testing::{NodeBuilder, PodAffinityKind, PodBuilder, pod_affinity_term};
+use flotilla_shared::testing::{
+    NodeBuilder, PodAffinityKind, PodBuilder, hard_spread, pod_affinity_term,
+};
 use flotilla_shared::{NodeInfo, WorkloadClass, fit};
 
 const NODES: usize = 5_000;
@@ -76,16 +76,7 @@ fn spread_pod(name: &str) -> PodBuilder {
         .memory("500Mi")
         .priority(0)
         .label("app", "web")
-        .spread_constraint(TopologySpreadConstraint {
-            max_skew: 1,
-            topology_key: "zone".into(),
-            when_unsatisfiable: "DoNotSchedule".into(),
-            label_selector: Some(LabelSelector {
-                match_labels: Some([("app".to_owned(), "web".to_owned())].into()),
-                match_expressions: None,
-            }),
-            ..Default::default()
-        })
+        .spread_constraint(hard_spread("zone", 1, "web"))
 }
 
 fn basic_pod(name: &str) -> PodBuilder {
@@ -211,11 +202,12 @@ fn bench_checks(c: &mut Criterion) {
         ("check/cross_node_spread", &spread, false),
         ("check/cross_node_spread_indexed", &spread, true),
         ("check/cross_node_anti_affinity", &anti, false),
+        ("check/cross_node_anti_affinity_indexed", &anti, true),
     ] {
-        let mut kept = SpreadCounts::default();
+        let mut kept = KeptCounts::default();
         g.bench_function(BenchmarkId::new(id, NODES), |b| {
             b.iter(|| {
-                let mut cold = SpreadCounts::default();
+                let mut cold = KeptCounts::default();
                 arbiter::check(
                     &CrossNodeChecks::DEFAULT,
                     black_box(pod),

@@ -23,6 +23,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use flotilla_shared::affinity_counts::AffinityCounts;
+use flotilla_shared::pod_affinity::RequiredAffinityState;
 use flotilla_shared::spread_counts::SpreadCounts;
 use flotilla_shared::{NodeInfo, PodInfo, max_instances, pod_affinity};
 
@@ -65,10 +67,43 @@ pub fn has_required_anti_affinity(pod: &PodInfo) -> bool {
         .is_some_and(|a| !a.required_anti_affinity.is_empty())
 }
 
+/// Counts the arbiter keeps over its view so a check costs O(domains)
+/// instead of a pass over every pod: hard spread constraints per domain
+/// and required inter-pod (anti-)affinity per topology pair. Feed it every
+/// placement and removal; invalidate it when a node comes, goes or
+/// relabels.
+#[derive(Debug, Default)]
+pub struct KeptCounts {
+    /// Hard topology spread counts.
+    pub spread: SpreadCounts,
+    /// Required inter-pod (anti-)affinity counts.
+    pub affinity: AffinityCounts,
+}
+
+impl KeptCounts {
+    /// `pod` was just placed on `node`.
+    pub fn pod_placed(&mut self, pod: &PodInfo, node: &NodeInfo) {
+        self.spread.pod_placed(pod, node);
+        self.affinity.pod_placed(pod, node);
+    }
+
+    /// `pod` was just removed from `node`.
+    pub fn pod_removed(&mut self, pod: &PodInfo, node: &NodeInfo) {
+        self.spread.pod_removed(pod, node);
+        self.affinity.pod_removed(pod, node);
+    }
+
+    /// Forgets every count (a node added or removed, or relabelled).
+    pub fn invalidate(&mut self) {
+        self.spread.invalidate();
+        self.affinity.invalidate();
+    }
+}
+
 /// Re-checks placing `pod` on `node` against every node of the arbiter's
 /// view. `anti_affinity_pods` is how many placed pods carry required
 /// anti-affinity (0 lets a pod without terms skip the cluster-wide pass);
-/// `spread` holds the view's per-domain spread counts (made on first use,
+/// `kept` holds the view's spread and affinity counts (made on first use,
 /// kept current by the caller).
 ///
 /// # Errors
@@ -80,13 +115,13 @@ pub fn check(
     nodes: &HashMap<std::sync::Arc<str>, NodeInfo>,
     namespaces: &BTreeMap<String, BTreeMap<String, String>>,
     anti_affinity_pods: usize,
-    spread: &mut SpreadCounts,
+    kept: &mut KeptCounts,
 ) -> Result<(), &'static str> {
     if let Some(label) = checks.max_instances_label.as_deref() {
         max_instances::check_placement(pod, node, label).map_err(|v| v.reason())?;
     }
     if checks.topology_spread && pod.topology_spread_constraints.iter().any(|c| c.is_hard()) {
-        spread
+        kept.spread
             .check_placement(pod, || nodes.values(), node)
             .map_err(|v| v.reason())?;
     }
@@ -95,8 +130,21 @@ pub fn check(
         .as_ref()
         .is_some_and(|a| !a.required_affinity.is_empty() || !a.required_anti_affinity.is_empty());
     if checks.pod_affinity && (pod_terms || anti_affinity_pods > 0) {
-        pod_affinity::check_placement(pod, node, nodes.values(), namespaces)
-            .map_err(pod_affinity::AffinityViolation::reason)?;
+        let state = kept.affinity.required_state(
+            pod,
+            namespaces,
+            || nodes.values(),
+            || {
+                let mut s = RequiredAffinityState::new(pod, namespaces);
+                s.count_nodes(pod, nodes.values(), namespaces);
+                s
+            },
+        );
+        if !state.nothing_to_check(pod) {
+            state
+                .check(pod, node)
+                .map_err(pod_affinity::AffinityViolation::reason)?;
+        }
     }
     Ok(())
 }

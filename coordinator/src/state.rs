@@ -50,7 +50,6 @@ use flotilla_shared::fit::{self, IgnoredResources};
 use flotilla_shared::node_info::{NodeInfo, NodeSpec, Orphans};
 use flotilla_shared::pod_info::PodInfo;
 use flotilla_shared::priority::PriorityClasses;
-use flotilla_shared::spread_counts::SpreadCounts;
 use flotilla_shared::{PodKey, WorkloadClass};
 
 use crate::arbiter::{self, CrossNodeChecks};
@@ -222,9 +221,9 @@ struct Inner {
     ignored_resources: HashMap<String, IgnoredResources>,
     /// Placed pods (bound, granted or orphaned) with required anti-affinity.
     anti_affinity_pods: usize,
-    /// Per-domain counts for hard spread constraints, fed by `place` /
+    /// Spread and affinity counts for the arbiter, fed by `place` /
     /// `unplace` over `nodes`, reset when a node comes, goes or relabels.
-    spread: SpreadCounts,
+    kept: arbiter::KeptCounts,
     /// [`Coordinator::set_arbitration`]`(false)`: grant every proposal for
     /// a known node unchecked (the single-scheduler baseline).
     unarbitrated: bool,
@@ -540,7 +539,7 @@ impl Inner {
             &self.nodes,
             &self.namespaces,
             self.anti_affinity_pods,
-            &mut self.spread,
+            &mut self.kept,
         )
         .map_err(Refusal::CrossNode)?;
         Ok(name.clone())
@@ -692,7 +691,7 @@ impl Inner {
             Some(n) => {
                 let added = n.add_pod(info.clone());
                 if added {
-                    self.spread.pod_placed(info, n);
+                    self.kept.pod_placed(info, n);
                 }
                 added
             }
@@ -796,7 +795,7 @@ impl Inner {
             Some(p) => Some(p),
             None => self.nodes.get_mut(node).and_then(|n| {
                 let p = n.remove_pod(uid)?;
-                self.spread.pod_removed(&p, n);
+                self.kept.pod_removed(&p, n);
                 Some(p)
             }),
         };
@@ -1227,12 +1226,12 @@ impl Coordinator {
                 match inner.nodes.get_mut(&name) {
                     Some(n) => {
                         if n.spec.labels != spec.labels {
-                            inner.spread.invalidate();
+                            inner.kept.invalidate();
                         }
                         n.set_spec(spec);
                     }
                     None => {
-                        inner.spread.invalidate();
+                        inner.kept.invalidate();
                         let mut info = NodeInfo::new(spec);
                         for pod in inner.orphans.take(&name) {
                             info.add_pod(pod);
@@ -1248,7 +1247,7 @@ impl Coordinator {
                     return;
                 };
                 if let Some(info) = inner.nodes.remove(name) {
-                    inner.spread.invalidate();
+                    inner.kept.invalidate();
                     // Pods bound to it still hold its room (a deleted and
                     // re-created Node keeps them in Kubernetes).
                     inner.orphans.park_all(&info);

@@ -39,6 +39,7 @@
 //!   of extenders and placement webhooks.
 //! - [`testing`]: builders for pods and nodes.
 
+pub mod affinity_counts;
 pub mod extender;
 pub mod fit;
 pub mod framework;

@@ -11,8 +11,12 @@
 //! ordinary `filter` / `score` on the full `NodeInfo`, so the fast path
 //! never changes a decision, only how fast the common case is reached.
 
+use std::collections::HashMap;
+use std::sync::{OnceLock, RwLock};
+
 use crate::node_info::NodeInfo;
 use crate::taints::{NO_EXECUTE, NO_SCHEDULE, PREFER_NO_SCHEDULE};
+use crate::topology_spread::LABEL_TOPOLOGY_ZONE;
 
 /// A node's hot fields (units as in [`crate::Resources`]: millicores,
 /// bytes, pod slots). 88 bytes.
@@ -40,6 +44,43 @@ pub struct NodeHot {
     pub non_zero_memory: i64,
     /// [`HotFlags`] bits.
     pub flags: HotFlags,
+    /// The node's `topology.kubernetes.io/zone` label as a [`zone_id`];
+    /// 0 when it has none.
+    pub zone: u16,
+}
+
+/// Zone ids a [`HotFilter`] can name (`1..=HOT_ZONES`); nodes of zones
+/// beyond take the full Filter chain.
+pub const HOT_ZONES: u16 = 64;
+
+fn zone_ids() -> &'static RwLock<HashMap<String, u16>> {
+    static IDS: OnceLock<RwLock<HashMap<String, u16>>> = OnceLock::new();
+    IDS.get_or_init(RwLock::default)
+}
+
+/// The process-wide id of zone label value `value`: 1 for the first value
+/// seen, 2 for the next, ... (saturating at `u16::MAX`). Ids never change,
+/// so records and conditions made at different times agree. Zones are few
+/// (tens per cluster); every value ever seen is kept.
+#[must_use]
+pub fn zone_id(value: &str) -> u16 {
+    if let Some(id) = known_zone_id(value) {
+        return id;
+    }
+    let mut ids = zone_ids()
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let next = u16::try_from(ids.len() + 1).unwrap_or(u16::MAX);
+    *ids.entry(value.to_owned()).or_insert(next)
+}
+
+/// The id of `value` if [`zone_id`] has handed one out.
+fn known_zone_id(value: &str) -> Option<u16> {
+    zone_ids()
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .get(value)
+        .copied()
 }
 
 /// Yes/no facts about a node that decide whether the fast path applies.
@@ -90,6 +131,10 @@ impl NodeHot {
         if !spec.images.is_empty() {
             flags = flags.union(HotFlags::IMAGES);
         }
+        let zone = spec
+            .labels
+            .get(LABEL_TOPOLOGY_ZONE)
+            .map_or(0, |v| zone_id(v));
         NodeHot {
             allocatable_milli_cpu: spec.allocatable.milli_cpu,
             allocatable_memory: spec.allocatable.memory,
@@ -102,6 +147,7 @@ impl NodeHot {
             non_zero_milli_cpu: node.non_zero_milli_cpu,
             non_zero_memory: node.non_zero_memory,
             flags,
+            zone,
         }
     }
 }
@@ -131,6 +177,9 @@ pub struct HotFilter {
     /// NodeResourcesFit's rule: a zero request is not checked, a positive
     /// one must be at most allocatable minus requested.
     pub fit: Option<HotRequests>,
+    /// Zones a node must not be in: bit `id - 1` for [`zone_id`] `id`.
+    /// When set, the node must also have a zone of id `1..=HOT_ZONES`.
+    pub zones_blocked: Option<u64>,
 }
 
 impl HotFilter {
@@ -138,6 +187,7 @@ impl HotFilter {
     pub const ANY: HotFilter = HotFilter {
         clear: HotFlags::NONE,
         fit: None,
+        zones_blocked: None,
     };
 
     /// Met when both `self` and `other` are.
@@ -151,9 +201,14 @@ impl HotFilter {
             }),
             (a, b) => a.or(b),
         };
+        let zones_blocked = match (self.zones_blocked, other.zones_blocked) {
+            (Some(a), Some(b)) => Some(a | b),
+            (a, b) => a.or(b),
+        };
         HotFilter {
             clear: self.clear.union(other.clear),
             fit,
+            zones_blocked,
         }
     }
 
@@ -162,6 +217,11 @@ impl HotFilter {
     #[inline]
     pub fn passes(&self, node: &NodeHot) -> bool {
         if node.flags.intersects(self.clear) {
+            return false;
+        }
+        if let Some(blocked) = self.zones_blocked
+            && (!(1..=HOT_ZONES).contains(&node.zone) || blocked & (1 << (node.zone - 1)) != 0)
+        {
             return false;
         }
         let Some(r) = &self.fit else {
@@ -222,12 +282,12 @@ mod tests {
             ..NodeHot::default()
         };
         let fit = |milli_cpu, memory, ephemeral_storage| HotFilter {
-            clear: HotFlags::NONE,
             fit: Some(HotRequests {
                 milli_cpu,
                 memory,
                 ephemeral_storage,
             }),
+            ..HotFilter::ANY
         };
         assert!(fit(100, 50, 0).passes(&node), "exactly full fits");
         assert!(!fit(101, 0, 0).passes(&node));
@@ -249,10 +309,47 @@ mod tests {
         };
         let clear = HotFilter {
             clear: HotFlags::UNSCHEDULABLE,
-            fit: None,
+            ..HotFilter::ANY
         };
         assert!(!clear.passes(&cordoned));
         assert!(clear.and(fit(100, 0, 0)).passes(&node));
         assert!(!clear.and(fit(101, 0, 0)).passes(&node));
+    }
+
+    #[test]
+    fn the_zone_condition_blocks_listed_zones_and_unlabelled_nodes() {
+        let a = zone_id("hot-test-zone-a");
+        let b = zone_id("hot-test-zone-b");
+        assert_ne!(a, b);
+        assert_eq!(zone_id("hot-test-zone-a"), a, "ids are stable");
+        assert_eq!(known_zone_id("hot-test-zone-a"), Some(a));
+        assert_eq!(known_zone_id("hot-test-zone-never"), None);
+        let spec = NodeBuilder::new("n1")
+            .label(LABEL_TOPOLOGY_ZONE, "hot-test-zone-b")
+            .build_spec();
+        let in_b = NodeHot::of(&NodeInfo::new(Arc::new(spec)));
+        assert_eq!(in_b.zone, b);
+        let in_a = NodeHot { zone: a, ..in_b };
+        let unlabelled = NodeHot { zone: 0, ..in_b };
+        let beyond = NodeHot {
+            zone: HOT_ZONES + 1,
+            ..in_b
+        };
+        let block_a = HotFilter {
+            zones_blocked: Some(1 << (a - 1)),
+            ..HotFilter::ANY
+        };
+        assert!(block_a.passes(&in_b));
+        assert!(!block_a.passes(&in_a));
+        assert!(!block_a.passes(&unlabelled), "no zone: full chain");
+        assert!(!block_a.passes(&beyond), "zone beyond the mask: full chain");
+        assert!(HotFilter::ANY.passes(&unlabelled));
+        let block_b = HotFilter {
+            zones_blocked: Some(1 << (b - 1)),
+            ..HotFilter::ANY
+        };
+        let both = block_a.and(block_b);
+        assert!(!both.passes(&in_a) && !both.passes(&in_b));
+        assert!(block_a.and(HotFilter::ANY).passes(&in_b));
     }
 }

@@ -352,6 +352,25 @@ impl TopologyCounts {
         }
     }
 
+    /// Adds `n` (may be negative) to (`key`, `value`), dropping a pair that
+    /// reaches 0 and a key left without pairs: kept this way, counts of
+    /// matching pods stay equal to a fresh count, which holds only
+    /// positive pairs.
+    pub(crate) fn adjust(&mut self, key: &str, value: &str, n: i64) {
+        if n == 0 {
+            return;
+        }
+        self.add(key, value, n);
+        if let Some(values) = self.by_key.get_mut(key) {
+            if values.get(value) == Some(&0) {
+                values.remove(value);
+            }
+            if values.is_empty() {
+                self.by_key.remove(key);
+            }
+        }
+    }
+
     /// Adds `n` to (`key`, the node's value of label `key`) when the node
     /// has that label.
     pub fn add_for_node(&mut self, node: &NodeInfo, key: &str, n: i64) {

@@ -9,7 +9,9 @@
 //! by a full count, then kept current by [`SpreadCounts::pod_placed`] /
 //! [`SpreadCounts::pod_removed`], and dropped by
 //! [`SpreadCounts::invalidate`] when the node set or a node's labels
-//! change. Only constraints whose eligible domains are "every node with
+//! change. The scheduler's snapshot keeps one too, fed from
+//! [`SpreadCounts::node_replaced`], so PodTopologySpread's PreFilter does
+//! not recount every pod each cycle. Only constraints whose eligible domains are "every node with
 //! the keys" are indexed: taints policy `Ignore` (the default) and node
 //! affinity that cannot exclude a node (policy `Ignore`, or a pod without
 //! `nodeSelector` and required node affinity). Other constraints are
@@ -37,7 +39,9 @@ struct Entry {
     /// Every hard constraint key of the pods that share this entry: a node
     /// lacking one is no domain (upstream `nodeLabelsMatchSpreadConstraints`).
     all_keys: Vec<String>,
-    counts: DomainCounts,
+    /// Shared with the cycles that read it; copied on the next write
+    /// while one still holds it.
+    counts: Arc<DomainCounts>,
 }
 
 impl Entry {
@@ -65,16 +69,32 @@ impl Entry {
     }
 
     fn adjust(&mut self, pod: &PodInfo, node: &NodeInfo, by: i64) {
-        if !self.counts_pod(pod) {
+        if self.counts_pod(pod) {
+            self.shift(node, by);
+        }
+    }
+
+    /// Adds `by` to the count of `node`'s domain, if it is one.
+    fn shift(&mut self, node: &NodeInfo, by: i64) {
+        if by == 0 {
             return;
         }
         if let Some(value) = self.domain(node) {
             // The node was a domain when the entry was made (a new node
             // invalidates), so the key is there.
-            if let Some(n) = self.counts.counts.get_mut(value.as_str()) {
+            if let Some(n) = Arc::make_mut(&mut self.counts)
+                .counts
+                .get_mut(value.as_str())
+            {
                 *n += by;
             }
         }
+    }
+
+    /// Pods of `node` this entry counts.
+    fn matching(&self, node: &NodeInfo) -> i64 {
+        let n = node.pods.iter().filter(|p| self.counts_pod(p)).count();
+        i64::try_from(n).unwrap_or(i64::MAX)
     }
 }
 
@@ -89,7 +109,7 @@ fn indexable(pod: &PodInfo, c: &TopologySpreadConstraint) -> bool {
 
 /// The index (see the module docs). Feed it every placement and removal
 /// of the node view it is used with.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct SpreadCounts {
     entries: Vec<Entry>,
 }
@@ -106,6 +126,25 @@ impl SpreadCounts {
     pub fn pod_removed(&mut self, pod: &PodInfo, node: &NodeInfo) {
         for e in &mut self.entries {
             e.adjust(pod, node, -1);
+        }
+    }
+
+    /// `old` was replaced by `new` (same node, any pods added or removed):
+    /// keeps every entry current, or forgets them all when the labels
+    /// changed. O(entries × pods on the node).
+    pub fn node_replaced(&mut self, old: &NodeInfo, new: &NodeInfo) {
+        if self.entries.is_empty() {
+            return;
+        }
+        if !Arc::ptr_eq(&old.spec, &new.spec) && old.spec.labels != new.spec.labels {
+            self.invalidate();
+            return;
+        }
+        for e in &mut self.entries {
+            if e.domain(new).is_some() {
+                let by = e.matching(new) - e.matching(old);
+                e.shift(new, by);
+            }
         }
     }
 
@@ -127,6 +166,60 @@ impl SpreadCounts {
         self.entries.is_empty()
     }
 
+    /// The per-domain counts of `constraints` (the hard constraints of
+    /// `pod`, in order), as [`count_domains`] over the whole view would
+    /// return them: from the index where every constraint is indexed,
+    /// else from `fresh` (that full count, which then seeds the index).
+    pub fn domain_counts(
+        &mut self,
+        pod: &PodInfo,
+        constraints: &[TopologySpreadConstraint],
+        fresh: impl FnOnce() -> Vec<DomainCounts>,
+    ) -> Vec<Arc<DomainCounts>> {
+        let mut all_keys: Vec<String> =
+            constraints.iter().map(|c| c.topology_key.clone()).collect();
+        all_keys.sort_unstable();
+        all_keys.dedup();
+        let namespace = &*pod.key.namespace;
+        let found: Option<Vec<Arc<DomainCounts>>> = constraints
+            .iter()
+            .map(|c| {
+                if !indexable(pod, c) {
+                    return None;
+                }
+                self.entries
+                    .iter()
+                    .find(|e| e.is_for(namespace, c, &all_keys))
+                    .map(|e| e.counts.clone())
+            })
+            .collect();
+        if let Some(found) = found {
+            return found;
+        }
+        let fresh: Vec<Arc<DomainCounts>> = fresh().into_iter().map(Arc::new).collect();
+        if self.entries.len() + constraints.len() > MAX_ENTRIES {
+            self.entries.clear();
+        }
+        for (c, counts) in constraints.iter().zip(&fresh) {
+            if indexable(pod, c)
+                && !self
+                    .entries
+                    .iter()
+                    .any(|e| e.is_for(namespace, c, &all_keys))
+                && let Some(selector) = &c.selector
+            {
+                self.entries.push(Entry {
+                    namespace: pod.key.namespace.clone(),
+                    selector: selector.clone(),
+                    topology_key: c.topology_key.clone(),
+                    all_keys: all_keys.clone(),
+                    counts: counts.clone(),
+                });
+            }
+        }
+        fresh
+    }
+
     /// [`crate::topology_spread::check_placement`] with the counts from the
     /// index where it can: placing `pod` on `target`, in the cluster made of
     /// `nodes` (the same view the index is fed from).
@@ -146,56 +239,9 @@ impl SpreadCounts {
         if constraints.is_empty() {
             return Ok(());
         }
-        let mut all_keys: Vec<String> =
-            constraints.iter().map(|c| c.topology_key.clone()).collect();
-        all_keys.sort_unstable();
-        all_keys.dedup();
-        let namespace = &*pod.key.namespace;
-        let found: Vec<Option<usize>> = constraints
-            .iter()
-            .map(|c| {
-                if !indexable(pod, c) {
-                    return None;
-                }
-                self.entries
-                    .iter()
-                    .position(|e| e.is_for(namespace, c, &all_keys))
-            })
-            .collect();
-        let fresh: Option<Vec<DomainCounts>> = constraints
-            .iter()
-            .zip(&found)
-            .any(|(c, f)| f.is_none() || !indexable(pod, c))
-            .then(|| count_domains(pod, &constraints, nodes()));
-        if let Some(fresh) = &fresh {
-            if self.entries.len() + constraints.len() > MAX_ENTRIES {
-                self.entries.clear();
-            }
-            for (c, counts) in constraints.iter().zip(fresh) {
-                if indexable(pod, c)
-                    && !self
-                        .entries
-                        .iter()
-                        .any(|e| e.is_for(namespace, c, &all_keys))
-                    && let Some(selector) = &c.selector
-                {
-                    self.entries.push(Entry {
-                        namespace: pod.key.namespace.clone(),
-                        selector: selector.clone(),
-                        topology_key: c.topology_key.clone(),
-                        all_keys: all_keys.clone(),
-                        counts: counts.clone(),
-                    });
-                }
-            }
-            let self_match: Vec<bool> =
-                constraints.iter().map(|c| c.selects(&pod.labels)).collect();
-            return check_node(&constraints, fresh, &self_match, &target.spec);
-        }
-        let counts: Vec<&DomainCounts> = found
-            .iter()
-            .map(|f| &self.entries[f.expect("every constraint found")].counts)
-            .collect();
+        let counts = self.domain_counts(pod, &constraints, || {
+            count_domains(pod, &constraints, nodes())
+        });
         let self_match: Vec<bool> = constraints.iter().map(|c| c.selects(&pod.labels)).collect();
         check_node(&constraints, &counts, &self_match, &target.spec)
     }
@@ -206,7 +252,6 @@ mod tests {
     use std::collections::HashMap;
 
     use k8s_openapi::api::core::v1::TopologySpreadConstraint as K8sConstraint;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector as K8sSelector;
     use proptest::prelude::*;
 
     use super::*;
@@ -214,16 +259,7 @@ mod tests {
     use crate::topology_spread;
 
     fn constraint(key: &str, max_skew: i32) -> K8sConstraint {
-        K8sConstraint {
-            max_skew,
-            topology_key: key.into(),
-            when_unsatisfiable: "DoNotSchedule".into(),
-            label_selector: Some(K8sSelector {
-                match_labels: Some([("app".to_owned(), "web".to_owned())].into()),
-                match_expressions: None,
-            }),
-            ..Default::default()
-        }
+        crate::testing::hard_spread(key, max_skew, "web")
     }
 
     /// A pod of app `app` in `ns`, with zone (and, if `both`, hostname)
@@ -272,7 +308,8 @@ mod tests {
         #![proptest_config(ProptestConfig::with_cases(256))]
 
         /// Whatever happens to the view, the indexed check answers as the
-        /// full recount does (the caller invalidating on relabels).
+        /// full recount does, fed pod by pod (the caller invalidating on
+        /// relabels) or node by node.
         #[test]
         fn the_index_answers_as_a_full_recount(ops in proptest::collection::vec(op(), 1..60)) {
             const APPS: [&str; 2] = ["web", "db"];
@@ -282,6 +319,9 @@ mod tests {
                 .map(|i| (format!("n{i}"), node(i, (i < 5).then_some(i % 3))))
                 .collect();
             let mut index = SpreadCounts::default();
+            // The same view, fed the way the scheduler's snapshot feeds it:
+            // whole-node replacements only.
+            let mut replaced = SpreadCounts::default();
             let mut placed: Vec<(Arc<PodInfo>, String)> = Vec::new();
             let mut serial = 0;
             for op in ops {
@@ -291,31 +331,39 @@ mod tests {
                         let pod = Arc::new(spread_pod(&format!("p{serial}"), NS[n], APPS[a], both));
                         let name = format!("n{i}");
                         let info = nodes.get_mut(&name).unwrap();
+                        let before = info.clone();
                         prop_assert!(info.add_pod(pod.clone()));
                         index.pod_placed(&pod, info);
+                        replaced.node_replaced(&before, info);
                         placed.push((pod, name));
                     }
                     Op::Remove(k) if !placed.is_empty() => {
                         let (pod, name) = placed.remove(k % placed.len());
                         let info = nodes.get_mut(&name).unwrap();
+                        let before = info.clone();
                         let removed = info.remove_pod(&pod.uid).unwrap();
                         index.pod_removed(&removed, info);
+                        replaced.node_replaced(&before, info);
                     }
                     Op::Remove(_) => {}
                     Op::Relabel(i, zone) => {
                         let name = format!("n{i}");
                         let fresh = node(i, zone);
                         let info = nodes.get_mut(&name).unwrap();
+                        let before = info.clone();
                         if info.spec.labels != fresh.spec.labels {
                             index.invalidate();
                         }
                         info.set_spec(fresh.spec.clone());
+                        replaced.node_replaced(&before, info);
                     }
                     Op::Check(both, n, i) => {
                         let pod = spread_pod("new", NS[n], "web", both);
                         let target = &nodes[&format!("n{i}")];
                         let want = topology_spread::check_placement(&pod, nodes.values(), target);
                         let got = index.check_placement(&pod, || nodes.values(), target);
+                        prop_assert_eq!(&got, &want);
+                        let got = replaced.check_placement(&pod, || nodes.values(), target);
                         prop_assert_eq!(got, want);
                     }
                 }

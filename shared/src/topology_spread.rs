@@ -504,17 +504,51 @@ pub fn check_node(
     self_match: &[bool],
     node: &NodeSpec,
 ) -> Result<(), SpreadViolation> {
+    let mins = global_mins(constraints, counts);
+    check_node_with_mins(constraints, counts, self_match, &mins, node)
+}
+
+/// `counts[i].global_min(constraints[i].min_domains)` for each constraint
+/// (upstream keeps them in `TpKeyToCriticalPaths`), for
+/// [`check_node_with_mins`].
+#[must_use]
+pub fn global_mins(
+    constraints: &[TopologySpreadConstraint],
+    counts: &[impl std::borrow::Borrow<DomainCounts>],
+) -> Vec<i64> {
+    constraints
+        .iter()
+        .zip(counts)
+        .map(|(c, d)| d.borrow().global_min(c.min_domains))
+        .collect()
+}
+
+/// [`check_node`] with the global minima already taken
+/// ([`global_mins`]): Filter checks many nodes against the same counts,
+/// so it takes them once per cycle instead of once per node.
+///
+/// # Errors
+/// The first [`SpreadViolation`].
+pub fn check_node_with_mins(
+    constraints: &[TopologySpreadConstraint],
+    counts: &[impl std::borrow::Borrow<DomainCounts>],
+    self_match: &[bool],
+    mins: &[i64],
+    node: &NodeSpec,
+) -> Result<(), SpreadViolation> {
     for (i, c) in constraints.iter().enumerate() {
         let Some(value) = node.labels.get(&c.topology_key) else {
             return Err(SpreadViolation::MissingLabel {
                 topology_key: c.topology_key.clone(),
             });
         };
-        let Some(domains) = counts.get(i).map(std::borrow::Borrow::borrow) else {
+        let (Some(domains), Some(min)) =
+            (counts.get(i).map(std::borrow::Borrow::borrow), mins.get(i))
+        else {
             continue;
         };
         let own = i64::from(self_match.get(i).copied().unwrap_or(false));
-        let skew = domains.get(value) + own - domains.global_min(c.min_domains);
+        let skew = domains.get(value) + own - min;
         if skew > i64::from(c.max_skew) {
             return Err(SpreadViolation::MaxSkewExceeded {
                 topology_key: c.topology_key.clone(),

@@ -3,8 +3,13 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
-use flotilla_shared::framework::SharedLister;
+use flotilla_shared::affinity_counts::AffinityCounts;
+use flotilla_shared::framework::{SharedLister, has_scoring_affinity};
+use flotilla_shared::pod_affinity::RequiredAffinityState;
+use flotilla_shared::spread_counts::SpreadCounts;
+use flotilla_shared::topology_spread::{DomainCounts, TopologySpreadConstraint};
 use flotilla_shared::{NodeHot, NodeInfo, PodInfo};
+use parking_lot::Mutex;
 
 /// Node name → pods nominated to it (upstream nominator's
 /// `nominatedPods`), each list in nomination order.
@@ -37,8 +42,28 @@ pub struct Snapshot {
     /// Positions of the nodes with pods that have required anti-affinity
     /// terms, ascending.
     with_required_anti_affinity: Vec<usize>,
+    /// Positions of the nodes with pods whose terms can score other pods
+    /// ([`has_scoring_affinity`]), ascending.
+    with_scoring_affinity: Vec<usize>,
     /// Pods nominated to nodes (shared with the cache, copied on write).
     pub(super) nominated: Arc<NominatedPods>,
+    /// Hard spread counts per selector, kept current by
+    /// [`Snapshot::replace`] and dropped by [`Snapshot::rebuild`].
+    spread: Kept<SpreadCounts>,
+    /// Required inter-pod (anti-)affinity counts, kept the same way.
+    affinity: Kept<AffinityCounts>,
+}
+
+/// Counts kept across cycles, behind a lock because the cycle reads the
+/// snapshot shared (`&dyn SharedLister`). Only the cycle's thread takes
+/// it. A cloned snapshot (preemption's scratch copy) gets its own copy.
+#[derive(Debug, Default)]
+struct Kept<T>(Mutex<T>);
+
+impl<T: Clone> Clone for Kept<T> {
+    fn clone(&self) -> Self {
+        Self(Mutex::new(self.0.lock().clone()))
+    }
 }
 
 /// Keeps position `i` in the ascending list iff `member`.
@@ -85,6 +110,11 @@ impl Snapshot {
         self.with_required_anti_affinity = (0..self.nodes.len())
             .filter(|&i| !self.nodes[i].pods_with_required_anti_affinity.is_empty())
             .collect();
+        self.with_scoring_affinity = (0..self.nodes.len())
+            .filter(|&i| has_scoring_affinity(&self.nodes[i]))
+            .collect();
+        self.spread.0.get_mut().invalidate();
+        self.affinity.0.get_mut().invalidate();
         self.generation = generation;
     }
 
@@ -93,6 +123,11 @@ impl Snapshot {
     /// updates; preemption's dry run swaps changed nodes into a copy.
     pub(crate) fn replace(&mut self, info: &Arc<NodeInfo>) {
         if let Some(&i) = self.index.get(info.name()) {
+            self.spread.0.get_mut().node_replaced(&self.nodes[i], info);
+            self.affinity
+                .0
+                .get_mut()
+                .node_replaced(&self.nodes[i], info);
             self.nodes[i] = info.clone();
             self.hot[i] = NodeHot::of(info);
             set_membership(
@@ -104,6 +139,11 @@ impl Snapshot {
                 &mut self.with_required_anti_affinity,
                 i,
                 !info.pods_with_required_anti_affinity.is_empty(),
+            );
+            set_membership(
+                &mut self.with_scoring_affinity,
+                i,
+                has_scoring_affinity(info),
             );
         }
     }
@@ -183,8 +223,37 @@ impl SharedLister for Snapshot {
         self.images.get(image).copied().unwrap_or(0)
     }
 
+    /// From the kept counts (see [`SpreadCounts`]).
+    fn spread_domain_counts(
+        &self,
+        pod: &PodInfo,
+        constraints: &[TopologySpreadConstraint],
+        count: &dyn Fn() -> Vec<DomainCounts>,
+    ) -> Vec<Arc<DomainCounts>> {
+        self.spread.0.lock().domain_counts(pod, constraints, count)
+    }
+
+    /// From the kept counts (see [`AffinityCounts`]).
+    fn required_affinity_state(
+        &self,
+        pod: &PodInfo,
+        count: &dyn Fn() -> RequiredAffinityState,
+    ) -> RequiredAffinityState {
+        self.affinity
+            .0
+            .lock()
+            .required_state(pod, self, || self.nodes.iter().map(|n| &**n), count)
+    }
+
     fn have_pods_with_affinity(&self) -> Vec<&Arc<NodeInfo>> {
         self.with_affinity.iter().map(|&i| &self.nodes[i]).collect()
+    }
+
+    fn have_pods_with_scoring_affinity(&self) -> Vec<&Arc<NodeInfo>> {
+        self.with_scoring_affinity
+            .iter()
+            .map(|&i| &self.nodes[i])
+            .collect()
     }
 
     fn have_pods_with_required_anti_affinity(&self) -> Vec<&Arc<NodeInfo>> {
@@ -247,6 +316,8 @@ mod tests {
         cache.update_snapshot(&mut snap);
         assert_eq!(names(snap.have_pods_with_affinity()), ["n1", "n3"]);
         assert_eq!(names(snap.have_pods_with_required_anti_affinity()), ["n3"]);
+        // Only the preferred term can score another pod.
+        assert_eq!(names(snap.have_pods_with_scoring_affinity()), ["n1"]);
         // The listed NodeInfo is the current one, not a stale copy.
         assert_eq!(snap.have_pods_with_affinity()[1].pods.len(), 1);
         cache.add_bound_pod(anti("a3b", "n3"));
@@ -263,6 +334,7 @@ mod tests {
         cache.update_snapshot(&mut snap);
         assert_eq!(names(snap.have_pods_with_affinity()), ["n2"]);
         assert_eq!(names(snap.have_pods_with_required_anti_affinity()), ["n2"]);
+        assert!(snap.have_pods_with_scoring_affinity().is_empty());
 
         // A re-layout (new node) rebuilds the lists with the new positions.
         cache.upsert_node(NodeBuilder::new("n0").build_spec());
@@ -276,5 +348,142 @@ mod tests {
             .map(|n| n.name().to_owned())
             .collect();
         assert_eq!(all, ["n2"]);
+    }
+
+    /// The kept spread and affinity counts answer as a full recount over the snapshot,
+    /// whatever the cache did in between (assume, forget, bind, remove,
+    /// relabel, new node), including in a preemption-style scratch copy.
+    mod spread {
+        use std::sync::Arc;
+        use std::time::Duration;
+
+        use flotilla_shared::framework::SharedLister;
+        use flotilla_shared::pod_affinity::RequiredAffinityState;
+        use flotilla_shared::testing::{
+            NodeBuilder, PodAffinityKind, PodBuilder, hard_spread, pod_affinity_term,
+        };
+        use flotilla_shared::topology_spread::{count_domains, hard_constraints};
+        use proptest::prelude::*;
+
+        use super::Snapshot;
+        use crate::cache::NodeCache;
+
+        fn spread_pod(name: &str, app: &str, node: Option<&str>) -> flotilla_shared::PodInfo {
+            let mut b = PodBuilder::new(name).label("app", app);
+            if app == "db" {
+                // Some placed pods with required anti-affinity, for the
+                // kept affinity counts.
+                b = b.pod_affinity(
+                    PodAffinityKind::RequiredAnti,
+                    pod_affinity_term("app", "In", &["web"], "zone"),
+                );
+            }
+            b = b.spread_constraint(hard_spread("zone", 1, "web"));
+            if let Some(n) = node {
+                b = b.node_name(n);
+            }
+            b.build_info()
+        }
+
+        fn node(i: usize, zone: usize) -> flotilla_shared::NodeSpec {
+            NodeBuilder::new(&format!("n{i}"))
+                .label("zone", &format!("z{zone}"))
+                .pods(100)
+                .build_spec()
+        }
+
+        fn assert_counts_fresh(snap: &Snapshot) -> Result<(), TestCaseError> {
+            let probe = spread_pod("probe", "web", None);
+            let constraints = hard_constraints(&probe);
+            let want = count_domains(&probe, &constraints, snap.nodes().iter().map(|n| &**n));
+            let got = snap.spread_domain_counts(&probe, &constraints, &|| {
+                count_domains(&probe, &constraints, snap.nodes().iter().map(|n| &**n))
+            });
+            let got: Vec<_> = got.iter().map(|c| (**c).clone()).collect();
+            prop_assert_eq!(got, want);
+            // An incoming pod avoiding db pods, matched by the db pods'
+            // own anti-affinity.
+            let probe = PodBuilder::new("probe")
+                .label("app", "web")
+                .pod_affinity(
+                    PodAffinityKind::RequiredAnti,
+                    pod_affinity_term("app", "In", &["db"], "zone"),
+                )
+                .build_info();
+            let fresh = || {
+                let mut s = RequiredAffinityState::new(&probe, snap);
+                s.count_nodes(&probe, snap.nodes().iter().map(|n| &**n), snap);
+                s
+            };
+            let got = snap.required_affinity_state(&probe, &fresh);
+            prop_assert_eq!(got, fresh());
+            Ok(())
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(128))]
+
+            #[test]
+            fn kept_counts_match_a_recount(
+                ops in proptest::collection::vec((0u8..7, 0usize..5, any::<bool>()), 1..50),
+            ) {
+                let cache = NodeCache::new(Duration::from_secs(30));
+                for i in 0..4 {
+                    cache.upsert_node(node(i, i % 2));
+                }
+                let mut snap = Snapshot::default();
+                cache.update_snapshot(&mut snap);
+                let mut live: Vec<String> = Vec::new();
+                let mut assumed: Vec<String> = Vec::new();
+                for (serial, (op, i, web)) in ops.into_iter().enumerate() {
+                    let app = if web { "web" } else { "db" };
+                    let name = format!("p{serial}");
+                    let n = format!("n{}", i % 4);
+                    match op {
+                        0 => {
+                            cache.add_bound_pod(Arc::new(spread_pod(&name, app, Some(&n))));
+                            live.push(format!("uid-{name}"));
+                        }
+                        1 => {
+                            if cache.assume(Arc::new(spread_pod(&name, app, None)), &n).is_ok() {
+                                assumed.push(format!("uid-{name}"));
+                            }
+                        }
+                        2 => {
+                            if let Some(uid) = assumed.pop() {
+                                cache.forget(&uid);
+                            }
+                        }
+                        3 => {
+                            if !live.is_empty() {
+                                let uid = live.remove(i % live.len());
+                                cache.remove_pod(&uid);
+                            }
+                        }
+                        4 => {
+                            cache.upsert_node(node(i % 4, usize::from(web)));
+                        }
+                        5 => {
+                            cache.upsert_node(node(4 + i, i % 2));
+                        }
+                        _ => {
+                            // Preemption's dry run: a scratch copy changes,
+                            // the snapshot must not.
+                            let mut scratch = snap.clone();
+                            if let Some(info) = snap.get(&n) {
+                                let mut changed = (**info).clone();
+                                if let Some(p) = changed.pods.first().map(|p| p.uid.clone()) {
+                                    changed.remove_pod(&p);
+                                }
+                                scratch.replace(&Arc::new(changed));
+                            }
+                            assert_counts_fresh(&scratch)?;
+                        }
+                    }
+                    cache.update_snapshot(&mut snap);
+                    assert_counts_fresh(&snap)?;
+                }
+            }
+        }
     }
 }

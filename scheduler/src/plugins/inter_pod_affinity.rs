@@ -246,8 +246,11 @@ impl PreFilterPlugin for InterPodAffinity {
             }
             nodes
         };
-        let mut counts = RequiredAffinityState::new(pod, cluster);
-        count_required(&mut counts, pod, &nodes, cluster);
+        let counts = cluster.required_affinity_state(pod, &|| {
+            let mut counts = RequiredAffinityState::new(pod, cluster);
+            count_required(&mut counts, pod, &nodes, cluster);
+            counts
+        });
         if counts.nothing_to_check(pod) {
             return (PreFilterResult::default(), Status::skip());
         }
@@ -293,12 +296,13 @@ impl PreScorePlugin for InterPodAffinity {
         if self.args.ignore_preferred_terms_of_existing_pods && !has_preferred {
             return Status::skip();
         }
-        // Unless the pod has preferred terms, only nodes holding pods with
-        // affinity can contribute.
+        // Unless the pod has preferred terms, only nodes holding pods whose
+        // own terms score others can contribute (not those whose pods only
+        // have required anti-affinity).
         let nodes: Vec<&Arc<NodeInfo>> = if has_preferred {
             cluster.nodes().iter().collect()
         } else {
-            cluster.have_pods_with_affinity()
+            cluster.have_pods_with_scoring_affinity()
         };
         if nodes.is_empty() {
             return Status::skip();

@@ -483,12 +483,12 @@ impl FilterPlugin for NodeResourcesFit {
     /// condition (the record holds none).
     fn hot_filter(&self, _state: &CycleState, pod: &PodInfo) -> Option<HotFilter> {
         pod.requests.scalar.is_empty().then_some(HotFilter {
-            clear: flotilla_shared::node_hot::HotFlags::NONE,
             fit: Some(HotRequests {
                 milli_cpu: pod.requests.milli_cpu,
                 memory: pod.requests.memory,
                 ephemeral_storage: pod.requests.ephemeral_storage,
             }),
+            ..HotFilter::ANY
         })
     }
 }

@@ -60,7 +60,7 @@ impl FilterPlugin for NodeUnschedulable {
     fn hot_filter(&self, _state: &CycleState, _pod: &PodInfo) -> Option<HotFilter> {
         Some(HotFilter {
             clear: HotFlags::UNSCHEDULABLE,
-            fit: None,
+            ..HotFilter::ANY
         })
     }
 }

@@ -7,8 +7,11 @@
 //!
 //! - **PreFilter**: the pod's hard constraints (`whenUnsatisfiable:
 //!   DoNotSchedule`); `Skip` when there are none (then Filter is not run).
-//!   Counts matching pods per eligible domain over every node of the
-//!   snapshot (in parallel chunks on large clusters) into the cycle state.
+//!   Takes the matching pods per eligible domain into the cycle state: from
+//!   the counts the snapshot keeps across cycles
+//!   ([`SharedLister::spread_domain_counts`]), or, on a selector's first use
+//!   or for constraints the index cannot hold, by counting over every node
+//!   of the snapshot (in parallel chunks on large clusters).
 //! - **Filter**: per hard constraint, in order: a node without the topology
 //!   key is `UnschedulableAndUnresolvable`
 //!   `"node(s) didn't match pod topology spread constraints (missing required label)"`;
@@ -64,6 +67,7 @@ use flotilla_shared::framework::{
     PreScorePlugin, ScorePlugin, SharedLister, Status,
 };
 use flotilla_shared::label_selector::LabelSelector;
+use flotilla_shared::node_hot::{HOT_ZONES, HotFilter, zone_id};
 use flotilla_shared::topology_spread::{
     self, DomainCounts, LABEL_HOSTNAME, LABEL_TOPOLOGY_ZONE, NodeInclusionPolicy, SoftSpread,
     TopologySpreadConstraint, WhenUnsatisfiable,
@@ -331,10 +335,13 @@ fn default_selector(_pod: &PodInfo) -> Option<LabelSelector> {
 struct PreFilterState {
     /// The hard constraints, in order.
     constraints: Vec<TopologySpreadConstraint>,
-    /// Matching pods per eligible domain, per constraint.
-    counts: Vec<DomainCounts>,
+    /// Matching pods per eligible domain, per constraint (shared with the
+    /// snapshot's kept counts).
+    counts: Vec<Arc<DomainCounts>>,
     /// Whether the incoming pod matches each constraint's selector.
     self_match: Vec<bool>,
+    /// Each constraint's global minimum, taken once for every node.
+    mins: Vec<i64>,
 }
 
 /// PreFilter, Filter, PreScore and Score plugin for topology spread
@@ -482,14 +489,18 @@ impl PreFilterPlugin for PodTopologySpread {
         if constraints.is_empty() {
             return (PreFilterResult::default(), Status::skip());
         }
-        let counts = count_hard(pod, &constraints, cluster.nodes());
+        let counts = cluster.spread_domain_counts(pod, &constraints, &|| {
+            count_hard(pod, &constraints, cluster.nodes())
+        });
         let self_match = constraints.iter().map(|c| c.selects(&pod.labels)).collect();
+        let mins = topology_spread::global_mins(&constraints, &counts);
         state.write(
             PRE_FILTER_STATE_KEY,
             PreFilterState {
                 constraints,
                 counts,
                 self_match,
+                mins,
             },
         );
         (PreFilterResult::default(), Status::success())
@@ -504,11 +515,55 @@ impl FilterPlugin for PodTopologySpread {
             ))
             .with_plugin(NAME);
         };
-        match topology_spread::check_node(&s.constraints, &s.counts, &s.self_match, &node.spec) {
+        match topology_spread::check_node_with_mins(
+            &s.constraints,
+            &s.counts,
+            &s.self_match,
+            &s.mins,
+            &node.spec,
+        ) {
             Ok(()) => Status::success(),
             Err(v) if v.is_unresolvable() => Status::unresolvable(v.reason()).with_plugin(NAME),
             Err(v) => Status::unschedulable(v.reason()).with_plugin(NAME),
         }
+    }
+
+    /// When every hard constraint spreads over `topology.kubernetes.io/zone`
+    /// (the common case): passes a node whose zone is not one where the pod
+    /// would exceed `maxSkew`. Nodes without a zone label, and every node
+    /// for constraints on other keys (e.g. the hostname), get the full
+    /// check.
+    fn hot_filter(&self, state: &CycleState, _pod: &PodInfo) -> Option<HotFilter> {
+        let s = state.read::<PreFilterState>(PRE_FILTER_STATE_KEY)?;
+        let mut blocked = 0_u64;
+        for (i, c) in s.constraints.iter().enumerate() {
+            if c.topology_key != LABEL_TOPOLOGY_ZONE {
+                return None;
+            }
+            let own = i64::from(s.self_match.get(i).copied().unwrap_or(false));
+            let (Some(counts), Some(min)) = (s.counts.get(i), s.mins.get(i)) else {
+                return None;
+            };
+            let limit = i64::from(c.max_skew);
+            // A zone outside the counts counts 0: it is blocked only if
+            // every zone is, which the mask cannot say.
+            if own - min > limit {
+                return None;
+            }
+            for (value, n) in &counts.counts {
+                // A zone beyond the mask always takes the full check.
+                if n + own - min > limit {
+                    let id = zone_id(value);
+                    if (1..=HOT_ZONES).contains(&id) {
+                        blocked |= 1 << (id - 1);
+                    }
+                }
+            }
+        }
+        Some(HotFilter {
+            zones_blocked: Some(blocked),
+            ..HotFilter::ANY
+        })
     }
 }
 

@@ -69,7 +69,7 @@ impl FilterPlugin for TaintToleration {
     fn hot_filter(&self, _state: &CycleState, _pod: &PodInfo) -> Option<HotFilter> {
         Some(HotFilter {
             clear: HotFlags::NO_SCHEDULE_TAINT,
-            fit: None,
+            ..HotFilter::ANY
         })
     }
 }

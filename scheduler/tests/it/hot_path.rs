@@ -13,7 +13,7 @@ use proptest::prelude::*;
 use flotilla_scheduler::Registry;
 use flotilla_shared::framework::{Code, CycleState, SharedLister as _};
 use flotilla_shared::node_hot::NodeHot;
-use flotilla_shared::testing::{FakeLister, NodeBuilder, PodBuilder};
+use flotilla_shared::testing::{FakeLister, NodeBuilder, PodBuilder, hard_spread};
 use flotilla_shared::{NodeInfo, PodInfo};
 
 use crate::{cache_with, default_framework, info, node, snapshot_of};
@@ -312,4 +312,117 @@ fn the_snapshot_keeps_the_hot_records_current() {
         msg.contains("1 Insufficient cpu") && msg.contains("1 node(s) were unschedulable"),
         "{msg}"
     );
+}
+
+/// A cluster of `zones[i]`-labelled nodes (`None`: no zone label), with
+/// `placed` pods (node, matches the selector), and a pod spreading over
+/// zones (and, if `host`, over hostnames too).
+fn spread_case(
+    zones: &[Option<usize>],
+    placed: &[(usize, bool)],
+    max_skew: i32,
+    min_domains: Option<i32>,
+    self_match: bool,
+    host: bool,
+) -> (PodInfo, Vec<NodeInfo>) {
+    use flotilla_shared::topology_spread::{LABEL_HOSTNAME, LABEL_TOPOLOGY_ZONE};
+    use k8s_openapi::api::core::v1::TopologySpreadConstraint;
+    let mut nodes: Vec<NodeInfo> = zones
+        .iter()
+        .enumerate()
+        .map(|(i, z)| {
+            let name = format!("n{i}");
+            let mut b = NodeBuilder::new(&name)
+                .pods(100)
+                .label(LABEL_HOSTNAME, &name);
+            if let Some(z) = z {
+                b = b.label(LABEL_TOPOLOGY_ZONE, &format!("hot-spread-zone-{z}"));
+            }
+            NodeInfo::new(Arc::new(b.build_spec()))
+        })
+        .collect();
+    for (k, (i, web)) in placed.iter().enumerate() {
+        let i = i % nodes.len();
+        let pod = PodBuilder::new(&format!("placed-{k}"))
+            .label("app", if *web { "web" } else { "db" })
+            .node_name(&format!("n{i}"))
+            .build_info();
+        nodes[i].add_pod(Arc::new(pod));
+    }
+    let constraint = |key: &str| TopologySpreadConstraint {
+        min_domains,
+        ..hard_spread(key, max_skew, "web")
+    };
+    let mut b = PodBuilder::new("p")
+        .label("app", if self_match { "web" } else { "db" })
+        .spread_constraint(constraint(LABEL_TOPOLOGY_ZONE));
+    if host {
+        b = b.spread_constraint(constraint(LABEL_HOSTNAME));
+    }
+    (b.build_info(), nodes)
+}
+
+/// Runs PodTopologySpread's PreFilter over `nodes`, then checks its hot
+/// condition against Filter on every node. Returns how many nodes the
+/// condition passed (`None`: no condition).
+fn check_spread(pod: &PodInfo, nodes: Vec<NodeInfo>) -> Result<Option<usize>, TestCaseError> {
+    let handle = Registry::in_tree()
+        .build("PodTopologySpread", None)
+        .expect("in tree");
+    let lister = FakeLister::new(nodes);
+    let mut state = CycleState::default();
+    let (_, st) = handle
+        .pre_filter
+        .as_ref()
+        .expect("PreFilter")
+        .pre_filter(&mut state, pod, &lister);
+    prop_assert_eq!(st.code, Code::Success);
+    let f = handle.filter.as_ref().expect("Filter");
+    let Some(cond) = f.hot_filter(&state, pod) else {
+        return Ok(None);
+    };
+    let mut passed = 0;
+    for n in lister.nodes() {
+        if cond.passes(&NodeHot::of(n)) {
+            let st = f.filter(&state, pod, n);
+            prop_assert!(
+                st.is_success(),
+                "{}: the hot condition passed but Filter says {st:?}",
+                n.name()
+            );
+            passed += 1;
+        }
+    }
+    Ok(Some(passed))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// PodTopologySpread's zone condition passes no node its Filter
+    /// rejects: full zones, nodes without a zone, `minDomains`, pods that
+    /// do or do not match their own selector.
+    #[test]
+    fn the_zone_spread_condition_never_passes_a_node_filter_rejects(
+        zones in proptest::collection::vec(proptest::option::of(0usize..4), 1..12),
+        placed in proptest::collection::vec((0usize..12, any::<bool>()), 0..30),
+        max_skew in 1i32..3,
+        min_domains in proptest::option::of(1i32..6),
+        self_match in any::<bool>(),
+        host in any::<bool>(),
+    ) {
+        let (pod, nodes) = spread_case(&zones, &placed, max_skew, min_domains, self_match, host);
+        let answered = check_spread(&pod, nodes)?;
+        prop_assert_eq!(answered.is_some(), !host, "hostname spread has no condition");
+    }
+}
+
+#[test]
+fn the_zone_spread_condition_blocks_the_full_zone_only() {
+    // Zone 0 holds 2 matching pods, zone 1 none: maxSkew 1 blocks zone 0
+    // (2 + 1 - 0 > 1); zone 1's two nodes pass; the unlabelled node takes
+    // the full check (and fails it: missing label).
+    let zones = [Some(0), Some(0), Some(1), Some(1), None];
+    let (pod, nodes) = spread_case(&zones, &[(0, true), (1, true)], 1, None, true, false);
+    assert_eq!(check_spread(&pod, nodes).unwrap(), Some(2));
 }

@@ -34,7 +34,9 @@ pub use status::{Code, Status};
 
 use crate::node_hot::{HotFilter, NodeHot};
 use crate::node_info::NodeInfo;
+use crate::pod_affinity::RequiredAffinityState;
 use crate::pod_info::PodInfo;
+use crate::topology_spread::{DomainCounts, TopologySpreadConstraint};
 
 /// Lowest score a plugin may give after normalization (upstream `MinNodeScore`).
 pub const MIN_NODE_SCORE: i64 = 0;
@@ -193,6 +195,19 @@ pub trait SharedLister: Sync {
             .collect()
     }
 
+    /// Nodes with at least one pod whose own terms can add to another
+    /// pod's InterPodAffinity score: required affinity (weighted by
+    /// `hardPodAffinityWeight`) or preferred (anti-)affinity terms. A
+    /// subset of [`SharedLister::have_pods_with_affinity`] (pods with only
+    /// required anti-affinity add nothing to a score), in
+    /// [`SharedLister::nodes`] order. The default filters `nodes()`.
+    fn have_pods_with_scoring_affinity(&self) -> Vec<&Arc<NodeInfo>> {
+        self.nodes()
+            .iter()
+            .filter(|n| has_scoring_affinity(n))
+            .collect()
+    }
+
     /// Nodes with at least one pod that has a required anti-affinity term
     /// (upstream `HavePodsWithRequiredAntiAffinityList`), in
     /// [`SharedLister::nodes`] order. The default filters `nodes()`.
@@ -201,6 +216,39 @@ pub trait SharedLister: Sync {
             .iter()
             .filter(|n| !n.pods_with_required_anti_affinity.is_empty())
             .collect()
+    }
+
+    /// Matching pods per eligible domain for `constraints` (`pod`'s hard
+    /// topology spread constraints, in order), exactly what
+    /// [`crate::topology_spread::count_domains`] over [`SharedLister::nodes`]
+    /// returns (upstream `calPreFilterState`'s `TpValueToMatchNum`).
+    /// `count` makes that full count; this default calls it. The
+    /// scheduler's snapshot answers from per-domain counts it keeps across
+    /// cycles ([`crate::spread_counts::SpreadCounts`]), calling `count` only
+    /// on first use of a selector.
+    fn spread_domain_counts(
+        &self,
+        pod: &PodInfo,
+        constraints: &[TopologySpreadConstraint],
+        count: &dyn Fn() -> Vec<DomainCounts>,
+    ) -> Vec<Arc<DomainCounts>> {
+        let _ = (pod, constraints);
+        count().into_iter().map(Arc::new).collect()
+    }
+
+    /// InterPodAffinity's PreFilter state for `pod` over every node, what
+    /// [`RequiredAffinityState::count_nodes`] over [`SharedLister::nodes`]
+    /// gives (upstream `preFilterState`'s three count maps). `count` makes
+    /// that full count; this default calls it. The scheduler's snapshot
+    /// answers from counts it keeps across cycles
+    /// ([`crate::affinity_counts::AffinityCounts`]).
+    fn required_affinity_state(
+        &self,
+        pod: &PodInfo,
+        count: &dyn Fn() -> RequiredAffinityState,
+    ) -> RequiredAffinityState {
+        let _ = pod;
+        count()
     }
 
     /// How many nodes of the snapshot report the image name `image` (exactly
@@ -214,6 +262,17 @@ pub trait SharedLister: Sync {
             .filter(|n| n.spec.images.contains_key(image))
             .count()
     }
+}
+
+/// Whether a pod on `node` has terms that can score other pods (see
+/// [`SharedLister::have_pods_with_scoring_affinity`]).
+#[must_use]
+pub fn has_scoring_affinity(node: &NodeInfo) -> bool {
+    node.pods_with_affinity.iter().any(|p| {
+        p.pod_affinity
+            .as_deref()
+            .is_some_and(|a| !a.required_affinity.is_empty() || a.has_preferred_terms())
+    })
 }
 
 /// Common to every plugin.

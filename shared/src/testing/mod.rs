@@ -503,6 +503,23 @@ pub fn pod_affinity_term(
     }
 }
 
+/// A hard (`DoNotSchedule`) `TopologySpreadConstraint` over `topology_key`
+/// selecting pods labelled `app=<app>`; set `min_domains` and the policies
+/// on the result for more.
+#[must_use]
+pub fn hard_spread(topology_key: &str, max_skew: i32, app: &str) -> TopologySpreadConstraint {
+    TopologySpreadConstraint {
+        max_skew,
+        topology_key: topology_key.into(),
+        when_unsatisfiable: "DoNotSchedule".into(),
+        label_selector: Some(LabelSelector {
+            match_labels: Some([("app".to_owned(), app.to_owned())].into()),
+            match_expressions: None,
+        }),
+        ..Default::default()
+    }
+}
+
 fn requirement(key: &str, op: &str, values: &[&str]) -> NodeSelectorRequirement {
     NodeSelectorRequirement {
         key: key.into(),
