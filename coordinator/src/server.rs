@@ -4,7 +4,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
 
 use crate::grpc::CoordinatorService;
@@ -81,7 +80,13 @@ pub async fn start(
             .initial_stream_window_size(4 << 20)
             .initial_connection_window_size(16 << 20)
             .add_service(svc)
-            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), stop)
+            .serve_with_incoming_shutdown(
+                // TCP_NODELAY, as `Server::serve` sets it: without it Nagle
+                // holds small frames for the peer's delayed ACK (up to
+                // 40 ms per pod on loopback).
+                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+                stop,
+            )
             .await?;
         sync.abort();
         Ok(())

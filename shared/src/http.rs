@@ -190,7 +190,12 @@ impl JsonClient {
                 .map_err(|e| HttpError::Tls(format!("serverName {:?}: {e}", tls.server_name)))?;
             builder.with_server_name_resolver(FixedServerNameResolver::new(name))
         };
-        let connector = builder.enable_http1().build();
+        // TCP_NODELAY: a request's small writes must not wait for the
+        // extender's delayed ACK (Nagle), up to 40 ms each.
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        http.set_nodelay(true);
+        let connector = builder.enable_http1().wrap_connector(http);
         let client = Client::builder(TokioExecutor::new()).build(connector);
         Ok(JsonClient { client, timeout })
     }
