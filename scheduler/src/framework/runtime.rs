@@ -47,7 +47,7 @@ use flotilla_shared::framework::{
     Status,
 };
 use flotilla_shared::metrics::sample_plugin_metrics;
-use flotilla_shared::node_hot::HotFilter;
+use flotilla_shared::node_hot::{HotFilter, NodeHot};
 use flotilla_shared::{NodeInfo, PodInfo};
 
 use super::metrics::ProfileMetrics;
@@ -254,6 +254,16 @@ impl Ordered {
     fn has(&self, n: &str) -> bool {
         self.0.iter().any(|x| x == n)
     }
+}
+
+/// The Filters' fast path for one cycle: the AND of their hot conditions
+/// (a node meeting it needs only the `residual` Filters, those without a
+/// condition), and each Filter's own condition (`each[i]` for the i-th
+/// running Filter) for the nodes that miss the AND.
+struct HotPath<'f> {
+    cond: HotFilter,
+    residual: Vec<&'f Arc<dyn FilterPlugin>>,
+    each: Vec<Option<HotFilter>>,
 }
 
 impl Framework {
@@ -624,23 +634,52 @@ impl Framework {
         Ok(out)
     }
 
-    /// The AND of the running Filters' hot conditions for `pod`, and the
-    /// Filters (in order) that have none and must still be called on a node
-    /// meeting it.
+    /// The running Filters' hot conditions for `pod` (see [`HotPath`]).
     fn hot_filter<'f>(
         filters: &[&'f Arc<dyn FilterPlugin>],
         state: &CycleState,
         pod: &PodInfo,
-    ) -> (HotFilter, Vec<&'f Arc<dyn FilterPlugin>>) {
+    ) -> HotPath<'f> {
         let mut cond = HotFilter::ANY;
         let mut residual = Vec::new();
+        let mut each = Vec::with_capacity(filters.len());
         for f in filters {
-            match f.hot_filter(state, pod) {
+            let c = f.hot_filter(state, pod);
+            match c {
                 Some(c) => cond = cond.and(c),
                 None => residual.push(*f),
             }
+            each.push(c);
         }
-        (cond, residual)
+        HotPath {
+            cond,
+            residual,
+            each,
+        }
+    }
+
+    /// The Filter chain on a node that misses the AND of the hot
+    /// conditions: Filters whose own condition the node meets surely
+    /// pass, so only the others are called, in order; the first rejection
+    /// is the one the whole chain would give.
+    fn run_filters_missing(
+        filters: &[&Arc<dyn FilterPlugin>],
+        hot: &HotPath<'_>,
+        node_hot: &NodeHot,
+        state: &CycleState,
+        pod: &PodInfo,
+        node: &NodeInfo,
+    ) -> Status {
+        for (f, c) in filters.iter().zip(&hot.each) {
+            if c.is_some_and(|c| c.passes(node_hot)) {
+                continue;
+            }
+            let st = f.filter(state, pod, node);
+            if !st.is_success() {
+                return st.with_plugin(f.name());
+            }
+        }
+        Status::success()
     }
 
     /// Filter plugins that run given the PreFilter skips.
@@ -935,14 +974,24 @@ impl Framework {
         };
         let hot_nodes = snap.hot();
         let eval = |idx: usize| {
-            if let Some((cond, residual)) = &hot
+            if let Some(h) = &hot
                 && !pre.timing_pending()
-                && cond.passes(&hot_nodes[idx])
             {
-                // The Filters the condition stands for pass, so the first
-                // rejection, if any, is the first residual one's: the same
-                // status the whole chain would give.
-                return Self::run_filters(residual, &pre.state, pod, &nodes[idx]);
+                let node_hot = &hot_nodes[idx];
+                if h.cond.passes(node_hot) {
+                    // The Filters the condition stands for pass, so the
+                    // first rejection, if any, is the first residual one's:
+                    // the same status the whole chain would give.
+                    return Self::run_filters(&h.residual, &pre.state, pod, &nodes[idx]);
+                }
+                return Self::run_filters_missing(
+                    filters,
+                    h,
+                    node_hot,
+                    &pre.state,
+                    pod,
+                    &nodes[idx],
+                );
             }
             self.filter_node(filters, &pre, pod, &nodes[idx], snap)
         };

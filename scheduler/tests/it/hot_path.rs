@@ -426,3 +426,42 @@ fn the_zone_spread_condition_blocks_the_full_zone_only() {
     let (pod, nodes) = spread_case(&zones, &[(0, true), (1, true)], 1, None, true, false);
     assert_eq!(check_spread(&pod, nodes).unwrap(), Some(2));
 }
+
+/// A node missing the cycle's combined hot condition gets only the Filters
+/// whose own condition it misses, in order: the first rejection (and so
+/// the FitError) is the whole chain's.
+#[test]
+fn nodes_missing_the_hot_condition_get_the_whole_chains_first_reason() {
+    use flotilla_shared::topology_spread::LABEL_TOPOLOGY_ZONE;
+    let zone = |n: NodeBuilder, z: &str| n.label(LABEL_TOPOLOGY_ZONE, z);
+    let cache = cache_with([
+        // Zone a is over the skew for one more web pod.
+        zone(node("a1", "4", "8Gi"), "hot-chain-a").build_spec(),
+        // Also in zone a, and too small: NodeResourcesFit comes first.
+        zone(node("a2", "500m", "8Gi"), "hot-chain-a").build_spec(),
+        // Zone b would do, but the node is cordoned.
+        zone(node("b1", "4", "8Gi"), "hot-chain-b")
+            .unschedulable()
+            .build_spec(),
+    ]);
+    for i in 0..2 {
+        cache.add_bound_pod(info(
+            PodBuilder::new(&format!("web-{i}"))
+                .label("app", "web")
+                .node_name("a1"),
+        ));
+    }
+    let snap = snapshot_of(&cache);
+    let pod = info(
+        PodBuilder::new("p")
+            .cpu("1")
+            .label("app", "web")
+            .spread_constraint(hard_spread(LABEL_TOPOLOGY_ZONE, 1, "web")),
+    );
+    let msg = crate::expect_fit_error(default_framework().schedule(&pod, &snap)).to_string();
+    assert_eq!(
+        msg,
+        "0/3 nodes are available: 1 Insufficient cpu, 1 node(s) didn't match pod topology \
+         spread constraints, 1 node(s) were unschedulable."
+    );
+}
