@@ -130,21 +130,15 @@ pub fn check(
         .as_ref()
         .is_some_and(|a| !a.required_affinity.is_empty() || !a.required_anti_affinity.is_empty());
     if checks.pod_affinity && (pod_terms || anti_affinity_pods > 0) {
-        let state = kept.affinity.required_state(
-            pod,
-            namespaces,
-            || nodes.values(),
-            || {
-                let mut s = RequiredAffinityState::new(pod, namespaces);
-                s.count_nodes(pod, nodes.values(), namespaces);
-                s
-            },
-        );
-        if !state.nothing_to_check(pod) {
-            state
-                .check(pod, node)
-                .map_err(pod_affinity::AffinityViolation::reason)?;
-        }
+        kept.affinity
+            .required_state(
+                pod,
+                namespaces,
+                || nodes.values(),
+                || RequiredAffinityState::of_nodes(pod, nodes.values(), namespaces),
+            )
+            .check_placement(pod, node)
+            .map_err(pod_affinity::AffinityViolation::reason)?;
     }
     Ok(())
 }

@@ -361,8 +361,7 @@ mod tests {
                     }
                     Op::Check(app, t, f) => {
                         let p = pod("incoming", app, t, f);
-                        let mut want = RequiredAffinityState::new(&p, &no_ns);
-                        want.count_nodes(&p, nodes.values(), &no_ns);
+                        let want = RequiredAffinityState::of_nodes(&p, nodes.values(), &no_ns);
                         let got = index.required_state(&p, &no_ns, || nodes.values(), || {
                             unreachable!("no namespaceSelector here")
                         });

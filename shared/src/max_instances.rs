@@ -235,25 +235,12 @@ pub fn overfull_nodes<'a>(nodes: impl IntoIterator<Item = &'a NodeInfo>, app_lab
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
 
     use super::*;
-    use crate::testing::{NodeBuilder, PodBuilder};
-
-    fn app_pod(name: &str, ns: &str, app: &str, k: Option<&str>) -> PodInfo {
-        let mut b = PodBuilder::new(name).namespace(ns).label("app", app);
-        if let Some(k) = k {
-            b = b.annotation(ANNOTATION_MAX_INSTANCES_PER_NODE, k);
-        }
-        b.build_info()
-    }
+    use crate::testing::{NodeBuilder, PodBuilder, app_pod};
 
     fn node_with(pods: Vec<PodInfo>) -> NodeInfo {
-        let mut n = NodeInfo::new(Arc::new(NodeBuilder::new("n1").pods(110).build_spec()));
-        for p in pods {
-            n.add_pod(Arc::new(p));
-        }
-        n
+        NodeBuilder::new("n1").pods(110).build_info_with(pods)
     }
 
     #[test]

@@ -539,6 +539,31 @@ impl RequiredAffinityState {
         }
     }
 
+    /// The state for `pod` counted over every node in `nodes` (`new`, then
+    /// [`RequiredAffinityState::count_nodes`]).
+    #[must_use]
+    pub fn of_nodes<'a, N: NamespaceLabels + ?Sized>(
+        pod: &PodInfo,
+        nodes: impl IntoIterator<Item = &'a NodeInfo>,
+        ns: &N,
+    ) -> Self {
+        let mut state = RequiredAffinityState::new(pod, ns);
+        state.count_nodes(pod, nodes, ns);
+        state
+    }
+
+    /// [`RequiredAffinityState::check`], or `Ok` when there is nothing to
+    /// check ([`RequiredAffinityState::nothing_to_check`]).
+    ///
+    /// # Errors
+    /// As [`RequiredAffinityState::check`].
+    pub fn check_placement(&self, pod: &PodInfo, node: &NodeInfo) -> Result<(), AffinityViolation> {
+        if self.nothing_to_check(pod) {
+            return Ok(());
+        }
+        self.check(pod, node)
+    }
+
     /// Counts the pods of every node in `nodes`.
     pub fn count_nodes<'a, N: NamespaceLabels + ?Sized>(
         &mut self,
@@ -615,10 +640,10 @@ impl RequiredAffinityState {
 
 /// One-shot check of placing `pod` on `node` given every placed pod in
 /// `nodes` (which should include `node`, and must not hold `pod` itself,
-/// or a pod avoiding its own kind would reject itself): for re-checking a
-/// single placement against another view of the cluster (the bind arbiter).
-/// Costs one pass over the pods of `nodes` when `pod` has required terms,
-/// else one over the pods with required anti-affinity.
+/// or a pod avoiding its own kind would reject itself). Costs one pass over
+/// the pods of `nodes` when `pod` has required terms, else one over the
+/// pods with required anti-affinity; the bind arbiter keeps the counts
+/// instead ([`crate::affinity_counts::AffinityCounts`]).
 ///
 /// # Errors
 /// The first [`AffinityViolation`], as [`RequiredAffinityState::check`].
@@ -628,12 +653,7 @@ pub fn check_placement<'a, N: NamespaceLabels + ?Sized>(
     nodes: impl IntoIterator<Item = &'a NodeInfo>,
     ns: &N,
 ) -> Result<(), AffinityViolation> {
-    let mut state = RequiredAffinityState::new(pod, ns);
-    state.count_nodes(pod, nodes, ns);
-    if state.nothing_to_check(pod) {
-        return Ok(());
-    }
-    state.check(pod, node)
+    RequiredAffinityState::of_nodes(pod, nodes, ns).check_placement(pod, node)
 }
 
 /// Upstream InterPodAffinity `PreScore`: summed weights per topology pair

@@ -410,11 +410,8 @@ mod tests {
                     pod_affinity_term("app", "In", &["db"], "zone"),
                 )
                 .build_info();
-            let fresh = || {
-                let mut s = RequiredAffinityState::new(&probe, snap);
-                s.count_nodes(&probe, snap.nodes().iter().map(|n| &**n), snap);
-                s
-            };
+            let fresh =
+                || RequiredAffinityState::of_nodes(&probe, snap.nodes().iter().map(|n| &**n), snap);
             let got = snap.required_affinity_state(&probe, &fresh);
             prop_assert_eq!(got, fresh());
             Ok(())

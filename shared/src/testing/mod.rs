@@ -153,6 +153,31 @@ impl NodeBuilder {
     pub fn build_spec(self) -> NodeSpec {
         NodeSpec::from_node(Arc::new(self.node)).expect("builder node must be valid")
     }
+
+    /// A [`NodeInfo`] of this node holding `pods`.
+    ///
+    /// # Panics
+    /// As [`NodeBuilder::build_spec`].
+    #[must_use]
+    pub fn build_info_with(self, pods: impl IntoIterator<Item = PodInfo>) -> NodeInfo {
+        let mut n = NodeInfo::new(Arc::new(self.build_spec()));
+        for p in pods {
+            n.add_pod(Arc::new(p));
+        }
+        n
+    }
+}
+
+/// A pod of `app` (label `app`) in namespace `ns`, with the
+/// `scheduling.flotilla.dev/max-instances-per-node` annotation set to
+/// `max` when given (any text, to test malformed values too).
+#[must_use]
+pub fn app_pod(name: &str, ns: &str, app: &str, max: Option<&str>) -> PodInfo {
+    let mut b = PodBuilder::new(name).namespace(ns).label("app", app);
+    if let Some(k) = max {
+        b = b.annotation(crate::max_instances::ANNOTATION_MAX_INSTANCES_PER_NODE, k);
+    }
+    b.build_info()
 }
 
 /// Builds a pending `Pod` with one container.
