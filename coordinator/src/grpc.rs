@@ -5,7 +5,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use futures::Stream;
+use futures::stream::FuturesUnordered;
+use futures::{Stream, StreamExt as _};
 use tokio::sync::mpsc;
 use tonic::{Request, Response, Status};
 use tracing::{Instrument as _, info_span};
@@ -16,7 +17,7 @@ use flotilla_shared::WorkloadClass;
 
 use crate::cluster::PodRef;
 use crate::partition::WorkerId;
-use crate::state::{Coordinator, Decision, NodeRejection, PreemptionDecision};
+use crate::state::{Arbitration, Coordinator, Decision, NodeRejection, PreemptionDecision};
 
 /// The service.
 #[derive(Debug, Clone)]
@@ -93,6 +94,162 @@ impl Drop for WorkerStream {
     }
 }
 
+/// Most answers sent in one `BindResults` message.
+const MAX_RESULTS_PER_MESSAGE: usize = 512;
+
+/// The answers of one bind stream, as they settle: every answer ready when
+/// the transport asks goes in one message.
+struct BindResultStream {
+    rx: mpsc::UnboundedReceiver<Result<pb::BindResult, Status>>,
+    /// A fatal status met while batching, sent after the batch.
+    failed: Option<Status>,
+}
+
+impl Stream for BindResultStream {
+    type Item = Result<pb::BindResults, Status>;
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if let Some(st) = self.failed.take() {
+            return Poll::Ready(Some(Err(st)));
+        }
+        let first = match self.rx.poll_recv(cx) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(None) => return Poll::Ready(None),
+            Poll::Ready(Some(Err(st))) => return Poll::Ready(Some(Err(st))),
+            Poll::Ready(Some(Ok(r))) => r,
+        };
+        let mut results = vec![first];
+        while results.len() < MAX_RESULTS_PER_MESSAGE {
+            match self.rx.try_recv() {
+                Ok(Ok(r)) => results.push(r),
+                Ok(Err(st)) => {
+                    self.failed = Some(st);
+                    break;
+                }
+                Err(_) => break,
+            }
+        }
+        Poll::Ready(Some(Ok(pb::BindResults { results })))
+    }
+}
+
+/// The span of one arbitration (unary or streamed), continuing the
+/// worker's trace from `parent`.
+fn arbitration_span(
+    worker: WorkerId,
+    pod: &PodRef,
+    node: &str,
+    method: &'static str,
+    parent: &flotilla_shared::trace::Carrier,
+) -> tracing::Span {
+    let span = info_span!(
+        "bind_arbitration",
+        otel.kind = "server",
+        rpc.system = "grpc",
+        rpc.method = method,
+        worker,
+        pod = %pod,
+        node = %node,
+        outcome = tracing::field::Empty,
+        reason = tracing::field::Empty,
+    );
+    flotilla_shared::trace::set_parent(&span, parent);
+    span
+}
+
+/// Records an arbitration's outcome on its span and turns it into wire
+/// form.
+fn record_outcome(span: &tracing::Span, decision: Decision) -> (pb::BindOutcome, String) {
+    let (outcome, label, reason) = bind_outcome(decision);
+    span.record("outcome", label);
+    if !reason.is_empty() {
+        span.record("reason", reason.as_str());
+    }
+    (outcome, reason)
+}
+
+/// Serves one `BindStream`: arbitrates each proposal as it arrives, in
+/// order, and settles the grants concurrently, sending every answer to
+/// `tx`. Stops taking proposals when the worker closes its side, the
+/// stream breaks, or the coordinator shuts down; answers the grants in
+/// flight either way.
+async fn serve_bind_stream(
+    coordinator: Arc<Coordinator>,
+    mut inbound: tonic::Streaming<pb::BindRequests>,
+    tx: mpsc::UnboundedSender<Result<pb::BindResult, Status>>,
+) {
+    const METHOD: &str = "flotilla.v1.Coordinator/BindStream";
+    let closing = coordinator.closing();
+    let mut settling = FuturesUnordered::new();
+    let mut open = true;
+    while open || !settling.is_empty() {
+        tokio::select! {
+            Some(answer) = settling.next(), if !settling.is_empty() => {
+                let _ = tx.send(Ok(answer));
+            }
+            msg = inbound.message(), if open => {
+                let batch = match msg {
+                    Ok(Some(b)) => b,
+                    Ok(None) | Err(_) => {
+                        open = false;
+                        continue;
+                    }
+                };
+                let worker = match parse_worker_id(&batch.worker_id) {
+                    Ok(w) => w,
+                    Err(st) => {
+                        let _ = tx.send(Err(st));
+                        open = false;
+                        continue;
+                    }
+                };
+                for p in batch.proposals {
+                    let id = p.id;
+                    let pod = match parse_pod(p.pod) {
+                        Ok(pod) if !p.node_name.is_empty() => pod,
+                        Ok(_) => {
+                            let _ = tx.send(Ok(error_result(id, "node_name: required")));
+                            continue;
+                        }
+                        Err(st) => {
+                            let _ = tx.send(Ok(error_result(id, st.message())));
+                            continue;
+                        }
+                    };
+                    let node = p.node_name;
+                    let span = arbitration_span(worker, &pod, &node, METHOD, &p.trace_context);
+                    let arbitration = span.in_scope(|| coordinator.arbitrate(worker, &pod, &node));
+                    match arbitration {
+                        Arbitration::Decided(d) => {
+                            let (outcome, reason) = record_outcome(&span, d);
+                            let _ = tx.send(Ok(pb::BindResult { id, outcome: outcome.into(), reason }));
+                        }
+                        Arbitration::Granted(grant) => {
+                            let c = coordinator.clone();
+                            settling.push(async move {
+                                let d = c.settle(&pod, grant).instrument(span.clone()).await;
+                                let (outcome, reason) = record_outcome(&span, d);
+                                pb::BindResult { id, outcome: outcome.into(), reason }
+                            });
+                        }
+                    }
+                }
+            }
+            () = closing.cancelled(), if open => {
+                open = false;
+            }
+        }
+    }
+}
+
+/// The answer to a proposal that cannot be read.
+fn error_result(id: u64, reason: &str) -> pb::BindResult {
+    pb::BindResult {
+        id,
+        outcome: pb::BindOutcome::Error.into(),
+        reason: reason.to_owned(),
+    }
+}
+
 #[tonic::async_trait]
 impl CoordinatorApi for CoordinatorService {
     async fn register(
@@ -147,32 +304,41 @@ impl CoordinatorApi for CoordinatorService {
         if r.node_name.is_empty() {
             return Err(Status::invalid_argument("node_name: required"));
         }
-        let span = info_span!(
-            "bind_arbitration",
-            otel.kind = "server",
-            rpc.system = "grpc",
-            rpc.method = "flotilla.v1.Coordinator/ProposeBind",
-            worker = id,
-            pod = %pod,
-            node = %r.node_name,
-            outcome = tracing::field::Empty,
-            reason = tracing::field::Empty,
+        let span = arbitration_span(
+            id,
+            &pod,
+            &r.node_name,
+            "flotilla.v1.Coordinator/ProposeBind",
+            &parent,
         );
-        flotilla_shared::trace::set_parent(&span, &parent);
         let decision = self
             .coordinator
             .propose(id, &pod, &r.node_name)
             .instrument(span.clone())
             .await;
-        let (outcome, label, reason) = bind_outcome(decision);
-        span.record("outcome", label);
-        if !reason.is_empty() {
-            span.record("reason", reason.as_str());
-        }
+        let (outcome, reason) = record_outcome(&span, decision);
         Ok(Response::new(pb::BindDecision {
             outcome: outcome.into(),
             reason,
         }))
+    }
+
+    type BindStreamStream = Pin<Box<dyn Stream<Item = Result<pb::BindResults, Status>> + Send>>;
+
+    async fn bind_stream(
+        &self,
+        req: Request<tonic::Streaming<pb::BindRequests>>,
+    ) -> Result<Response<Self::BindStreamStream>, Status> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(serve_bind_stream(
+            self.coordinator.clone(),
+            req.into_inner(),
+            tx,
+        ));
+        Ok(Response::new(Box::pin(BindResultStream {
+            rx,
+            failed: None,
+        })))
     }
 
     async fn report_unschedulable(

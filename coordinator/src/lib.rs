@@ -19,6 +19,6 @@ pub mod server;
 pub mod state;
 
 pub use state::{
-    BindSample, Coordinator, Decision, NodeRejection, PodPhase, PodRecord, PreemptionDecision,
-    Summary,
+    Arbitration, BindSample, Coordinator, Decision, Grant, NodeRejection, PodPhase, PodRecord,
+    PreemptionDecision, Summary,
 };

@@ -92,6 +92,31 @@ pub struct PodRecord {
     pub failing: bool,
     /// The per-node reasons behind that message, for inspection.
     pub rejections: Arc<[NodeRejection]>,
+    /// The worker whose proposal was granted, until the bound pod comes
+    /// back from the cluster (that worker's confirmation is sent then).
+    pub granted_to: Option<WorkerId>,
+    /// The copy of the pod its worker was last sent (`assigned_pod`): when
+    /// the bound pod is that copy plus its Binding, the worker gets the
+    /// short `pod_bound` confirmation instead of the whole object.
+    pub sent: Option<Arc<PodInfo>>,
+}
+
+impl PodRecord {
+    /// A record for a pod first seen now, in `phase`.
+    fn new(info: Arc<PodInfo>, phase: PodPhase) -> Self {
+        PodRecord {
+            info,
+            phase,
+            first_seen: Instant::now(),
+            bound_at: None,
+            bound_by: None,
+            unschedulable: None,
+            failing: false,
+            rejections: Arc::from([]),
+            granted_to: None,
+            sent: None,
+        }
+    }
 }
 
 /// One Binding the coordinator wrote, kept when
@@ -288,6 +313,9 @@ pub struct Coordinator {
     /// The extender with a `bindVerb`, if any: it writes the Bindings of
     /// the pods it is interested in.
     binder: parking_lot::RwLock<Option<Arc<HttpExtender>>>,
+    /// Cancelled by [`Coordinator::close_streams`]: bind streams stop
+    /// taking proposals.
+    closing: tokio_util::sync::CancellationToken,
 }
 
 impl std::fmt::Debug for Coordinator {
@@ -307,6 +335,27 @@ pub enum Decision {
     PodGone(String),
     /// Binding failed transiently; re-queue with backoff.
     Error(String),
+}
+
+/// What [`Coordinator::arbitrate`] decided.
+#[derive(Debug)]
+pub enum Arbitration {
+    /// Answered at once: refused, gone, or already bound there.
+    Decided(Decision),
+    /// Granted: the room is counted; [`Coordinator::settle`] writes the
+    /// Binding.
+    Granted(Grant),
+}
+
+/// A granted placement whose Binding is not written yet (see
+/// [`Coordinator::settle`]). Dropping it without settling leaves the pod
+/// `Granted` with its room counted, so every grant must be settled.
+#[derive(Debug)]
+#[must_use = "a grant holds room until it is settled"]
+pub struct Grant {
+    worker: WorkerId,
+    info: Arc<PodInfo>,
+    node: Arc<str>,
 }
 
 /// A preemption that passed its checks: the preemptor, the node (the map's
@@ -387,6 +436,18 @@ fn placement_changed(old: &PodInfo, new: &PodInfo) -> bool {
         || old.requests != new.requests
         || old.host_ports != new.host_ports
         || old.pod.metadata.deletion_timestamp != new.pod.metadata.deletion_timestamp
+}
+
+/// Whether the bound copy `new` of a pod differs from `old`, its copy
+/// before the Binding, in anything a worker's cache holds of a placed pod
+/// besides the node: what [`placement_changed`] compares, its priority and
+/// start time (preemption's victim order). A pod's spec cannot change in
+/// the rest (affinity terms, tolerations, containers' images).
+fn bound_changed(old: &PodInfo, new: &PodInfo) -> bool {
+    placement_changed(old, new)
+        || old.priority != new.priority
+        || old.start_time != new.start_time
+        || old.terminal != new.terminal
 }
 
 fn is_terminating(p: &PodInfo) -> bool {
@@ -493,6 +554,7 @@ impl Inner {
         let alive = self.workers.get(&worker).is_some_and(|w| w.tx.is_some());
         if let Some(rec) = self.pods.get_mut(&info.uid) {
             rec.phase = PodPhase::Pending(alive.then_some(worker));
+            rec.granted_to = None;
         }
         if !alive {
             self.dispatch(&info.uid);
@@ -543,6 +605,30 @@ impl Inner {
         )
         .map_err(Refusal::CrossNode)?;
         Ok(name.clone())
+    }
+
+    /// Tells every worker that `pod` is bound to `node`: the whole object
+    /// (serialized once), except to `confirm_to`, the worker whose grant
+    /// it is and which holds it assumed as is, which gets the short
+    /// `pod_bound` confirmation.
+    fn broadcast_bound(&self, pod: &Pod, info: &PodInfo, node: &str, confirm_to: Option<WorkerId>) {
+        let mut whole = None;
+        for (id, w) in &self.workers {
+            let Some(tx) = &w.tx else {
+                continue;
+            };
+            let e = if Some(*id) == confirm_to {
+                ev(pb::watch_event::Event::PodBound(pb::PodBound {
+                    pod: Some(pb_pod_ref(info)),
+                    node_name: node.to_owned(),
+                }))
+            } else {
+                whole
+                    .get_or_insert_with(|| ev(pb::watch_event::Event::BoundPod(raw(pod))))
+                    .clone()
+            };
+            let _ = tx.send(e);
+        }
     }
 
     fn broadcast(&self, e: &pb::WatchEvent) {
@@ -615,6 +701,7 @@ impl Inner {
         };
         if let Some(rec) = self.pods.get_mut(uid) {
             rec.phase = PodPhase::Pending(Some(w));
+            rec.sent = Some(rec.info.clone());
             // The pod's trace starts here; the worker continues it.
             let span = info_span!(
                 "dispatch",
@@ -829,6 +916,7 @@ impl Coordinator {
             cluster: counted.clone(),
             counted,
             binder: parking_lot::RwLock::new(None),
+            closing: tokio_util::sync::CancellationToken::new(),
             inner: Mutex::new(Inner {
                 next_worker_id: 1,
                 scheduler_names: profiles
@@ -1436,16 +1524,21 @@ impl Coordinator {
             }
             inner.unresolved.remove(&uid);
             inner.clear_nomination(&info);
-            let mut rec = existing.unwrap_or_else(|| PodRecord {
-                info: info.clone(),
-                phase: PodPhase::Pending(None),
-                first_seen: Instant::now(),
-                bound_at: None,
-                bound_by: None,
-                unschedulable: None,
-                failing: false,
-                rejections: Arc::from([]),
-            });
+            let mut rec =
+                existing.unwrap_or_else(|| PodRecord::new(info.clone(), PodPhase::Pending(None)));
+            // The worker whose grant this Binding is, when all it lacks is
+            // the Binding itself: the copy it was last sent is the last one
+            // seen here, and nothing a placed pod is counted by changed.
+            let confirm_to = match &rec.phase {
+                PodPhase::Granted(n) | PodPhase::Bound(n) if *n == node => rec
+                    .granted_to
+                    .take()
+                    .filter(|_| rec.sent.as_ref().is_some_and(|c| Arc::ptr_eq(c, &rec.info)))
+                    .filter(|_| !bound_changed(&rec.info, &info)),
+                _ => None,
+            };
+            rec.granted_to = None;
+            rec.sent = None;
             match &rec.phase {
                 PodPhase::Granted(n) | PodPhase::Bound(n) if *n == node => {
                     // The same node: swap in the new copy when what the
@@ -1470,11 +1563,11 @@ impl Coordinator {
                     inner.place(&node, &info);
                 }
             }
-            rec.phase = PodPhase::Bound(node);
+            rec.phase = PodPhase::Bound(node.clone());
             rec.unschedulable = None;
             rec.info = info.clone();
             inner.pods.insert(uid, rec);
-            inner.broadcast(&ev(pb::watch_event::Event::BoundPod(raw(&*pod))));
+            inner.broadcast_bound(&pod, &info, &node, confirm_to);
             return;
         }
         if !inner.scheduler_names.contains_key(&*info.scheduler_name) {
@@ -1485,16 +1578,7 @@ impl Coordinator {
             None => {
                 inner.pods.insert(
                     uid.clone(),
-                    PodRecord {
-                        info: info.clone(),
-                        phase: PodPhase::Pending(None),
-                        first_seen: Instant::now(),
-                        bound_at: None,
-                        bound_by: None,
-                        unschedulable: None,
-                        failing: false,
-                        rejections: Arc::from([]),
-                    },
+                    PodRecord::new(info.clone(), PodPhase::Pending(None)),
                 );
                 if let Some(message) = unresolved {
                     Self::hold_unresolved(inner, &info, message);
@@ -1519,6 +1603,9 @@ impl Coordinator {
                     None => {
                         if changed && let PodPhase::Pending(Some(w)) = rec.phase {
                             inner.send_to(w, ev(pb::watch_event::Event::AssignedPod(raw(&*pod))));
+                            if let Some(r) = inner.pods.get_mut(&uid) {
+                                r.sent = Some(info.clone());
+                            }
                         }
                     }
                 }
@@ -1628,43 +1715,72 @@ impl Coordinator {
     /// (every grant counted, even those the cluster has not reflected yet)
     /// with the shared fit check; on success records the grant, writes the
     /// Binding, and settles. Idempotent: re-proposing a bound placement
-    /// answers `Bound`.
+    /// answers `Bound`. The same as [`Coordinator::arbitrate`] followed by
+    /// [`Coordinator::settle`].
     pub async fn propose(&self, worker: WorkerId, pod: &PodRef, node: &str) -> Decision {
-        let (info, node_name) = {
-            let mut inner = self.inner.lock();
-            inner.counters.proposals += 1;
-            inner.last_activity = Some(Instant::now());
-            let Some(rec) = inner.pods.get(pod.uid.as_str()) else {
-                return Decision::PodGone(format!("pod {pod} is not pending"));
-            };
-            match &rec.phase {
-                PodPhase::Bound(n) | PodPhase::Granted(n) if &**n == node => {
-                    return Decision::Bound;
-                }
-                PodPhase::Bound(n) | PodPhase::Granted(n) => {
-                    return Decision::PodGone(format!("pod {pod} is already bound to {n}"));
-                }
-                PodPhase::Pending(_) => {}
-            }
-            let info = rec.info.clone();
-            let name = match inner.check_grant(&info, node) {
-                Ok(name) => name,
-                Err(refusal) => {
-                    inner.counters.conflicts += 1;
-                    inner.nominee_conflicted(&info, node);
-                    let reason = refusal.reason(node);
-                    debug!(%pod, node, %reason, "bind conflict");
-                    return Decision::Conflict(reason);
-                }
-            };
-            inner.counters.grants += 1;
-            inner.place(&name, &info);
-            if let Some(rec) = inner.pods.get_mut(&info.uid) {
-                rec.phase = PodPhase::Granted(name.clone());
-            }
-            (info, name)
-        };
+        match self.arbitrate(worker, pod, node) {
+            Arbitration::Decided(d) => d,
+            Arbitration::Granted(grant) => self.settle(pod, grant).await,
+        }
+    }
 
+    /// The synchronous half of [`Coordinator::propose`]: the check and, when
+    /// it passes, the grant (the room is counted from now on), under the
+    /// lock. Proposals arbitrated one after another are checked in that
+    /// order, each against the grants before it. A grant must be passed to
+    /// [`Coordinator::settle`], which writes its Binding.
+    pub fn arbitrate(&self, worker: WorkerId, pod: &PodRef, node: &str) -> Arbitration {
+        let mut inner = self.inner.lock();
+        inner.counters.proposals += 1;
+        inner.last_activity = Some(Instant::now());
+        let Some(rec) = inner.pods.get(pod.uid.as_str()) else {
+            return Arbitration::Decided(Decision::PodGone(format!("pod {pod} is not pending")));
+        };
+        match &rec.phase {
+            PodPhase::Bound(n) | PodPhase::Granted(n) if &**n == node => {
+                return Arbitration::Decided(Decision::Bound);
+            }
+            PodPhase::Bound(n) | PodPhase::Granted(n) => {
+                return Arbitration::Decided(Decision::PodGone(format!(
+                    "pod {pod} is already bound to {n}"
+                )));
+            }
+            PodPhase::Pending(_) => {}
+        }
+        let info = rec.info.clone();
+        let name = match inner.check_grant(&info, node) {
+            Ok(name) => name,
+            Err(refusal) => {
+                inner.counters.conflicts += 1;
+                inner.nominee_conflicted(&info, node);
+                let reason = refusal.reason(node);
+                debug!(%pod, node, %reason, "bind conflict");
+                return Arbitration::Decided(Decision::Conflict(reason));
+            }
+        };
+        inner.counters.grants += 1;
+        inner.place(&name, &info);
+        if let Some(rec) = inner.pods.get_mut(&info.uid) {
+            rec.phase = PodPhase::Granted(name.clone());
+            rec.granted_to = Some(worker);
+        }
+        Arbitration::Granted(Grant {
+            worker,
+            info,
+            node: name,
+        })
+    }
+
+    /// The asynchronous half of [`Coordinator::propose`]: writes the
+    /// granted Binding (through the binder extender when it is interested),
+    /// then settles the record: bound, or, when the write failed, the room
+    /// released and the pod pending again.
+    pub async fn settle(&self, pod: &PodRef, grant: Grant) -> Decision {
+        let Grant {
+            worker,
+            info,
+            node: node_name,
+        } = grant;
         let started = Instant::now();
         let result = self
             .write_binding(pod, &info, &node_name)
@@ -2020,6 +2136,14 @@ impl Coordinator {
         for w in inner.workers.values_mut() {
             w.tx = None;
         }
+        self.closing.cancel();
+    }
+
+    /// Fires once [`Coordinator::close_streams`] was called: bind streams
+    /// then stop taking proposals, answer those in flight, and end.
+    #[must_use]
+    pub fn closing(&self) -> tokio_util::sync::CancellationToken {
+        self.closing.clone()
     }
 
     /// Whether every kind was listed once (pods are dispatched from then

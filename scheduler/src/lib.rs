@@ -19,8 +19,11 @@
 //! - [`webhook`]: the placement webhook a profile may delegate the choice
 //!   of node to.
 //! - [`worker`]: the worker process: coordinator stream → cache/queue →
-//!   scheduling thread → binding tasks.
+//!   scheduling thread → bind stream.
+//! - [`bind_stream`]: the worker's end of `BindStream` (proposals and
+//!   answers of a whole session on one gRPC stream).
 
+pub mod bind_stream;
 pub mod cache;
 pub mod config;
 pub mod extender;

@@ -7,8 +7,10 @@
 //! - **scheduling thread** (a plain OS thread, CPU-bound): pop → snapshot →
 //!   Filter/Score → assume → hand the binding to a task; one cycle at a time,
 //!   as upstream's scheduling cycle is serial;
-//! - **binding tasks** (async, one per pod): `ProposeBind` → confirm or
-//!   forget + re-queue;
+//! - **binding** (async): every assumed pod's proposal goes on the
+//!   session's bind stream ([`crate::bind_stream`]); a task reads the
+//!   answers and confirms or forgets + re-queues each pod (one
+//!   `ProposeBind` task per pod with a coordinator lacking the stream);
 //! - **preemption tasks** (async): after an Unschedulable cycle in a profile
 //!   with DefaultPreemption, `ProposePreemption` for the candidate the
 //!   PostFilter chose ([`post_filter`]); the pod waits in the unschedulable
@@ -46,6 +48,7 @@ use flotilla_shared::node_info::NodeSpec;
 use flotilla_shared::trace;
 use flotilla_shared::{PodInfo, WorkloadClass};
 
+use crate::bind_stream::{self, BindStream};
 use crate::cache::{DEFAULT_ASSUMED_POD_TTL, NodeCache, Snapshot};
 use crate::extender::Extenders;
 use crate::framework::{
@@ -203,8 +206,12 @@ struct Shared {
     stats: Arc<WorkerStats>,
     tracker: TaskTracker,
     runtime: tokio::runtime::Handle,
-    /// Caps proposals in flight ([`MAX_BINDS_IN_FLIGHT`]).
+    /// Caps unary proposals in flight ([`MAX_BINDS_IN_FLIGHT`]).
     binds: Arc<tokio::sync::Semaphore>,
+    /// The session's bind stream (`BindStream`), which every single-pod
+    /// proposal takes; `None` with a coordinator that predates it, whose
+    /// proposals go one `ProposeBind` call each.
+    bind_stream: Option<Arc<BindStream<InFlightBind>>>,
     /// Set once the session is ending: failures then are expected, not news.
     stopping: std::sync::atomic::AtomicBool,
     /// PodGroups, members and the members waiting at Permit.
@@ -550,8 +557,21 @@ async fn session(
         WorkloadClass::Online => pb::WorkloadClass::Online,
         WorkloadClass::Batch => pb::WorkloadClass::Batch,
     };
-    let (client, reg, mut stream) = join(cfg, class).await?;
+    let (mut client, reg, mut stream) = join(cfg, class).await?;
     info!(worker = %cfg.name, id = %reg.worker_id, epoch = reg.epoch, "registered");
+    let (bind_stream, answers) = match BindStream::open(&mut client, &reg.worker_id).await {
+        Ok((b, answers)) => (Some(b), Some(answers)),
+        Err(status) if status.code() == tonic::Code::Unimplemented => {
+            info!(worker = %cfg.name, "coordinator has no BindStream; proposing one call per pod");
+            (None, None)
+        }
+        Err(status) => {
+            return Err(WorkerError::Rpc {
+                call: "BindStream",
+                status: Box::new(status),
+            });
+        }
+    };
 
     let interest = frameworks.event_interest();
     let mut queue_cfg = cfg.queue;
@@ -569,6 +589,7 @@ async fn session(
         tracker: TaskTracker::new(),
         runtime: tokio::runtime::Handle::current(),
         binds: Arc::new(tokio::sync::Semaphore::new(MAX_BINDS_IN_FLIGHT)),
+        bind_stream: bind_stream.clone(),
         stopping: std::sync::atomic::AtomicBool::new(false),
         gangs,
         pdbs: PdbStore::new(),
@@ -578,6 +599,16 @@ async fn session(
         traces: parking_lot::Mutex::new(HashMap::new()),
     });
 
+    if let (Some(b), Some(answers)) = (bind_stream.clone(), answers) {
+        let s = shared.clone();
+        shared
+            .tracker
+            .spawn(b.run_answers(answers, move |p, answer| {
+                p.span.record("outcome", answer.outcome.as_str_name());
+                let _enter = p.span.enter();
+                settle_binding(&s, &p.pod, &p.node, &answer, p.cycle, p.attempt);
+            }));
+    }
     let stop = shutdown.child_token();
     let mut scheduler_thread = None;
     let housekeeping = tokio::spawn(housekeeping(shared.clone(), stop.clone()));
@@ -612,7 +643,10 @@ async fn session(
             }
             continue;
         }
-        apply_event(&shared, event, trace_context);
+        if let Err(why) = apply_event(&shared, event, trace_context) {
+            warn!(worker = %cfg.name, %why, "out of step with the coordinator; registering again");
+            break SessionEnd::Failed(tonic::Status::aborted(why));
+        }
     };
 
     // Stop intake, let the cycle in progress finish, let bindings settle.
@@ -630,6 +664,11 @@ async fn session(
         {
             debug!(worker = %cfg.name, "the scheduling cycle in progress is still waiting; not waiting for it");
         }
+    }
+    // No more proposals: the coordinator answers those in flight, then
+    // ends the stream, and its reader task ends.
+    if let Some(b) = &shared.bind_stream {
+        b.close();
     }
     shared.tracker.close();
     let _ = tokio::time::timeout(Duration::from_secs(10), shared.tracker.wait()).await;
@@ -668,7 +707,15 @@ fn forget_trace(s: &Shared, uid: &str) {
 /// Applies one event from the coordinator; `trace_context` is the
 /// dispatch span's context sent with an assigned pod (empty when tracing is
 /// off), which its next scheduling cycle continues.
-fn apply_event(s: &Shared, event: pb::watch_event::Event, trace_context: trace::Carrier) {
+///
+/// # Errors
+/// The event contradicts this worker's state (a `pod_bound` for a pod it
+/// does not hold assumed): the session must start over, from a replay.
+fn apply_event(
+    s: &Shared,
+    event: pb::watch_event::Event,
+    trace_context: trace::Carrier,
+) -> Result<(), String> {
     use pb::watch_event::Event;
     let now = Instant::now();
     match event {
@@ -680,6 +727,16 @@ fn apply_event(s: &Shared, event: pb::watch_event::Event, trace_context: trace::
             }
         }
         Event::NodeDeleted(d) => s.cache.remove_node(&d.name),
+        Event::PodBound(b) => {
+            let (uid, node) = (b.pod.map(|p| p.uid).unwrap_or_default(), b.node_name);
+            let Some(pod) = s.cache.confirm_assumed(&uid, &node) else {
+                return Err(format!(
+                    "the coordinator confirmed pod {uid} on {node}, which this worker does not hold assumed there"
+                ));
+            };
+            s.gangs.pod_bound(&pod);
+            s.queue.on_event(ClusterEvent::AssignedPodAdded, now);
+        }
         Event::BoundPod(raw) => {
             if let Some(pod) = parse_pod(&raw) {
                 s.gangs.pod_bound(&pod);
@@ -774,6 +831,7 @@ fn apply_event(s: &Shared, event: pb::watch_event::Event, trace_context: trace::
             s.cache.clear_nominated(&r.uid);
         }
     }
+    Ok(())
 }
 
 async fn housekeeping(s: Arc<Shared>, stop: CancellationToken) {
@@ -1206,12 +1264,7 @@ fn finish_cycle(
                     }
                 }
             }
-            let s2 = s.clone();
-            let parent = trace::inject(&span);
-            s.tracker.spawn_on(
-                bind(s2, pod, r.node, cycle, attempt).instrument(binding_span(&parent)),
-                &s.runtime,
-            );
+            propose_bind(s, pod, r.node, &span, cycle, attempt);
         }
         Err(ScheduleError::Unschedulable(mut fit)) => {
             s.stats.unschedulable.fetch_add(1, Ordering::Relaxed);
@@ -1516,7 +1569,64 @@ fn record_binding(
     }
 }
 
-/// The binding cycle for one assumed pod.
+/// A proposal sent on the bind stream, until its answer.
+struct InFlightBind {
+    pod: Arc<PodInfo>,
+    node: Arc<str>,
+    cycle: Duration,
+    attempt: Attempt,
+    /// The binding cycle's span (its outcome is recorded with the answer).
+    span: tracing::Span,
+}
+
+/// Starts the binding cycle of an assumed pod (`cycle_span` is its
+/// scheduling cycle's): a proposal on the session's bind stream, or, with
+/// no stream, a `ProposeBind` call in a task. The answer settles it
+/// ([`settle_binding`]).
+fn propose_bind(
+    s: &Arc<Shared>,
+    pod: Arc<PodInfo>,
+    node: Arc<str>,
+    cycle_span: &tracing::Span,
+    cycle: Duration,
+    attempt: Attempt,
+) {
+    let span = binding_span(&trace::inject(cycle_span));
+    let payload = InFlightBind {
+        pod,
+        node,
+        cycle,
+        attempt,
+        span,
+    };
+    let payload = match &s.bind_stream {
+        Some(b) => {
+            let req = pb_ref(&payload.pod);
+            let node = payload.node.to_string();
+            let tc = trace::inject(&payload.span);
+            match b.propose(req, node, tc, payload) {
+                Ok(()) => return,
+                // The stream is gone (the session is ending): the unary
+                // call settles it like any other failure.
+                Err(p) => p,
+            }
+        }
+        None => payload,
+    };
+    let InFlightBind {
+        pod,
+        node,
+        cycle,
+        attempt,
+        span,
+    } = payload;
+    s.tracker.spawn_on(
+        bind(s.clone(), pod, node, cycle, attempt).instrument(span),
+        &s.runtime,
+    );
+}
+
+/// The binding cycle for one assumed pod over a `ProposeBind` call.
 async fn bind(
     s: Arc<Shared>,
     pod: Arc<PodInfo>,
@@ -1533,26 +1643,47 @@ async fn bind(
         node_name: node.to_string(),
     };
     let res = client.propose_bind(traced(req)).await;
-    let now = Instant::now();
-    let rpc_failed = res.is_err();
-    let (outcome, reason) = match res {
+    let answer = match res {
         Ok(r) => {
             let d = r.into_inner();
-            (
-                pb::BindOutcome::try_from(d.outcome).unwrap_or(pb::BindOutcome::Error),
-                d.reason,
-            )
+            bind_stream::Answer {
+                outcome: pb::BindOutcome::try_from(d.outcome).unwrap_or(pb::BindOutcome::Error),
+                reason: d.reason,
+                stream_failed: false,
+            }
         }
-        Err(status) => (pb::BindOutcome::Error, status.to_string()),
+        Err(status) => bind_stream::Answer {
+            outcome: pb::BindOutcome::Error,
+            reason: status.to_string(),
+            stream_failed: true,
+        },
     };
-    tracing::Span::current().record("outcome", outcome.as_str_name());
-    record_binding(&s, &pod, outcome, attempt, cycle);
+    tracing::Span::current().record("outcome", answer.outcome.as_str_name());
+    settle_binding(&s, &pod, &node, &answer, cycle, attempt);
+}
+
+/// The end of a binding cycle, given the coordinator's answer: confirmed
+/// (the assumed pod's expiry clock starts), or forgotten and re-queued
+/// (after a conflict shortly, after an error with backoff), or forgotten
+/// and dropped (the pod is gone or bound elsewhere).
+fn settle_binding(
+    s: &Shared,
+    pod: &Arc<PodInfo>,
+    node: &Arc<str>,
+    answer: &bind_stream::Answer,
+    cycle: Duration,
+    attempt: Attempt,
+) {
+    let now = Instant::now();
+    let outcome = answer.outcome;
+    let reason = &answer.reason;
+    record_binding(s, pod, outcome, attempt, cycle);
     match outcome {
         pb::BindOutcome::Bound => {
             s.cache.finish_binding(&pod.uid, now);
             s.queue.done(&pod.uid);
             s.stats.bound.fetch_add(1, Ordering::Relaxed);
-            forget_trace(&s, &pod.uid);
+            forget_trace(s, &pod.uid);
         }
         pb::BindOutcome::Conflict | pb::BindOutcome::Error | pb::BindOutcome::Unspecified => {
             if outcome == pb::BindOutcome::Conflict {
@@ -1561,7 +1692,7 @@ async fn bind(
             } else {
                 // A failed call means the connection is going: the broken
                 // stream is reported once; one warning per pod would flood.
-                if rpc_failed || s.stopping.load(Ordering::Acquire) {
+                if answer.stream_failed || s.stopping.load(Ordering::Acquire) {
                     debug!(pod = %pod.key, %node, %reason, "binding failed during shutdown");
                 } else {
                     warn!(pod = %pod.key, %node, %reason, "binding failed; re-queueing with backoff");

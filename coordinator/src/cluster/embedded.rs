@@ -61,6 +61,9 @@ struct State {
     /// PodGroups by (namespace, name).
     pod_groups: BTreeMap<(String, String), Arc<PodGroup>>,
     priority_classes: BTreeMap<String, Arc<PriorityClass>>,
+    /// `priority_classes` indexed for admission; rebuilt on first use after
+    /// they change.
+    admission: Option<flotilla_shared::priority::PriorityClasses>,
     pdbs: BTreeMap<(String, String), Arc<PodDisruptionBudget>>,
     /// Overrides every grace period when set ([`EmbeddedCluster::set_grace_period`]).
     grace_override: Option<i64>,
@@ -88,6 +91,26 @@ impl State {
     fn next_rv(&mut self) -> String {
         self.resource_version += 1;
         self.resource_version.to_string()
+    }
+
+    /// The API server's `Priority` admission at creation: `spec.priority`
+    /// (and the class's preemption policy) from `spec.priorityClassName`,
+    /// or from the global default class, or 0. A pod naming a class that
+    /// does not exist is left unresolved (an API server would refuse it;
+    /// the coordinator holds it pending with upstream's message).
+    fn admit_priority(&mut self, pod: &mut Pod) {
+        if pod.spec.as_ref().is_none_or(|s| s.priority.is_some()) {
+            return;
+        }
+        let classes = self.admission.get_or_insert_with(|| {
+            let listed: Vec<PriorityClass> = self
+                .priority_classes
+                .values()
+                .map(|pc| (**pc).clone())
+                .collect();
+            flotilla_shared::priority::PriorityClasses::new(&listed)
+        });
+        let _unknown_class_left_unresolved = classes.admit(pod);
     }
 
     /// Removes the pod at `key` (when `uid` is given, only that very pod).
@@ -213,6 +236,7 @@ impl EmbeddedCluster {
             pod.metadata.uid = Some(format!("embedded-{rv}"));
         }
         pod.metadata.resource_version = Some(rv);
+        st.admit_priority(&mut pod);
         let pod = Arc::new(pod);
         st.pods.insert(key.clone(), pod.clone());
         st.pod_order.push(key);
@@ -314,6 +338,7 @@ impl EmbeddedCluster {
         pc.metadata.resource_version = Some(st.next_rv());
         let pc = Arc::new(pc);
         st.priority_classes.insert(name, pc.clone());
+        st.admission = None;
         st.emit(WatchEvent::PriorityClassApplied(pc));
         Ok(())
     }
@@ -331,6 +356,7 @@ impl EmbeddedCluster {
                 kind: "PriorityClass",
                 name: name.into(),
             })?;
+        st.admission = None;
         st.next_rv();
         st.emit(WatchEvent::PriorityClassDeleted(pc));
         Ok(())
@@ -826,6 +852,53 @@ mod tests {
             name: name.into(),
             uid: format!("uid-{name}"),
         }
+    }
+
+    #[test]
+    fn pods_created_without_priority_are_admitted_as_an_api_server_would() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+        let class = |name: &str, value: i32, default: bool| PriorityClass {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..ObjectMeta::default()
+            },
+            value: value.into(),
+            global_default: Some(default),
+            preemption_policy: (name == "high").then(|| "Never".to_owned()),
+            ..PriorityClass::default()
+        };
+        let with_class = |pod: &str, class: &str| {
+            let mut p = PodBuilder::new(pod).build();
+            p.spec.as_mut().unwrap().priority_class_name = Some(class.into());
+            p
+        };
+        let c = EmbeddedCluster::new();
+        c.create_pod(PodBuilder::new("before").build()).unwrap();
+        c.apply_priority_class(class("standard", 100, true))
+            .unwrap();
+        c.apply_priority_class(class("high", 1000, false)).unwrap();
+        c.create_pod(PodBuilder::new("plain").build()).unwrap();
+        c.create_pod(with_class("named", "high")).unwrap();
+        c.create_pod(with_class("unknown", "nope")).unwrap();
+        c.create_pod(PodBuilder::new("set").priority(7).build())
+            .unwrap();
+        let spec = |name: &str| c.pod("default", name).unwrap().spec.clone().unwrap();
+        assert_eq!(spec("before").priority, Some(0), "no default class yet: 0");
+        assert_eq!(spec("plain").priority, Some(100), "the global default");
+        assert_eq!(
+            spec("plain").priority_class_name.as_deref(),
+            Some("standard")
+        );
+        assert_eq!(spec("named").priority, Some(1000));
+        assert_eq!(spec("named").preemption_policy.as_deref(), Some("Never"));
+        assert_eq!(spec("unknown").priority, None, "left for the coordinator");
+        assert_eq!(spec("set").priority, Some(7), "a set priority stays");
+
+        // Classes changing later do not move admitted pods; new pods see them.
+        c.delete_priority_class("standard").unwrap();
+        c.create_pod(PodBuilder::new("after").build()).unwrap();
+        assert_eq!(spec("plain").priority, Some(100));
+        assert_eq!(spec("after").priority, Some(0));
     }
 
     #[tokio::test]

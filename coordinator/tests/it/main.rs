@@ -4,6 +4,7 @@
 
 mod arbitration;
 mod bind_failures;
+mod bind_stream;
 mod cross_node;
 mod dispatch;
 mod extender_bind;

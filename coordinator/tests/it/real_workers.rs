@@ -437,3 +437,61 @@ async fn a_pod_waiting_for_room_is_placed_when_a_bound_pod_is_deleted() {
     assert_eq!(h.cluster.write_counts().0, 1);
     stop(h, workers).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_confirmed_a_binding_it_does_not_hold_registers_again_and_resyncs() {
+    let cluster = EmbeddedCluster::new();
+    cluster
+        .apply_node(NodeBuilder::new("n1").cpu("4").pods(110).build())
+        .expect("node");
+    // Gated: the worker holds it and never schedules it (and nothing writes
+    // its status meanwhile).
+    cluster
+        .create_pod(
+            PodBuilder::new("picky")
+                .cpu("1")
+                .scheduling_gate("example.com/hold")
+                .build(),
+        )
+        .expect("pod");
+    let h = Harness::start(cluster).await;
+    let workers = start_workers(&h, &[("online-0", WorkloadClass::Online)]).await;
+    let c = h.coordinator.clone();
+    wait_until(STEP, "picky assigned to the worker", || {
+        c.record("default", "picky")
+            .is_some_and(|r| r.phase == flotilla_coordinator::PodPhase::Pending(Some(1)))
+    })
+    .await;
+    // A proposal in the worker's name (id 1, the first registered) that the
+    // worker never made: the arbiter grants it (it checks room, not
+    // gates), so the coordinator confirms to the worker a binding it has
+    // no assumed pod for.
+    let mut client = h.client().await;
+    let d = within(
+        STEP,
+        "ProposeBind",
+        client.propose_bind(flotilla_proto::v1::BindProposal {
+            worker_id: "1".into(),
+            pod: Some(crate::pod_ref("picky")),
+            node_name: "n1".into(),
+        }),
+    )
+    .await
+    .expect("ProposeBind answers")
+    .into_inner();
+    assert_eq!(
+        d.outcome,
+        i32::from(flotilla_proto::v1::BindOutcome::Bound),
+        "{d:?}"
+    );
+    // Out of step, the worker starts a new session from a fresh replay
+    // (where picky is an ordinary bound pod) instead of carrying on with a
+    // cache that lacks a bound pod.
+    let w = &workers[0];
+    wait_until(OUTCOME, "the worker registering again", || {
+        w.stats.reconnects.load(Ordering::Relaxed) == 1 && w.stats.ready.load(Ordering::Acquire)
+    })
+    .await;
+    wait_until(STEP, "the new session live", || c.live_workers() == 1).await;
+    stop(h, workers).await;
+}

@@ -379,6 +379,24 @@ impl NodeCache {
         );
     }
 
+    /// The coordinator confirmed, without resending it, that the pod this
+    /// cache holds assumed on `node` is bound there as is (`pod_bound`):
+    /// it is bound now, in place (its node is not touched, so snapshots
+    /// copy nothing). Returns the pod, or `None` when it is not assumed on
+    /// `node` here (the cache is out of step with the coordinator).
+    pub fn confirm_assumed(&self, uid: &str, node: &str) -> Option<Arc<PodInfo>> {
+        let mut inner = self.inner.lock();
+        let st = inner.pods.get_mut(uid)?;
+        if !st.assumed || &*st.node != node {
+            return None;
+        }
+        st.assumed = false;
+        st.deadline = None;
+        let pod = st.pod.clone();
+        inner.unnominate(uid);
+        Some(pod)
+    }
+
     /// A pod left the cluster (or terminated); its nomination, if any, is
     /// dropped too. Returns true when it held resources on a node, i.e. the
     /// removal is an `AssignedPodDeleted` event.
@@ -561,6 +579,39 @@ mod tests {
             1000,
             "counted once"
         );
+    }
+
+    #[test]
+    fn confirm_in_place_binds_the_assumed_pod_without_touching_its_node() {
+        let c = cache_with(&["n1", "n2"]);
+        let t0 = Instant::now();
+        c.assume(pod("a", "1"), "n1").unwrap();
+        c.finish_binding("uid-a", t0);
+        let generation = c.node("n1").unwrap().generation;
+        assert!(
+            c.confirm_assumed("uid-a", "n2").is_none(),
+            "not assumed there"
+        );
+        assert!(
+            c.is_assumed("uid-a"),
+            "a refused confirmation changes nothing"
+        );
+        let got = c.confirm_assumed("uid-a", "n1").expect("assumed on n1");
+        assert_eq!(got.key.to_string(), "default/a");
+        assert!(!c.is_assumed("uid-a"));
+        assert!(!c.forget("uid-a"), "bound pods are not forgotten");
+        assert!(
+            c.cleanup_expired(t0 + Duration::from_secs(3600)).is_empty(),
+            "bound pods do not expire"
+        );
+        let n = c.node("n1").unwrap();
+        assert_eq!((n.requested.milli_cpu, n.pod_count()), (1000, 1));
+        assert_eq!(n.generation, generation, "the node is not touched");
+        assert!(c.confirm_assumed("uid-a", "n1").is_none(), "only once");
+        assert!(c.confirm_assumed("uid-x", "n1").is_none(), "unknown pod");
+        // A full confirmation afterwards still applies (a later update).
+        c.add_bound_pod(bound("a", "1", "n1"));
+        assert_eq!(c.node("n1").unwrap().requested.milli_cpu, 1000);
     }
 
     #[test]

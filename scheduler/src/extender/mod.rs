@@ -38,6 +38,7 @@
 //! Calls block the scheduling thread until they answer or time out
 //! (`httpTimeout`, default 5 s), as upstream's serial cycle does.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
@@ -47,6 +48,7 @@ use flotilla_shared::extender::{
 use flotilla_shared::framework::{Code, Status};
 use flotilla_shared::http::{HttpError, run_blocking};
 use flotilla_shared::{NodeInfo, PodInfo};
+use k8s_openapi::api::core::v1::Pod;
 use tracing::warn;
 
 use crate::cache::Snapshot;
@@ -285,13 +287,26 @@ impl Extenders {
             if !ext.supports_preemption() || !ext.is_interested(&pod.pod) {
                 continue;
             }
-            let victims: VictimsByNode<'_> = current
+            // Victims as the cluster holds them, bound to their node (a pod
+            // this worker placed itself keeps the copy it was assigned,
+            // without `spec.nodeName`).
+            let bound: Vec<Vec<Cow<'_, Pod>>> = current
                 .iter()
                 .map(|c| {
+                    c.victims
+                        .iter()
+                        .map(|v| bound_copy(&v.pod, &c.node))
+                        .collect()
+                })
+                .collect();
+            let victims: VictimsByNode<'_> = current
+                .iter()
+                .zip(&bound)
+                .map(|(c, pods)| {
                     (
                         c.node.to_string(),
                         (
-                            c.victims.iter().map(|v| &*v.pod).collect(),
+                            pods.iter().map(|p| &**p).collect(),
                             i64::try_from(c.pdb_violations).unwrap_or(i64::MAX),
                         ),
                     )
@@ -348,4 +363,16 @@ impl Extenders {
         }
         Ok(current)
     }
+}
+
+/// `pod` with `spec.nodeName` set to `node` (borrowed when it already is).
+fn bound_copy<'a>(pod: &'a Pod, node: &str) -> Cow<'a, Pod> {
+    if pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node) {
+        return Cow::Borrowed(pod);
+    }
+    let mut copy = pod.clone();
+    if let Some(spec) = copy.spec.as_mut() {
+        spec.node_name = Some(node.to_owned());
+    }
+    Cow::Owned(copy)
 }
