@@ -190,7 +190,74 @@ impl PreFilterOutcome {
 /// In a sampled cycle (one in ten, upstream's `pluginMetricsSamplePercent`),
 /// how many nodes' Filter and Score calls are timed per plugin: enough for
 /// the distribution, few enough that sampling stays cheap.
-const TIMED_NODES_PER_SAMPLED_CYCLE: usize = 32;
+const TIMED_NODES_PER_SAMPLED_CYCLE: usize = 8;
+
+/// The index of the highest total; among several, the `draw(ties)`-th of
+/// them in order, where `draw(n)` is uniform over `0..n`: every tied node
+/// is picked equally often, as with upstream's reservoir sampling, for one
+/// random number per cycle instead of one per tie. 0 when `totals` is
+/// empty.
+fn pick_best(totals: &[i64], draw: impl FnOnce(usize) -> usize) -> usize {
+    let Some(&max) = totals.iter().max() else {
+        return 0;
+    };
+    let ties = totals.iter().filter(|&&t| t == max).count();
+    let nth = if ties > 1 { draw(ties) } else { 0 };
+    totals
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| **t == max)
+        .nth(nth)
+        .map_or(0, |(i, _)| i)
+}
+
+#[cfg(test)]
+mod pick_best_tests {
+    use super::pick_best;
+
+    #[test]
+    fn the_draw_chooses_among_the_tied_best_only() {
+        let totals = [5, 9, 1, 9, 9, 3];
+        let picks: Vec<usize> = (0..3)
+            .map(|k| {
+                pick_best(&totals, |ties| {
+                    assert_eq!(ties, 3, "three nodes share the best total");
+                    k
+                })
+            })
+            .collect();
+        assert_eq!(picks, [1, 3, 4]);
+        assert_eq!(pick_best(&[1, 7, 2], |_| unreachable!("no tie")), 1);
+        assert_eq!(pick_best(&[], |_| unreachable!("nothing to draw")), 0);
+    }
+}
+
+/// Nodes per parallel Score task.
+const SCORE_CHUNK: usize = 1024;
+
+/// One plugin's raw scores of the nodes `idx` into `out`: the hot records
+/// first, in one batch ([`ScorePlugin::score_hot_batch`]), then the full
+/// `NodeInfo` for the nodes they could not score. `hot_out` is scratch of
+/// the same length.
+fn score_chunk(
+    plugin: &dyn ScorePlugin,
+    state: &CycleState,
+    pod: &PodInfo,
+    snap: &Snapshot,
+    idx: &[usize],
+    hot_out: &mut [Option<i64>],
+    out: &mut [i64],
+) -> Result<(), Status> {
+    plugin.score_hot_batch(state, pod, snap.hot(), idx, hot_out);
+    let nodes = snap.nodes();
+    for ((o, h), &i) in out.iter_mut().zip(hot_out.iter()).zip(idx) {
+        *o = match h {
+            Some(s) => *s,
+            None => plugin.score(state, pod, &nodes[i])?,
+        };
+    }
+    Ok(())
+}
 
 /// A snapshot seen with one node replaced (by the same node carrying its
 /// nominated pods): what pass 1 of the nominated-pods check re-runs
@@ -1024,7 +1091,12 @@ impl Framework {
                 let p = snap.partition_len();
                 let start = self.next_start.load(Ordering::Relaxed);
                 let (feasible, mut rejected) = if p > 0 {
-                    let (mut f, r) = Self::filter_phase(&eval, p, limit, |i| (start + i) % p);
+                    let first = start % p;
+                    let (mut f, r) = Self::filter_phase(&eval, p, limit, |i| {
+                        // (first + i) % p, without a division per node.
+                        let j = first + i;
+                        if j >= p { j - p } else { j }
+                    });
                     f.truncate(limit);
                     evaluated += f.len() + r.len();
                     (pass_extenders(f, &mut ext_statuses)?, r)
@@ -1033,8 +1105,11 @@ impl Framework {
                 };
                 if feasible.is_empty() && total > p {
                     let rest = total - p;
-                    let (mut f, r) =
-                        Self::filter_phase(&eval, rest, limit, |i| p + (start + i) % rest);
+                    let first_rest = start % rest;
+                    let (mut f, r) = Self::filter_phase(&eval, rest, limit, |i| {
+                        let j = first_rest + i;
+                        p + if j >= rest { j - rest } else { j }
+                    });
                     f.truncate(limit);
                     evaluated += f.len() + r.len();
                     rejected.extend(r);
@@ -1144,7 +1219,7 @@ impl Framework {
     ) -> FilterOutcome {
         let found = AtomicUsize::new(0);
         let eval_chunk = |range: std::ops::Range<usize>| {
-            let mut feasible = Vec::new();
+            let mut feasible = Vec::with_capacity(limit.min(range.len()));
             let mut rejected = Vec::new();
             for i in range {
                 if found.load(Ordering::Relaxed) >= limit {
@@ -1180,6 +1255,37 @@ impl Framework {
         (feasible, rejected)
     }
 
+    /// A sampled cycle's Score for one plugin: the first
+    /// [`TIMED_NODES_PER_SAMPLED_CYCLE`] nodes' calls on the full `NodeInfo`
+    /// are timed for the plugin metrics, the rest take the fast path.
+    fn score_timed(
+        &self,
+        plugin: &dyn ScorePlugin,
+        state: &CycleState,
+        pod: &PodInfo,
+        snap: &Snapshot,
+        feasible: &[usize],
+        out: &mut [i64],
+    ) -> Result<(), Status> {
+        let (nodes, hot) = (snap.nodes(), snap.hot());
+        for (k, (o, &i)) in out.iter_mut().zip(feasible).enumerate() {
+            if k >= TIMED_NODES_PER_SAMPLED_CYCLE {
+                *o = match plugin.score_hot(state, pod, &hot[i]) {
+                    Some(s) => s,
+                    None => plugin.score(state, pod, &nodes[i])?,
+                };
+                continue;
+            }
+            let t = Instant::now();
+            let r = plugin.score(state, pod, &nodes[i]);
+            let code = r.as_ref().map_or_else(|st| st.code, |_| Code::Success);
+            self.metrics
+                .plugin(plugin.name(), ExtensionPoint::Score, code, t.elapsed());
+            *o = r?;
+        }
+        Ok(())
+    }
+
     fn score_and_select(
         &self,
         state: &mut CycleState,
@@ -1190,7 +1296,6 @@ impl Framework {
         candidates: Option<&mut Candidates>,
     ) -> Result<(usize, i64), ScheduleError> {
         let nodes = snap.nodes();
-        let hot = snap.hot();
         let mut skipped_scores: Vec<&'static str> = Vec::new();
         let timed = sample_plugin_metrics();
         let pre_score_started = Instant::now();
@@ -1235,46 +1340,42 @@ impl Framework {
         let score_started = Instant::now();
         let _score_span = tracing::info_span!("Score", nodes = feasible.len()).entered();
         let state = &*state;
-        let mut totals = vec![0i64; feasible.len()];
+        let n = feasible.len();
+        let mut totals = vec![0i64; n];
+        // One plugin's raw scores, then normalized (reused across plugins).
+        let mut scores = vec![0i64; n];
+        // What the hot records decided, per node (reused across plugins).
+        let mut hot_scores: Vec<Option<i64>> = vec![None; n];
         let mut per_plugin: Vec<(&'static str, Vec<i64>)> = Vec::new();
         for (plugin, weight) in &self.scores {
             if skipped_scores.contains(&plugin.name()) {
                 continue;
             }
-            // The hot record when it determines the score, else the full
-            // NodeInfo.
-            let score = |&i: &usize| match plugin.score_hot(state, pod, &hot[i]) {
-                Some(s) => Ok(s),
-                None => plugin.score(state, pod, &nodes[i]),
-            };
-            let raw: Result<Vec<i64>, Status> = if timed {
+            let plugin = &**plugin;
+            let filled = if timed {
                 // A sampled cycle: the first nodes' calls (on the full
                 // NodeInfo) are timed.
-                feasible
-                    .iter()
-                    .enumerate()
-                    .map(|(k, i)| {
-                        if k >= TIMED_NODES_PER_SAMPLED_CYCLE {
-                            return score(i);
-                        }
-                        let t = Instant::now();
-                        let r = plugin.score(state, pod, &nodes[*i]);
-                        let code = r.as_ref().map_or_else(|st| st.code, |_| Code::Success);
-                        self.metrics.plugin(
-                            plugin.name(),
-                            ExtensionPoint::Score,
-                            code,
-                            t.elapsed(),
-                        );
-                        r
-                    })
-                    .collect()
-            } else if feasible.len() < PARALLEL_SCORE_MIN_NODES {
-                feasible.iter().map(score).collect()
+                self.score_timed(plugin, state, pod, snap, feasible, &mut scores)
+            } else if n < PARALLEL_SCORE_MIN_NODES {
+                score_chunk(
+                    plugin,
+                    state,
+                    pod,
+                    snap,
+                    feasible,
+                    &mut hot_scores,
+                    &mut scores,
+                )
             } else {
-                feasible.par_iter().map(score).collect()
+                scores
+                    .par_chunks_mut(SCORE_CHUNK)
+                    .zip(hot_scores.par_chunks_mut(SCORE_CHUNK))
+                    .zip(feasible.par_chunks(SCORE_CHUNK))
+                    .try_for_each(|((out, hot_out), idx)| {
+                        score_chunk(plugin, state, pod, snap, idx, hot_out, out)
+                    })
             };
-            let mut scores = raw.map_err(|st| ScheduleError::Internal {
+            filled.map_err(|st| ScheduleError::Internal {
                 plugin: plugin.name(),
                 message: st.message(),
             })?;
@@ -1284,7 +1385,7 @@ impl Framework {
                 *t += s * weight;
             }
             if detail.is_some() {
-                per_plugin.push((plugin.name(), scores));
+                per_plugin.push((plugin.name(), scores.clone()));
             }
         }
         self.metrics.point(
@@ -1331,21 +1432,7 @@ impl Framework {
                     .map(|(&i, &t)| (nodes[i].spec.name.clone(), t)),
             );
         }
-        // Highest total; ties broken uniformly at random (reservoir sampling).
-        let mut best = 0usize;
-        let mut ties = 0u32;
-        let mut rng = rand::rng();
-        for (i, &t) in totals.iter().enumerate() {
-            if t > totals[best] {
-                best = i;
-                ties = 1;
-            } else if t == totals[best] {
-                ties += 1;
-                if rng.random_range(0..ties) == 0 {
-                    best = i;
-                }
-            }
-        }
+        let best = pick_best(&totals, |ties| rand::rng().random_range(0..ties));
         Ok((feasible[best], totals[best]))
     }
 }

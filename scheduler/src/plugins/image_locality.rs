@@ -181,6 +181,25 @@ impl ScorePlugin for ImageLocality {
         let s = state.read::<PreScoreState>(STATE_KEY)?;
         Some(calculate_priority(0, s.containers))
     }
+
+    /// The PreScore state is read once.
+    fn score_hot_batch(
+        &self,
+        state: &CycleState,
+        _pod: &PodInfo,
+        hot: &[NodeHot],
+        nodes: &[usize],
+        out: &mut [Option<i64>],
+    ) {
+        let Some(s) = state.read::<PreScoreState>(STATE_KEY) else {
+            out.fill(None);
+            return;
+        };
+        let none_here = calculate_priority(0, s.containers);
+        for (o, &i) in out.iter_mut().zip(nodes) {
+            *o = (!hot[i].flags.intersects(HotFlags::IMAGES)).then_some(none_here);
+        }
+    }
 }
 
 #[cfg(test)]

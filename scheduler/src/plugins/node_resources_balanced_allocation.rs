@@ -210,6 +210,43 @@ impl ScorePlugin for NodeResourcesBalancedAllocation {
     fn score_hot(&self, _state: &CycleState, pod: &PodInfo, node: &NodeHot) -> Option<i64> {
         hot_scorable(&self.resources, pod).then(|| self.score_figures(pod, node))
     }
+
+    /// Whether the hot records can score the pod is decided once.
+    fn score_hot_batch(
+        &self,
+        _state: &CycleState,
+        pod: &PodInfo,
+        hot: &[NodeHot],
+        nodes: &[usize],
+        out: &mut [Option<i64>],
+    ) {
+        if !hot_scorable(&self.resources, pod) {
+            out.fill(None);
+            return;
+        }
+        // The default cpu and memory: `score_figures`' two-resource
+        // arithmetic with the resource choice made once.
+        if let [ResourceKind::Cpu, ResourceKind::Memory] = self.resources.as_slice() {
+            let (cpu, mem) = (pod.requests.milli_cpu, pod.requests.memory);
+            for (o, &i) in out.iter_mut().zip(nodes) {
+                let h = &hot[i];
+                let (ca, ma) = (h.allocatable_milli_cpu, h.allocatable_memory);
+                *o = Some(if ca == 0 || ma == 0 {
+                    balanced_resource_score(MAX_NODE_SCORE, MAX_NODE_SCORE)
+                } else {
+                    let (cr, mr) = (h.requested_milli_cpu, h.requested_memory);
+                    balanced_resource_score(
+                        balance_score(&[fraction(cr + cpu, ca), fraction(mr + mem, ma)]),
+                        balance_score(&[fraction(cr, ca), fraction(mr, ma)]),
+                    )
+                });
+            }
+            return;
+        }
+        for (o, &i) in out.iter_mut().zip(nodes) {
+            *o = Some(self.score_figures(pod, &hot[i]));
+        }
+    }
 }
 
 impl NodeResourcesBalancedAllocation {

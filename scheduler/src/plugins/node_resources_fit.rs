@@ -67,8 +67,8 @@ use serde::Deserialize;
 
 use super::names;
 use super::resource_allocation::{
-    NodeFigures, ResourceSpec, WeightedResource, default_resources, defaulted, hot_scorable,
-    null_as_default,
+    NodeFigures, ResourceKind, ResourceSpec, WeightedResource, default_resources, defaulted,
+    hot_scorable, null_as_default,
 };
 use crate::framework::validation::{
     self, forbidden, invalid, label_name_errors, not_supported, quote, required,
@@ -541,6 +541,57 @@ impl ScorePlugin for NodeResourcesFit {
     fn score_hot(&self, _state: &CycleState, pod: &PodInfo, node: &NodeHot) -> Option<i64> {
         hot_scorable(self.resources.iter().map(|r| &r.kind), pod)
             .then(|| self.score_figures(pod, node))
+    }
+
+    /// Whether the hot records can score the pod is decided once.
+    fn score_hot_batch(
+        &self,
+        _state: &CycleState,
+        pod: &PodInfo,
+        hot: &[NodeHot],
+        nodes: &[usize],
+        out: &mut [Option<i64>],
+    ) {
+        if !hot_scorable(self.resources.iter().map(|r| &r.kind), pod) {
+            out.fill(None);
+            return;
+        }
+        // The default shape, LeastAllocated over cpu and memory: the same
+        // arithmetic as `score_figures` with the resource choice made once.
+        if let (
+            ScoringStrategy::LeastAllocated,
+            [
+                WeightedResource {
+                    kind: ResourceKind::Cpu,
+                    weight: w_cpu,
+                },
+                WeightedResource {
+                    kind: ResourceKind::Memory,
+                    weight: w_mem,
+                },
+            ],
+        ) = (&self.strategy, self.resources.as_slice())
+        {
+            let (cpu, mem) = (pod.non_zero_milli_cpu, pod.non_zero_memory);
+            for (o, &i) in out.iter_mut().zip(nodes) {
+                let h = &hot[i];
+                let (mut sum, mut weights) = (0, 0);
+                for (allocatable, requested, w) in [
+                    (h.allocatable_milli_cpu, h.non_zero_milli_cpu + cpu, *w_cpu),
+                    (h.allocatable_memory, h.non_zero_memory + mem, *w_mem),
+                ] {
+                    if allocatable != 0 {
+                        sum += least_requested_score(requested, allocatable) * w;
+                        weights += w;
+                    }
+                }
+                *o = Some(if weights == 0 { 0 } else { sum / weights });
+            }
+            return;
+        }
+        for (o, &i) in out.iter_mut().zip(nodes) {
+            *o = Some(self.score_figures(pod, &hot[i]));
+        }
     }
 }
 

@@ -370,6 +370,26 @@ pub trait ScorePlugin: Plugin {
         None
     }
 
+    /// [`ScorePlugin::score_hot`] over many nodes at once: `out[k]` becomes
+    /// the raw score of `hot[nodes[k]]` when its hot record determines it,
+    /// else `None` (the framework then calls [`ScorePlugin::score`] for that
+    /// node); `out` and `nodes` have the same length. The default calls
+    /// `score_hot` node by node (a static call: one dynamic call per plugin
+    /// per cycle rather than one per node); a plugin overrides it to do its
+    /// per-pod work once, outside the loop. Must agree with `score_hot`.
+    fn score_hot_batch(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        hot: &[NodeHot],
+        nodes: &[usize],
+        out: &mut [Option<i64>],
+    ) {
+        for (o, &i) in out.iter_mut().zip(nodes) {
+            *o = self.score_hot(state, pod, &hot[i]);
+        }
+    }
+
     /// Maps raw scores (one per feasible node, same order) into
     /// [`MIN_NODE_SCORE`]..=[`MAX_NODE_SCORE`]. The default leaves them as is.
     fn normalize_score(&self, _state: &CycleState, _pod: &PodInfo, _scores: &mut [i64]) {}
