@@ -22,6 +22,8 @@
 //!   scheduling thread → bind stream.
 //! - [`bind_stream`]: the worker's end of `BindStream` (proposals and
 //!   answers of a whole session on one gRPC stream).
+//! - [`window`]: how many placements a worker may keep unconfirmed
+//!   (additive increase, halved on a bind conflict).
 
 pub mod bind_stream;
 pub mod cache;
@@ -34,6 +36,7 @@ pub mod plugins;
 pub mod preemption;
 pub mod queue;
 pub mod webhook;
+pub mod window;
 pub mod worker;
 
 pub use framework::{Framework, Profile, Registry};

@@ -62,6 +62,7 @@ use crate::plugins::names;
 use crate::preemption::{self, PostFilterOutcome};
 use crate::queue::{QueueConfig, QueueLengths, QueuedPodInfo, SchedulingQueue};
 use crate::webhook::{Ask, Resolution, Shard, Webhook};
+use crate::window::ProposalWindow;
 
 /// Worker settings.
 #[derive(Debug, Clone)]
@@ -224,6 +225,8 @@ struct Shared {
     webhooks: HashMap<String, Arc<Webhook>>,
     /// This worker's handles into the process metrics.
     metrics: WorkerMetrics,
+    /// How many placements may wait for the cluster's confirmation.
+    window: ProposalWindow,
     /// Per pod: the trace to continue (from its dispatch) and its last
     /// attempt's span (to link the next one to). Filled only when tracing
     /// is on; dropped when the pod leaves the worker.
@@ -596,6 +599,7 @@ async fn session(
         shard: (cfg.name.clone(), cfg.class),
         webhooks,
         metrics: WorkerMetrics::new(&cfg.name, cfg.class),
+        window: ProposalWindow::default(),
         traces: parking_lot::Mutex::new(HashMap::new()),
     });
 
@@ -889,6 +893,10 @@ fn nanos(d: Duration) -> u64 {
     d.as_nanos() as u64
 }
 
+/// How long the scheduling thread waits for confirmations before it goes
+/// on anyway (a stalled confirmation must not stop scheduling).
+const UNCONFIRMED_WAIT: Duration = Duration::from_secs(1);
+
 fn scheduling_loop(s: &Arc<Shared>, worker: &str) {
     let mut snapshot = Snapshot::default();
     // Pods popped while filling a webhook batch that belong elsewhere.
@@ -898,6 +906,9 @@ fn scheduling_loop(s: &Arc<Shared>, worker: &str) {
             Some(qp) => Some(qp),
             None => s.queue.pop_blocking(Duration::from_millis(200)),
         };
+        // Run no further ahead of the cluster's confirmations than the
+        // window allows (see `crate::window`).
+        s.cache.wait_for_room(s.window.size(), UNCONFIRMED_WAIT);
         match next {
             Some(qp) => match batched_webhook(s, &qp) {
                 None => schedule_one(s, worker, &mut snapshot, qp),
@@ -1592,6 +1603,7 @@ fn propose_bind(
     attempt: Attempt,
 ) {
     let span = binding_span(&trace::inject(cycle_span));
+    s.cache.mark_proposed(&pod.uid);
     let payload = InFlightBind {
         pod,
         node,
@@ -1678,6 +1690,11 @@ fn settle_binding(
     let outcome = answer.outcome;
     let reason = &answer.reason;
     record_binding(s, pod, outcome, attempt, cycle);
+    match outcome {
+        pb::BindOutcome::Bound => s.window.on_bound(),
+        pb::BindOutcome::Conflict => s.window.on_conflict(now),
+        _ => {}
+    }
     match outcome {
         pb::BindOutcome::Bound => {
             s.cache.finish_binding(&pod.uid, now);

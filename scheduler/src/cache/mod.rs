@@ -30,7 +30,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
 use flotilla_shared::framework::ClusterEvent;
 use flotilla_shared::images::NodeImages;
@@ -61,8 +61,18 @@ struct PodState {
     pod: Arc<PodInfo>,
     node: Arc<str>,
     assumed: bool,
+    /// Its binding was proposed ([`NodeCache::mark_proposed`]): while it is
+    /// also assumed, it counts in [`Inner::unconfirmed`].
+    proposed: bool,
     /// Set by `finish_binding`; expiry applies only after it.
     deadline: Option<Instant>,
+}
+
+impl PodState {
+    /// Whether it counts as a proposal not confirmed yet.
+    fn in_flight(&self) -> bool {
+        self.assumed && self.proposed
+    }
 }
 
 #[derive(Debug, Default)]
@@ -94,9 +104,20 @@ struct Inner {
     nominated: Arc<NominatedPods>,
     /// Pod uid → the node it is nominated to.
     nominated_node_of: HashMap<Arc<str>, Arc<str>>,
+    /// Assumed pods whose binding was proposed and that the cluster has not
+    /// confirmed yet (neither bound back through the watch nor forgotten).
+    unconfirmed: usize,
 }
 
 impl Inner {
+    /// A pod's state left the in-flight set (removed, or no longer
+    /// assumed): counts it out of [`Inner::unconfirmed`] if it was in.
+    fn left_flight(&mut self, was_in_flight: bool) {
+        if was_in_flight {
+            self.unconfirmed -= 1;
+        }
+    }
+
     /// Drops `uid`'s nomination, if any. Returns whether there was one.
     fn unnominate(&mut self, uid: &str) -> bool {
         let Some(node) = self.nominated_node_of.remove(uid) else {
@@ -166,6 +187,9 @@ impl Inner {
 pub struct NodeCache {
     inner: Mutex<Inner>,
     assumed_pod_ttl: Duration,
+    /// Signalled when a proposed pod is confirmed or dropped
+    /// ([`NodeCache::wait_for_room`]).
+    flight: Condvar,
 }
 
 impl Default for NodeCache {
@@ -184,6 +208,7 @@ impl NodeCache {
                 ..Inner::default()
             }),
             assumed_pod_ttl,
+            flight: Condvar::new(),
         }
     }
 
@@ -276,6 +301,7 @@ impl NodeCache {
                 pod,
                 node: name,
                 assumed: true,
+                proposed: false,
                 deadline: None,
             },
         );
@@ -322,6 +348,45 @@ impl NodeCache {
             .unwrap_or_default()
     }
 
+    /// The assumed pod's binding was proposed: until the cluster confirms it
+    /// (or it is forgotten, deleted or expired) it counts as unconfirmed
+    /// ([`NodeCache::unconfirmed`]). Nothing for a pod not assumed.
+    pub fn mark_proposed(&self, uid: &str) {
+        let mut inner = self.inner.lock();
+        if let Some(st) = inner.pods.get_mut(uid)
+            && st.assumed
+            && !st.proposed
+        {
+            st.proposed = true;
+            inner.unconfirmed += 1;
+        }
+    }
+
+    /// Assumed pods whose binding was proposed and not confirmed yet: how
+    /// far this worker's decisions run ahead of what the cluster (and so
+    /// the other workers) has seen.
+    #[must_use]
+    pub fn unconfirmed(&self) -> usize {
+        self.inner.lock().unconfirmed
+    }
+
+    /// Blocks the calling thread while `max` or more proposed pods are
+    /// unconfirmed, at most `timeout`; returns whether there is room. The
+    /// scheduling thread's backpressure: a worker does not run more than
+    /// `max` placements ahead of the cluster's confirmations, so the other
+    /// workers' views (fed by the same confirmations) stay that fresh, and
+    /// the watch stream gets the CPU it needs to keep up.
+    pub fn wait_for_room(&self, max: usize, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut inner = self.inner.lock();
+        while inner.unconfirmed >= max {
+            if self.flight.wait_until(&mut inner, deadline).timed_out() {
+                break;
+            }
+        }
+        inner.unconfirmed < max
+    }
+
     /// The binding call for an assumed pod returned; start its expiry clock.
     pub fn finish_binding(&self, uid: &str, now: Instant) {
         let ttl = self.assumed_pod_ttl;
@@ -340,9 +405,11 @@ impl NodeCache {
         let mut inner = self.inner.lock();
         match inner.pods.get(uid) {
             Some(st) if st.assumed => {
-                let node = st.node.clone();
+                let (node, in_flight) = (st.node.clone(), st.in_flight());
                 inner.pods.remove(uid);
+                inner.left_flight(in_flight);
                 inner.unplace(&node, uid);
+                self.flight.notify_all();
                 true
             }
             _ => false,
@@ -364,7 +431,8 @@ impl NodeCache {
         let mut inner = self.inner.lock();
         inner.unnominate(&pod.uid);
         if let Some(st) = inner.pods.get(&pod.uid) {
-            let old = st.node.clone();
+            let (old, in_flight) = (st.node.clone(), st.in_flight());
+            inner.left_flight(in_flight);
             inner.unplace(&old, &pod.uid);
         }
         inner.place(&node, pod.clone());
@@ -374,9 +442,11 @@ impl NodeCache {
                 pod,
                 node,
                 assumed: false,
+                proposed: false,
                 deadline: None,
             },
         );
+        self.flight.notify_all();
     }
 
     /// The coordinator confirmed, without resending it, that the pod this
@@ -390,10 +460,13 @@ impl NodeCache {
         if !st.assumed || &*st.node != node {
             return None;
         }
+        let in_flight = st.in_flight();
         st.assumed = false;
         st.deadline = None;
         let pod = st.pod.clone();
+        inner.left_flight(in_flight);
         inner.unnominate(uid);
+        self.flight.notify_all();
         Some(pod)
     }
 
@@ -406,6 +479,8 @@ impl NodeCache {
         let Some(st) = inner.pods.remove(uid) else {
             return false;
         };
+        inner.left_flight(st.in_flight());
+        self.flight.notify_all();
         inner.unplace(&st.node, uid).is_some()
     }
 
@@ -420,8 +495,13 @@ impl NodeCache {
             .map(|(uid, st)| (uid.clone(), st.node.clone(), st.pod.key.clone()))
             .collect();
         for (uid, node, _) in &expired {
-            inner.pods.remove(uid);
+            if let Some(st) = inner.pods.remove(uid) {
+                inner.left_flight(st.in_flight());
+            }
             inner.unplace(node, uid);
+        }
+        if !expired.is_empty() {
+            self.flight.notify_all();
         }
         expired.into_iter().map(|(_, _, k)| k).collect()
     }
@@ -612,6 +692,62 @@ mod tests {
         // A full confirmation afterwards still applies (a later update).
         c.add_bound_pod(bound("a", "1", "n1"));
         assert_eq!(c.node("n1").unwrap().requested.milli_cpu, 1000);
+    }
+
+    #[test]
+    fn proposed_pods_count_as_unconfirmed_until_confirmed_forgotten_deleted_or_expired() {
+        let c = cache_with(&["n1", "n2"]);
+        let t0 = Instant::now();
+        for (name, node) in [
+            ("a", "n1"),
+            ("b", "n1"),
+            ("c", "n2"),
+            ("d", "n2"),
+            ("e", "n1"),
+        ] {
+            c.assume(pod(name, "0"), node).unwrap();
+            c.mark_proposed(&format!("uid-{name}"));
+        }
+        c.mark_proposed("uid-a");
+        c.mark_proposed("uid-nobody");
+        assert_eq!(c.unconfirmed(), 5, "each proposed assumed pod once");
+        assert!(c.confirm_assumed("uid-a", "n1").is_some());
+        c.add_bound_pod(bound("b", "0", "n2"));
+        assert!(c.forget("uid-c"));
+        assert!(c.remove_pod("uid-d"));
+        assert_eq!(c.unconfirmed(), 1);
+        c.finish_binding("uid-e", t0);
+        assert_eq!(c.cleanup_expired(t0 + Duration::from_secs(3600)).len(), 1);
+        assert_eq!(c.unconfirmed(), 0);
+        // Assumed but not proposed (a gang member waiting at Permit): not
+        // counted, and bound pods are never marked.
+        c.assume(pod("f", "0"), "n1").unwrap();
+        c.mark_proposed("uid-b");
+        assert_eq!(c.unconfirmed(), 0);
+    }
+
+    #[test]
+    fn wait_for_room_returns_once_a_confirmation_makes_room() {
+        let c = Arc::new(cache_with(&["n1"]));
+        c.assume(pod("a", "0"), "n1").unwrap();
+        c.mark_proposed("uid-a");
+        assert!(c.wait_for_room(2, Duration::ZERO), "1 of 2 in flight");
+        assert!(
+            !c.wait_for_room(1, Duration::from_millis(20)),
+            "full: waits out the timeout"
+        );
+        let confirmer = {
+            let c = c.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(50));
+                c.confirm_assumed("uid-a", "n1").expect("assumed");
+            })
+        };
+        assert!(
+            c.wait_for_room(1, Duration::from_secs(30)),
+            "woken by the confirmation"
+        );
+        confirmer.join().unwrap();
     }
 
     #[test]
