@@ -413,7 +413,7 @@ fn pdb_deleted_event((namespace, name): (String, String)) -> pb::WatchEvent {
 
 fn nominated_event(p: &PodInfo, node: &str) -> pb::WatchEvent {
     ev(pb::watch_event::Event::NominatedPod(pb::NominatedPod {
-        pod: Some(raw(&*p.pod)),
+        pod: Some(raw(&*p.pod())),
         node_name: node.to_owned(),
     }))
 }
@@ -432,10 +432,10 @@ fn pod_ref_of(p: &PodInfo) -> PodRef {
 /// and host ports (fit).
 fn placement_changed(old: &PodInfo, new: &PodInfo) -> bool {
     old.labels != new.labels
-        || old.pod.metadata.annotations != new.pod.metadata.annotations
+        || old.max_instances_annotation != new.max_instances_annotation
         || old.requests != new.requests
         || old.host_ports != new.host_ports
-        || old.pod.metadata.deletion_timestamp != new.pod.metadata.deletion_timestamp
+        || old.terminating != new.terminating
 }
 
 /// Whether the bound copy `new` of a pod differs from `old`, its copy
@@ -451,7 +451,7 @@ fn bound_changed(old: &PodInfo, new: &PodInfo) -> bool {
 }
 
 fn is_terminating(p: &PodInfo) -> bool {
-    p.pod.metadata.deletion_timestamp.is_some()
+    p.terminating
 }
 
 /// `Ok` when `pod` fits on `node` with `nominated` pods placed there too,
@@ -678,7 +678,7 @@ impl Inner {
             .copied()
             .flatten()
             .unwrap_or(rec.info.class);
-        let mut msg = ev(pb::watch_event::Event::AssignedPod(raw(&*rec.info.pod)));
+        let mut msg = ev(pb::watch_event::Event::AssignedPod(raw(&*rec.info.pod())));
         let group = gang::group_of(&rec.info);
         let picked = if self.synced {
             // A gang goes whole to the worker already serving it.
@@ -870,7 +870,7 @@ impl Inner {
             .unresolved
             .keys()
             .filter_map(|u| self.pods.get(u))
-            .map(|r| r.info.pod.clone())
+            .map(|r| r.info.pod())
             .collect();
         for pod in waiting {
             Coordinator::apply_pod(self, pod);
@@ -1040,7 +1040,7 @@ impl Coordinator {
             .binder
             .read()
             .clone()
-            .filter(|b| b.is_interested(&info.pod));
+            .filter(|b| b.is_interested(&info.pod()));
         if let Some(b) = binder {
             match b.bind(&pod.namespace, &pod.name, &pod.uid, node).await {
                 Ok(()) => return self.cluster.bound_by_extender(pod, node).await,
@@ -1226,7 +1226,7 @@ impl Coordinator {
                     .pods
                     .values()
                     .filter(|r| !uids.contains(&*r.info.uid))
-                    .map(|r| r.info.pod.clone())
+                    .map(|r| r.info.pod())
                     .collect();
                 inner.foreign.retain(|u| uids.contains(&**u));
                 for p in gone {
@@ -1444,7 +1444,10 @@ impl Coordinator {
             .as_deref()
             .filter(|u| !inner.unresolved.contains_key(*u))
             .and_then(|u| inner.pods.get(u))
-            .and_then(|r| r.info.pod.spec.as_ref())
+            .map(|r| r.info.pod());
+        let earlier = earlier
+            .as_deref()
+            .and_then(|p| p.spec.as_ref())
             .filter(|s| s.priority.is_some());
         if let (Some(earlier), Some(spec)) = (earlier, resolved.spec.as_mut()) {
             spec.priority = earlier.priority;
@@ -1479,7 +1482,7 @@ impl Coordinator {
             warn!(pod = %info.key, %message, "pod not dispatched");
             inner
                 .deferred
-                .push(Deferred::Unschedulable(info.pod.clone(), message));
+                .push(Deferred::Unschedulable(info.pod(), message));
         }
     }
 
@@ -1586,8 +1589,8 @@ impl Coordinator {
                 inner.dispatch(&uid);
             }
             Some(rec) => {
-                let changed = rec.info.pod.spec != pod.spec
-                    || rec.info.pod.metadata.labels != pod.metadata.labels;
+                let old = rec.info.pod();
+                let changed = old.spec != pod.spec || old.metadata.labels != pod.metadata.labels;
                 if let Some(r) = inner.pods.get_mut(&uid) {
                     r.info = info.clone();
                 }
@@ -1657,7 +1660,7 @@ impl Coordinator {
         }
         for rec in inner.pods.values() {
             if let PodPhase::Bound(_) = rec.phase {
-                let _ = tx.send(ev(pb::watch_event::Event::BoundPod(raw(&*rec.info.pod))));
+                let _ = tx.send(ev(pb::watch_event::Event::BoundPod(raw(&*rec.info.pod()))));
             }
         }
         for pdb in inner.pdbs.values() {
@@ -1885,7 +1888,7 @@ impl Coordinator {
         info!(pod = %pod, node = %node_name, victims = victims.len(), "preemption granted");
         if let Err(e) = self
             .cluster
-            .set_nominated_node(&preemptor.pod, Some(&node_name))
+            .set_nominated_node(&preemptor.pod(), Some(&node_name))
             .await
         {
             warn!(%pod, error = %e, "could not write status.nominatedNodeName");
@@ -1947,12 +1950,7 @@ impl Coordinator {
             }
         }
         let preemptor = rec.info.clone();
-        let policy = preemptor
-            .pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.preemption_policy.as_deref());
-        if policy == Some("Never") {
+        if preemptor.preemption_policy_never {
             return Err(Conflict(format!(
                 "pod {pod}: spec.preemptionPolicy is Never"
             )));
@@ -2044,7 +2042,7 @@ impl Coordinator {
                     rec.unschedulable = Some(message.to_owned());
                     rec.failing = error;
                     rec.rejections = rejections.into();
-                    rec.info.pod.clone()
+                    rec.info.pod()
                 }
                 _ => return,
             }

@@ -367,9 +367,14 @@ impl Webhook {
         }
     }
 
-    fn item<'a>(&self, ask: &'a Ask<'a>, objects: &'a [Option<Arc<Node>>]) -> PlacementItem<'a> {
+    fn item<'a>(
+        &self,
+        ask: &'a Ask<'a>,
+        pod: &'a Pod,
+        objects: &'a [Option<Arc<Node>>],
+    ) -> PlacementItem<'a> {
         PlacementItem {
-            pod: &ask.pod.pod,
+            pod,
             nodes: ask
                 .candidates
                 .iter()
@@ -428,13 +433,14 @@ impl Webhook {
     /// [`PlacementDecision`].
     pub fn decide(&self, shard: &Shard, ask: &Ask<'_>) -> Result<PlacementDecision, WebhookError> {
         let objects = self.objects(ask);
+        let pod = ask.pod.pod();
         let req = PlacementRequest {
             api_version: API_VERSION,
             kind: "PlacementRequest",
             request_time: now_rfc3339(),
             timeout_millis: u64::try_from(self.config.timeout.as_millis()).unwrap_or(u64::MAX),
             shard,
-            item: self.item(ask, &objects),
+            item: self.item(ask, &pod, &objects),
         };
         let reply = self.call(serde_json::to_vec(&req))?;
         decode_decision(&reply.body).map_err(|m| self.error(m, false))
@@ -453,6 +459,7 @@ impl Webhook {
         asks: &[Ask<'_>],
     ) -> Result<Vec<PlacementDecision>, WebhookError> {
         let objects: Vec<Vec<Option<Arc<Node>>>> = asks.iter().map(|a| self.objects(a)).collect();
+        let pods: Vec<Arc<Pod>> = asks.iter().map(|a| a.pod.pod()).collect();
         let req = BatchPlacementRequest {
             api_version: API_VERSION,
             kind: "BatchPlacementRequest",
@@ -461,8 +468,8 @@ impl Webhook {
             shard,
             items: asks
                 .iter()
-                .zip(&objects)
-                .map(|(a, o)| self.item(a, o))
+                .zip(pods.iter().zip(&objects))
+                .map(|(a, (p, o))| self.item(a, p, o))
                 .collect(),
         };
         let reply = self.call(serde_json::to_vec(&req))?;

@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt as _;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -300,15 +300,12 @@ fn pb_ref(p: &PodInfo) -> pb::PodRef {
     }
 }
 
+/// Compiles a pod the coordinator sent, keeping its JSON rather than the
+/// decoded object (see [`PodInfo::from_json`]): a worker holds every pod of
+/// the cluster, and the object itself is read only by extenders, webhooks
+/// and preemption's victim check.
 fn parse_pod(raw: &pb::RawObject) -> Option<Arc<PodInfo>> {
-    let pod: Pod = match serde_json::from_slice(&raw.json) {
-        Ok(p) => p,
-        Err(e) => {
-            warn!(error = %e, "coordinator sent a pod that does not parse");
-            return None;
-        }
-    };
-    match PodInfo::from_pod(Arc::new(pod)) {
+    match PodInfo::from_json(&raw.json) {
         Ok(p) => Some(Arc::new(p)),
         Err(e) => {
             warn!(error = %e, "coordinator sent a pod that cannot be read");

@@ -90,12 +90,7 @@ pub enum LimitError {
 /// [`LimitError`]: the value is not a positive integer, or the pod has the
 /// annotation but lacks the `app_label` label.
 pub fn limit_of(pod: &PodInfo, app_label: &str) -> Result<Option<InstanceLimit>, LimitError> {
-    let value = pod
-        .pod
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(ANNOTATION_MAX_INSTANCES_PER_NODE));
+    let value = pod.max_instances_annotation.as_deref();
     let max = match value {
         None => usize::MAX,
         Some(value) => value
@@ -104,7 +99,7 @@ pub fn limit_of(pod: &PodInfo, app_label: &str) -> Result<Option<InstanceLimit>,
             .filter(|&k| k >= 1)
             .ok_or_else(|| LimitError::Invalid {
                 pod: pod.key.to_string(),
-                value: value.clone(),
+                value: value.to_owned(),
             })?,
     };
     let Some(app) = pod.labels.get(app_label) else {
@@ -127,11 +122,8 @@ pub fn limit_of(pod: &PodInfo, app_label: &str) -> Result<Option<InstanceLimit>,
 /// (an unreadable one was refused when the pod was scheduled; here it
 /// counts as no cap).
 fn declared(pod: &PodInfo) -> Option<usize> {
-    pod.pod
-        .metadata
-        .annotations
-        .as_ref()?
-        .get(ANNOTATION_MAX_INSTANCES_PER_NODE)?
+    pod.max_instances_annotation
+        .as_deref()?
         .parse::<usize>()
         .ok()
         .filter(|&k| k >= 1)

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -122,8 +122,8 @@ pub struct PodInfo {
     pub class: WorkloadClass,
     /// Succeeded or Failed: holds no resources.
     pub terminal: bool,
-    /// The original object.
-    pub pod: Arc<Pod>,
+    /// The object it was compiled from ([`PodInfo::pod`]).
+    source: PodSource,
     /// `spec.schedulingGates[*].name`, in spec order; empty for most pods.
     /// While any is present the `SchedulingGates` PreEnqueue plugin keeps
     /// the pod out of activeQ (upstream).
@@ -141,6 +141,23 @@ pub struct PodInfo {
     /// `status.nominatedNodeName` (empty strings map to `None`): the node a
     /// previous preemption reserved room on for this pod.
     pub nominated_node_name: Option<Arc<str>>,
+    /// The annotation `scheduling.flotilla.dev/max-instances-per-node`, as
+    /// written (read by [`crate::max_instances`]).
+    pub max_instances_annotation: Option<Arc<str>>,
+}
+
+/// Where a [`PodInfo`]'s object lives: the object itself, or its JSON
+/// encoding, decoded again only when someone asks for the object.
+#[derive(Debug, Clone)]
+enum PodSource {
+    /// The `Pod`, shared with whoever handed it over (the cluster watch).
+    Object(Arc<Pod>),
+    /// The JSON it was decoded from, and the object once decoded again
+    /// (shared by the clones of the `PodInfo`).
+    Json {
+        json: Arc<[u8]>,
+        decoded: Arc<OnceLock<Arc<Pod>>>,
+    },
 }
 
 /// A pod that cannot be read; names the object and the field.
@@ -154,6 +171,57 @@ pub struct PodError {
 }
 
 impl PodInfo {
+    /// The object this was compiled from. From [`PodInfo::from_json`], the
+    /// JSON is decoded on the first call (a few microseconds) and kept.
+    /// What the scheduling cycle needs is compiled into the fields; the
+    /// object is for what speaks Kubernetes objects: extenders, placement
+    /// webhooks, Events, status writes.
+    #[must_use]
+    pub fn pod(&self) -> Arc<Pod> {
+        match &self.source {
+            PodSource::Object(pod) => pod.clone(),
+            PodSource::Json { json, decoded } => decoded
+                .get_or_init(|| {
+                    // It decoded when compiled; should it not now, the
+                    // identity is still known.
+                    Arc::new(serde_json::from_slice(json).unwrap_or_else(|_| Pod {
+                        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                            name: Some(self.key.name.to_string()),
+                            namespace: Some(self.key.namespace.to_string()),
+                            uid: Some(self.uid.to_string()),
+                            labels: Some(self.labels.clone()),
+                            ..Default::default()
+                        },
+                        ..Pod::default()
+                    }))
+                })
+                .clone(),
+        }
+    }
+
+    /// Compiles a pod from its JSON encoding (the API server's wire form),
+    /// keeping the JSON rather than the decoded object: a `Pod` takes 5 KB
+    /// and more in memory, its JSON a few hundred bytes, and a scheduler
+    /// reads the object itself only for extenders, webhooks and the like
+    /// ([`PodInfo::pod`]). What workers do with every pod they are sent.
+    ///
+    /// # Errors
+    /// [`PodError`] when the JSON is not a `Pod` (naming the JSON path), or
+    /// as [`PodInfo::from_pod`].
+    pub fn from_json(json: &[u8]) -> Result<Self, PodError> {
+        let mut de = serde_json::Deserializer::from_slice(json);
+        let pod: Pod = serde_path_to_error::deserialize(&mut de).map_err(|e| PodError {
+            pod: "<undecodable>".into(),
+            message: format!("{}: {}", e.path(), e.inner()),
+        })?;
+        let mut info = Self::from_pod(Arc::new(pod))?;
+        info.source = PodSource::Json {
+            json: Arc::from(json),
+            decoded: Arc::default(),
+        };
+        Ok(info)
+    }
+
     /// Compiles a `Pod`.
     ///
     /// # Errors
@@ -334,7 +402,13 @@ impl PodInfo {
             preemption_policy_never: spec.preemption_policy.as_deref() == Some("Never"),
             terminating: pod.metadata.deletion_timestamp.is_some(),
             start_time: pod.status.as_ref().and_then(|s| s.start_time.clone()),
-            pod,
+            max_instances_annotation: pod
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(crate::max_instances::ANNOTATION_MAX_INSTANCES_PER_NODE))
+                .map(|v| Arc::from(v.as_str())),
+            source: PodSource::Object(pod),
             scheduling_gates,
             nominated_node_name,
         })
@@ -383,6 +457,36 @@ mod tests {
                 "gcr.io/30:latest"
             ]
         );
+    }
+
+    #[test]
+    fn from_json_compiles_the_same_and_decodes_the_object_on_demand() {
+        let pod = PodBuilder::new("web")
+            .cpu("500m")
+            .memory("1Gi")
+            .label("app", "web")
+            .annotation(crate::max_instances::ANNOTATION_MAX_INSTANCES_PER_NODE, "2")
+            .host_port(8080)
+            .build();
+        let json = serde_json::to_vec(&pod).unwrap();
+        let a = PodInfo::from_pod(Arc::new(pod.clone())).unwrap();
+        let b = PodInfo::from_json(&json).unwrap();
+        assert_eq!(
+            (&a.key, &a.uid, &a.labels, &a.requests, &a.host_ports),
+            (&b.key, &b.uid, &b.labels, &b.requests, &b.host_ports)
+        );
+        assert_eq!(b.max_instances_annotation.as_deref(), Some("2"));
+        assert_eq!(*b.pod(), pod, "the object decodes back as it was");
+        assert!(
+            Arc::ptr_eq(&b.pod(), &b.clone().pod()),
+            "decoded once, shared"
+        );
+
+        let e = PodInfo::from_json(br#"{"metadata":{"name":7}}"#).unwrap_err();
+        assert!(e.message.contains("metadata.name"), "{e}");
+        let e = PodInfo::from_json(br#"{"metadata":{"name":"x"},"spec":{"containers":[{"name":"c","resources":{"requests":{"cpu":"lots"}}}]}}"#).unwrap_err();
+        assert_eq!(e.pod, "default/x");
+        assert!(e.message.contains("requests.cpu"), "{e}");
     }
 
     #[test]

@@ -64,7 +64,7 @@ impl Entry {
     /// Whether `pod` counts in this entry (upstream `countPodsMatchSelector`).
     fn counts_pod(&self, pod: &PodInfo) -> bool {
         *pod.key.namespace == *self.namespace
-            && pod.pod.metadata.deletion_timestamp.is_none()
+            && !pod.terminating
             && self.selector.matches(&pod.labels)
     }
 

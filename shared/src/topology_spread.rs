@@ -197,9 +197,7 @@ impl TopologySpreadConstraint {
         let n = pods
             .iter()
             .filter(|p| {
-                selector.matches(&p.labels)
-                    && &*p.key.namespace == namespace
-                    && p.pod.metadata.deletion_timestamp.is_none()
+                selector.matches(&p.labels) && &*p.key.namespace == namespace && !p.terminating
             })
             .count();
         i64::try_from(n).unwrap_or(i64::MAX)

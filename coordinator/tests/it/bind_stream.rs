@@ -361,7 +361,7 @@ async fn a_pod_changed_since_the_worker_got_it_is_confirmed_whole() {
     crate::wait_until(STEP, "the coordinator seeing the status", || {
         c.record("default", "a").is_some_and(|r| {
             r.info
-                .pod
+                .pod()
                 .status
                 .as_ref()
                 .and_then(|s| s.conditions.as_ref())

@@ -953,7 +953,7 @@ fn node_results(detail: CycleDetail) -> BTreeMap<String, NodeResult> {
 
 /// `pod` bound to `node` (`spec.nodeName` set), as the cache takes it.
 fn bind(pod: &PodInfo, node: &str) -> Result<PodInfo, SimulateError> {
-    let mut bound: Pod = (*pod.pod).clone();
+    let mut bound: Pod = (*pod.pod()).clone();
     if let Some(spec) = bound.spec.as_mut() {
         spec.node_name = Some(node.to_owned());
     }

@@ -38,7 +38,6 @@
 //! Calls block the scheduling thread until they answer or time out
 //! (`httpTimeout`, default 5 s), as upstream's serial cycle does.
 
-use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
@@ -123,9 +122,10 @@ impl Extenders {
     /// Whether any extender would filter `pod`.
     #[must_use]
     pub fn filters(&self, pod: &PodInfo) -> bool {
+        let object = pod.pod();
         self.list
             .iter()
-            .any(|e| e.is_filter() && e.is_interested(&pod.pod))
+            .any(|e| e.is_filter() && e.is_interested(&object))
     }
 
     /// Upstream `findNodesThatPassExtenders`: the extenders' filter verbs,
@@ -146,11 +146,12 @@ impl Extenders {
         statuses: &mut BTreeMap<Arc<str>, Status>,
     ) -> Result<(Vec<usize>, Vec<usize>), ScheduleError> {
         let before = feasible.clone();
+        let object = pod.pod();
         for ext in &self.list {
             if feasible.is_empty() {
                 break;
             }
-            if !ext.is_filter() || !ext.is_interested(&pod.pod) {
+            if !ext.is_filter() || !ext.is_interested(&object) {
                 continue;
             }
             let objects: Vec<&k8s_openapi::api::core::v1::Node> =
@@ -162,7 +163,7 @@ impl Extenders {
                 nodes = objects.len()
             )
             .entered();
-            let outcome = match block(ext.filter(&pod.pod, &objects), ext, "filter") {
+            let outcome = match block(ext.filter(&object, &objects), ext, "filter") {
                 Ok(o) => o,
                 Err(e) if ext.is_ignorable() => {
                     ext.stats().record_ignored();
@@ -225,11 +226,12 @@ impl Extenders {
         let objects: Vec<&k8s_openapi::api::core::v1::Node> =
             feasible.iter().map(|&i| &*nodes[i].spec.node).collect();
         // Every call starts at once; then each is waited for.
+        let object = pod.pod();
         let calls: Vec<_> = self
             .list
             .iter()
-            .filter(|e| e.is_prioritizer() && e.is_interested(&pod.pod))
-            .map(|e| (e, e.prioritize(&pod.pod, &objects)))
+            .filter(|e| e.is_prioritizer() && e.is_interested(&object))
+            .map(|e| (e, e.prioritize(&object, &objects)))
             .collect();
         let names: HashMap<&str, Arc<str>> = feasible
             .iter()
@@ -280,22 +282,23 @@ impl Extenders {
         candidates: Vec<Candidate>,
     ) -> Result<Vec<Candidate>, ScheduleError> {
         let mut current = candidates;
+        let object = pod.pod();
         for ext in &self.list {
             if current.is_empty() {
                 break;
             }
-            if !ext.supports_preemption() || !ext.is_interested(&pod.pod) {
+            if !ext.supports_preemption() || !ext.is_interested(&object) {
                 continue;
             }
             // Victims as the cluster holds them, bound to their node (a pod
             // this worker placed itself keeps the copy it was assigned,
             // without `spec.nodeName`).
-            let bound: Vec<Vec<Cow<'_, Pod>>> = current
+            let bound: Vec<Vec<Arc<Pod>>> = current
                 .iter()
                 .map(|c| {
                     c.victims
                         .iter()
-                        .map(|v| bound_copy(&v.pod, &c.node))
+                        .map(|v| bound_copy(v.pod(), &c.node))
                         .collect()
                 })
                 .collect();
@@ -312,7 +315,7 @@ impl Extenders {
                     )
                 })
                 .collect();
-            let kept = match block(ext.process_preemption(&pod.pod, &victims), ext, "preempt") {
+            let kept = match block(ext.process_preemption(&object, &victims), ext, "preempt") {
                 Ok(k) => k,
                 Err(e) if ext.is_ignorable() => {
                     ext.stats().record_ignored();
@@ -365,14 +368,15 @@ impl Extenders {
     }
 }
 
-/// `pod` with `spec.nodeName` set to `node` (borrowed when it already is).
-fn bound_copy<'a>(pod: &'a Pod, node: &str) -> Cow<'a, Pod> {
+/// `pod` with `spec.nodeName` set to `node` (the same object when it
+/// already is).
+fn bound_copy(pod: Arc<Pod>, node: &str) -> Arc<Pod> {
     if pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node) {
-        return Cow::Borrowed(pod);
+        return pod;
     }
-    let mut copy = pod.clone();
+    let mut copy = (*pod).clone();
     if let Some(spec) = copy.spec.as_mut() {
         spec.node_name = Some(node.to_owned());
     }
-    Cow::Owned(copy)
+    Arc::new(copy)
 }

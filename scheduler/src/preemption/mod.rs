@@ -277,5 +277,5 @@ fn eligible_to_preempt_others(
 /// (first) `DisruptionTarget` condition is `True` with reason
 /// `PreemptionByScheduler`.
 fn terminating_by_preemption(p: &PodInfo) -> bool {
-    p.terminating && flotilla_shared::preemption::marked_by_preemption(&p.pod)
+    p.terminating && flotilla_shared::preemption::marked_by_preemption(&p.pod())
 }
