@@ -877,6 +877,19 @@ impl Inner {
         }
     }
 
+    /// Swaps the newer copy `info` of a pod placed on `node` in for the
+    /// placed one, which nothing counted differs from (checked by the
+    /// caller with [`placement_changed`]): the granted copy is freed once
+    /// the bound one comes back, rather than kept for the pod's lifetime.
+    fn swap_placed(&mut self, node: &Arc<str>, info: &Arc<PodInfo>) {
+        if let Some(n) = self.nodes.get_mut(node)
+            && !n.swap_pod(info.clone())
+        {
+            self.unplace(node, &info.uid);
+            self.place(node, info);
+        }
+    }
+
     fn unplace(&mut self, node: &Arc<str>, uid: &str) {
         let removed = match self.orphans.remove(node, uid) {
             Some(p) => Some(p),
@@ -1552,6 +1565,8 @@ impl Coordinator {
                     if placement_changed(&rec.info, &info) {
                         inner.unplace(&node, &uid);
                         inner.place(&node, &info);
+                    } else {
+                        inner.swap_placed(&node, &info);
                     }
                 }
                 PodPhase::Granted(n) | PodPhase::Bound(n) => {

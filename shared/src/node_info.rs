@@ -206,6 +206,43 @@ impl NodeInfo {
         Some(pod)
     }
 
+    /// Replaces the pod with `pod`'s uid by `pod` when nothing the node
+    /// counts differs between the two copies (requests, host ports, pod
+    /// affinity): a newer copy of the same pod, such as the bound one that
+    /// comes back after the Binding, so the older copy can be freed. Returns
+    /// `false` (and changes nothing) when the pod is not on the node or a
+    /// counted field differs; then remove and add it instead.
+    pub fn swap_pod(&mut self, pod: Arc<PodInfo>) -> bool {
+        let Some(i) = self.pods.iter().position(|p| p.uid == pod.uid) else {
+            return false;
+        };
+        let old = &self.pods[i];
+        let same_counts = old.requests == pod.requests
+            && old.non_zero_milli_cpu == pod.non_zero_milli_cpu
+            && old.non_zero_memory == pod.non_zero_memory
+            && old.host_ports == pod.host_ports
+            && old.pod_affinity.is_some() == pod.pod_affinity.is_some()
+            && old.pod_affinity.as_deref().is_none_or(|a| {
+                pod.pod_affinity.as_deref().is_some_and(|b| {
+                    a.required_anti_affinity.is_empty() == b.required_anti_affinity.is_empty()
+                })
+            });
+        if !same_counts || pod.terminal {
+            return false;
+        }
+        for list in [
+            &mut self.pods_with_affinity,
+            &mut self.pods_with_required_anti_affinity,
+        ] {
+            if let Some(p) = list.iter_mut().find(|p| p.uid == pod.uid) {
+                *p = pod.clone();
+            }
+        }
+        self.pods[i] = pod;
+        self.generation += 1;
+        true
+    }
+
     /// Replaces the node object, keeping the pods.
     pub fn set_spec(&mut self, spec: Arc<NodeSpec>) {
         self.spec = spec;
@@ -260,6 +297,37 @@ impl Orphans {
 mod tests {
     use super::*;
     use crate::testing::{NodeBuilder, PodBuilder};
+
+    #[test]
+    fn swap_pod_replaces_the_copy_only_when_nothing_counted_differs() {
+        let mut n = NodeInfo::new(Arc::new(NodeBuilder::new("n1").cpu("4").build_spec()));
+        let granted = Arc::new(PodBuilder::new("a").cpu("1").host_port(80).build_info());
+        assert!(n.add_pod(granted.clone()));
+        let (requested, g) = (n.requested.clone(), n.generation);
+
+        let bound = Arc::new(
+            PodBuilder::new("a")
+                .cpu("1")
+                .host_port(80)
+                .node_name("n1")
+                .build_info(),
+        );
+        assert!(n.swap_pod(bound.clone()));
+        assert!(Arc::ptr_eq(&n.pods[0], &bound), "the newer copy is held");
+        assert_eq!(Arc::strong_count(&granted), 1, "the older copy is freed");
+        assert_eq!(n.requested, requested);
+        assert_eq!(n.used_ports.len(), 1);
+        assert!(n.generation > g);
+
+        let resized = Arc::new(PodBuilder::new("a").cpu("2").host_port(80).build_info());
+        assert!(!n.swap_pod(resized), "a counted field differs");
+        assert!(Arc::ptr_eq(&n.pods[0], &bound));
+        assert!(
+            !n.swap_pod(Arc::new(PodBuilder::new("b").build_info())),
+            "not on the node"
+        );
+        assert_eq!(n.pods.len(), 1);
+    }
 
     #[test]
     fn add_and_remove_keep_aggregates_exact() {

@@ -35,8 +35,12 @@ use super::{
     Cluster, ClusterError, ClusterList, ListWatch, PodRef, SchedulingEvent, WatchEvent, list_watch,
 };
 
-/// Changes kept for watches that resume from an older resourceVersion.
-pub const HISTORY_LIMIT: usize = 100_000;
+/// Changes kept for watches that resume from an older resourceVersion. Each
+/// holds the object as it was, so a superseded pod version lives until its
+/// change falls out: 10,000 changes is ~60 MB of `Pod`s at most, and covers
+/// seconds of the fastest runs (kube-apiserver's watch cache starts at 100
+/// events per resource and grows to ~100,000 only while they are recent).
+pub const HISTORY_LIMIT: usize = 10_000;
 
 /// Events kept for [`EmbeddedCluster::events`] (all are counted).
 pub const EVENTS_KEPT: usize = 100_000;
