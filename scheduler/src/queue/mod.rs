@@ -3,8 +3,10 @@
 //!
 //! - **activeQ**: pods ready to be tried, highest `priority` first, then
 //!   earliest enqueue time (upstream PrioritySort).
-//! - **backoffQ**: pods that failed and wait `initial · 2^(attempts-1)`
-//!   (capped, plus jitter, see [`backoff`]); they leave in expiry order.
+//! - **backoffQ**: pods that failed and wait `initial · 2^(failures-1)`
+//!   (capped, plus jitter, see [`backoff`]; bind conflicts lost are not
+//!   failures and retry after their own short delay); they leave in expiry
+//!   order.
 //! - **unschedulable pool**: pods that fit nowhere. They move back (to
 //!   backoffQ if still backing off, else activeQ) when a cluster event arrives
 //!   that one of the plugins that rejected them registered for, or after
@@ -84,13 +86,28 @@ pub struct QueuedPodInfo {
     pub timestamp: Instant,
     /// When it was first added (scheduling latency starts here).
     pub initial_attempt: Instant,
-    /// Failed attempts so far.
+    /// Failed attempts so far (bind conflicts included).
     pub attempts: u32,
     /// Bind conflicts in a row (reset by any other outcome): the retry
     /// delay after the next one ([`BackoffConfig::conflict_base`]).
     pub conflicts: u32,
+    /// Bind conflicts lost in all: not the pod's failures, so they do not
+    /// lengthen its attempt backoff ([`QueuedPodInfo::failures`]).
+    pub conflicts_lost: u32,
     /// Plugins that rejected it in its last failed cycle.
     pub unschedulable_plugins: BTreeSet<&'static str>,
+}
+
+impl QueuedPodInfo {
+    /// Failed attempts that were the pod's own (no fit, an error), the
+    /// exponent of its attempt backoff: upstream counts every attempt, and
+    /// has no bind conflicts; a conflict only means this worker's cache was
+    /// stale, so a pod that lost two before it turned out unschedulable
+    /// waits upstream's 1 s, not 4 s.
+    #[must_use]
+    pub fn failures(&self) -> u32 {
+        self.attempts.saturating_sub(self.conflicts_lost)
+    }
 }
 
 /// Where a queued pod currently is.
@@ -299,6 +316,7 @@ impl SchedulingQueue {
                     initial_attempt: now,
                     attempts: 0,
                     conflicts: 0,
+                    conflicts_lost: 0,
                     unschedulable_plugins: BTreeSet::new(),
                 },
                 loc: Location::Active,
@@ -507,7 +525,7 @@ impl SchedulingQueue {
                         .get(ev)
                         .is_some_and(|set| plugins.iter().any(|p| set.contains(p))))
         });
-        let until = self.backoff_until(e.info.attempts + 1, now);
+        let until = self.backoff_until(e.info.failures() + 1, now);
         inner.seq += 1;
         let seq = inner.seq;
         let e = inner.pods.get_mut(&key).expect("present");
@@ -559,11 +577,12 @@ impl SchedulingQueue {
             let base = self.cfg.backoff.conflict_base(e.info.conflicts + 1);
             now + base + base.mul_f64(self.cfg.backoff.jitter * unit)
         } else {
-            self.backoff_until(e.info.attempts + 1, now)
+            self.backoff_until(e.info.failures() + 1, now)
         };
         let e = inner.pods.get_mut(&key).expect("present");
         e.info.attempts += 1;
         e.info.conflicts = if conflict { e.info.conflicts + 1 } else { 0 };
+        e.info.conflicts_lost += u32::from(conflict);
         e.info.unschedulable_plugins.clear();
         e.backoff_expiry = Some(until);
         if gated {
@@ -803,13 +822,15 @@ mod tests {
         );
         let a = q.pop(t1 + ms(20)).unwrap();
         assert_eq!(a.conflicts, 2);
-        // Another kind of failure takes the attempt backoff (3rd attempt:
-        // 4 s) and ends the streak.
+        // Another kind of failure takes the attempt backoff and ends the
+        // streak; the conflicts lost before were not the pod's failures,
+        // so it is its first backoff (1 s), not the third attempt's (4 s).
         let t2 = t1 + ms(20);
         q.add_backoff(&a.pod.uid, t2);
-        assert!(q.pop(t2 + ms(3999)).is_none());
-        let a = q.pop(t2 + Duration::from_secs(4)).unwrap();
-        assert_eq!((a.attempts, a.conflicts), (3, 0));
+        assert!(q.pop(t2 + ms(999)).is_none());
+        let a = q.pop(t2 + Duration::from_secs(1)).unwrap();
+        assert_eq!((a.attempts, a.conflicts, a.failures()), (3, 0, 1));
+        let t2 = t2 + Duration::from_secs(1);
         let t3 = t2 + Duration::from_secs(4);
         q.add_conflict(&a.pod.uid, t3);
         assert!(q.pop(t3 + ms(10)).is_some(), "a new streak starts at 10 ms");
