@@ -38,8 +38,8 @@ pub struct BenchArgs {
     /// kube-scheduler binds).
     #[arg(long, conflicts_with_all = ["workers", "kubeconfig"])]
     pub single_scheduler: bool,
-    /// Multiply every node and pod count (0.01 for a quick look). Default
-    /// 1; with --kubeconfig 0.1, except kube-lab (1).
+    /// Multiply every node and pod count (0.01 for a quick look; not openb, a fixed trace). Default
+    /// 1; with --kubeconfig 0.1, except kube-lab and openb (1).
     #[arg(long)]
     pub scale: Option<f64>,
     /// Run against the API server of this kubeconfig (its current
@@ -168,7 +168,7 @@ async fn api_bench(
     kubeconfig: &std::path::Path,
     sched: SchedulerConfig,
 ) -> anyhow::Result<ExitCode> {
-    let default_scale = if args.scenario == ScenarioName::KubeLab {
+    let default_scale = if matches!(args.scenario, ScenarioName::KubeLab | ScenarioName::Openb) {
         1.0
     } else {
         0.1

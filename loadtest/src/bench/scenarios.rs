@@ -591,6 +591,14 @@ pub fn build(name: ScenarioName, params: &ScenarioParams) -> Result<Scenario, Sc
             )
         }
         ScenarioName::Openb => {
+            #[allow(clippy::float_cmp)]
+            if params.scale != 1.0 {
+                return Err(ScenarioError::Params(format!(
+                    "--scale {}: openb replays the whole trace (1,523 nodes, 8,152 pods); it \
+                     cannot be scaled",
+                    params.scale
+                )));
+            }
             let dir = match &params.openb_dir {
                 Some(d) => d.clone(),
                 None => workload::default_openb_dir().ok_or(ScenarioError::OpenbMissing)?,

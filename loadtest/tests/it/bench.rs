@@ -265,6 +265,10 @@ fn scenario_parameters_and_names_are_checked() {
     )
     .unwrap_err();
     assert!(e.to_string().contains("/nonexistent"), "{e}");
+    // The openb trace is replayed whole: a scale is refused, not ignored.
+    let e = scenarios::build(ScenarioName::Openb, &params(0.05)).unwrap_err();
+    assert!(e.to_string().contains("--scale 0.05"), "{e}");
+    assert!(e.to_string().contains("cannot be scaled"), "{e}");
 }
 
 /// The DLRM trace's folder beside the project, or `None` with a message
