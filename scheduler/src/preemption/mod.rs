@@ -105,9 +105,10 @@ pub enum PostFilterOutcome {
 /// nodes (taken modulo their number; upstream draws it at random).
 ///
 /// # Errors
-/// [`ScheduleError::Internal`] (plugin `DefaultPreemption`) when the
-/// snapshot has no node, or when no candidate was found and some node check
-/// failed with an `Error` status (upstream returns the aggregated errors).
+/// [`ScheduleError::Internal`] (plugin `DefaultPreemption`) when no
+/// candidate was found and some node check failed with an `Error` status
+/// (upstream returns the aggregated errors). An empty snapshot is
+/// [`PostFilterOutcome::NotHelpful`].
 pub fn preempt(
     fw: &Framework,
     pod: &PodInfo,
@@ -127,7 +128,10 @@ pub fn preempt(
         return not_helpful(msg);
     }
     if snap.is_empty() {
-        return Err(internal("no nodes available".to_owned()));
+        // Upstream never reaches PostFilter on an empty cluster (it stops
+        // with ErrNoNodesAvailable); the pod waits, unschedulable, for a
+        // node to be added rather than retrying as an error.
+        return not_helpful("no nodes available");
     }
     let potential: Vec<&Arc<NodeInfo>> = snap
         .nodes()

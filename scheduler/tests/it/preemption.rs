@@ -143,6 +143,27 @@ fn only_lower_priority_pods_are_victims_and_the_more_important_go_back_first() {
 }
 
 #[test]
+fn an_empty_cluster_is_not_an_error_for_preemption() {
+    // No node at all: upstream stops with ErrNoNodesAvailable before
+    // PostFilter; here the FitError says so and preemption finds nothing
+    // to do, so the pod waits unschedulable for a node, not in error
+    // backoff.
+    let cache = cache_with(Vec::<flotilla_shared::NodeSpec>::new());
+    let fw = default_framework();
+    let snap = snapshot_of(&cache);
+    let (fit, out) = run(
+        &fw,
+        &snap,
+        &pod("p", 10, "1").build_info(),
+        &[],
+        &DefaultPreemptionArgs::default(),
+        0,
+    );
+    assert_eq!(fit.to_string(), "no nodes available to schedule pods");
+    assert_eq!(not_helpful(out), "preemption: no nodes available");
+}
+
+#[test]
 fn equal_and_higher_priority_pods_are_never_victims() {
     let cache = cache_with([node("n1", "4", "8Gi").build_spec()]);
     bind_in_cache(&cache, pod("peer", 10, "2"), "n1");
