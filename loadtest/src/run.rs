@@ -170,6 +170,10 @@ pub struct RunOutput {
     /// Timeline ops that failed (a pod rejected, a delete of a pod that
     /// was gone), with the reason.
     pub timeline_errors: Vec<String>,
+    /// Pods of the workload never created because the run timed out first
+    /// (a wave not submitted, timeline creations not applied): unresolved,
+    /// so a report counts them pending.
+    pub pods_not_created: usize,
 }
 
 /// Pods created and deleted by the timeline so far, and its errors.
@@ -528,6 +532,8 @@ pub async fn run_embedded_full(
             .collect(),
     });
     let timeline_errors = std::mem::take(&mut *counts.errors.lock());
+    let pods_not_created = (pods.len() - submitted_pods)
+        + timeline_pods.saturating_sub(counts.created.load(Ordering::Relaxed));
     Ok(RunOutput {
         report,
         cluster,
@@ -536,6 +542,7 @@ pub async fn run_embedded_full(
         scheduling_done,
         measured_cpu_seconds,
         timeline_errors,
+        pods_not_created,
     })
 }
 

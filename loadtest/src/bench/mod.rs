@@ -73,6 +73,18 @@ pub enum BenchError {
     /// At least one worker.
     #[error("--workers must be at least 1")]
     NoWorkers,
+    /// No profile of the configuration schedules the scenario's pods
+    /// (`spec.schedulerName: default-scheduler`): nothing would be bound.
+    #[error(
+        "the scenario's pods name schedulerName {expected}, which no profile of the configuration \
+         serves (its profiles: {profiles}); add a profile with that schedulerName"
+    )]
+    NoProfileForPods {
+        /// The scenario pods' `schedulerName`.
+        expected: &'static str,
+        /// The configuration's profiles' names, comma-separated.
+        profiles: String,
+    },
     /// The run failed.
     #[error(transparent)]
     Run(#[from] RunError),
@@ -187,6 +199,24 @@ pub async fn run_bench(scenario: Scenario, cfg: &BenchConfig) -> Result<BenchRep
     if cfg.single_scheduler && cfg.workers != 1 {
         return Err(BenchError::SingleSchedulerWorkers(cfg.workers));
     }
+    let expected = crate::workload::DEFAULT_SCHEDULER_NAME;
+    if !cfg
+        .scheduler
+        .profiles
+        .iter()
+        .any(|p| p.scheduler_name == expected)
+    {
+        return Err(BenchError::NoProfileForPods {
+            expected,
+            profiles: cfg
+                .scheduler
+                .profiles
+                .iter()
+                .map(|p| p.scheduler_name.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+        });
+    }
     let measured = measured_keys(&scenario);
     let nodes = scenario.workload.nodes.len();
     let scheduler = scenario.configure(cfg.scheduler.clone());
@@ -245,7 +275,9 @@ pub async fn run_bench(scenario: Scenario, cfg: &BenchConfig) -> Result<BenchRep
         pods: scenario.measured_pods,
         scheduled: samples.len(),
         unschedulable: r.unschedulable,
-        pending: r.pending,
+        // A timed-out run may not have created every pod: those are
+        // unresolved too.
+        pending: r.pending + out.pods_not_created,
         pods_per_second_avg: tp.average,
         pods_per_second_peak: tp.peak,
         latency_ms: LatencyMs {

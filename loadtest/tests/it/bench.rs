@@ -141,6 +141,50 @@ async fn pods_offered_at_a_rate_are_bound_no_faster_than_offered() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_not_yet_offered_when_the_run_times_out_count_pending() {
+    // 1,000 pods offered at 10 pods/s, a 2 s timeout: most are never
+    // created, and every measured pod is still accounted for.
+    let s = scenarios::build(
+        ScenarioName::Godel30k,
+        &ScenarioParams {
+            scale: 0.01,
+            rate: 10.0,
+            ..ScenarioParams::default()
+        },
+    )
+    .expect("built");
+    let quick = BenchConfig {
+        timeout: Duration::from_secs(2),
+        ..cfg(1)
+    };
+    let r = within(Duration::from_secs(60), "bench", run_bench(s, &quick))
+        .await
+        .expect("ran");
+    assert!(r.timed_out, "{}", r.to_text());
+    assert!(r.scheduled < 100, "{}", r.to_text());
+    assert_eq!(
+        r.scheduled + r.unschedulable + r.pending,
+        1000,
+        "{}",
+        r.to_text()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configuration_without_a_profile_for_the_scenario_pods_is_refused() {
+    let s = scenarios::build(ScenarioName::SchedulingBasic, &params(0.01)).expect("built");
+    let mut other = cfg(1);
+    for p in &mut other.scheduler.profiles {
+        p.scheduler_name = "my-scheduler".to_owned();
+    }
+    let e = run_bench(s, &other).await.unwrap_err();
+    assert!(matches!(e, BenchError::NoProfileForPods { .. }), "{e}");
+    let msg = e.to_string();
+    assert!(msg.contains("default-scheduler"), "{msg}");
+    assert!(msg.contains("my-scheduler"), "{msg}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_single_scheduler_baseline_is_one_worker_without_arbitration() {
     let s = scenarios::build(ScenarioName::SchedulingBasic, &params(0.01)).expect("built");
     let two = BenchConfig {
