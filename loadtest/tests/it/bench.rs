@@ -20,6 +20,19 @@ fn params(scale: f64) -> ScenarioParams {
     }
 }
 
+/// `godel-30k` at `scale`, pods offered at `rate` per second.
+fn godel_at(scale: f64, rate: f64) -> scenarios::Scenario {
+    scenarios::build(
+        ScenarioName::Godel30k,
+        &ScenarioParams {
+            scale,
+            rate,
+            ..ScenarioParams::default()
+        },
+    )
+    .expect("built")
+}
+
 fn cfg(workers: usize) -> BenchConfig {
     BenchConfig {
         workers,
@@ -117,15 +130,7 @@ async fn churn_runs_beside_the_measured_pods_and_stops_after_them() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_offered_at_a_rate_are_bound_no_faster_than_offered() {
     // 300 nodes, 1,000 pods offered at 2,000 pods/s: 0.5 s of arrivals.
-    let s = scenarios::build(
-        ScenarioName::Godel30k,
-        &ScenarioParams {
-            scale: 0.01,
-            rate: 2000.0,
-            ..ScenarioParams::default()
-        },
-    )
-    .expect("built");
+    let s = godel_at(0.01, 2000.0);
     assert_eq!((s.workload.nodes.len(), s.measured_pods), (300, 1000));
     assert!(
         s.workload.pods.is_empty(),
@@ -144,15 +149,7 @@ async fn pods_offered_at_a_rate_are_bound_no_faster_than_offered() {
 async fn pods_not_yet_offered_when_the_run_times_out_count_pending() {
     // 1,000 pods offered at 10 pods/s, a 2 s timeout: most are never
     // created, and every measured pod is still accounted for.
-    let s = scenarios::build(
-        ScenarioName::Godel30k,
-        &ScenarioParams {
-            scale: 0.01,
-            rate: 10.0,
-            ..ScenarioParams::default()
-        },
-    )
-    .expect("built");
+    let s = godel_at(0.01, 10.0);
     let quick = BenchConfig {
         timeout: Duration::from_secs(2),
         ..cfg(1)
