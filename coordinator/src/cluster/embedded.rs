@@ -597,6 +597,9 @@ fn set_condition(pod: &mut Pod, status: &str, reason: Option<&str>, message: Opt
             true
         }
         None => {
+            // Most pods only ever get this one condition here: no room
+            // for four (a `Vec`'s first growth) in every stored pod.
+            conds.reserve_exact(1);
             conds.push(new);
             true
         }
