@@ -319,7 +319,17 @@ pub async fn run_embedded_full(
     } else {
         Duration::from_secs(30)
     };
-    while coordinator.live_workers() < cfg.expect_workers {
+    // Connected and, for the in-process ones, synced (the coordinator's
+    // view replayed, the scheduling thread started), as scheduler_perf
+    // waits for the scheduler's informers before it creates pods: else
+    // the first pods wait for the initial node sync and the latency
+    // measures start-up.
+    let synced = || {
+        stats
+            .iter()
+            .all(|(_, _, st)| st.ready.load(Ordering::Acquire))
+    };
+    while coordinator.live_workers() < cfg.expect_workers || !synced() {
         if wait_from.elapsed() > wait_limit {
             token.cancel();
             return Err(RunError::Workers {

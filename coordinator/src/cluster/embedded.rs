@@ -16,7 +16,7 @@
 //! removes the pod when the grace period ends (a timer task standing in for
 //! the kubelet); until then it stays bound and holds its room.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use flotilla_shared::pod_group::{PodGroup, PodGroupStatus};
@@ -52,7 +52,8 @@ pub const DEFAULT_GRACE_PERIOD_SECONDS: i64 = 30;
 #[derive(Debug, Default)]
 struct State {
     nodes: BTreeMap<String, Arc<Node>>,
-    pods: HashMap<(String, String), Arc<Pod>>,
+    /// foldhash (fast rehash as it grows, see the coordinator's records).
+    pods: foldhash::HashMap<(String, String), Arc<Pod>>,
     /// Pod keys in creation order (lists come back in that order).
     pod_order: Vec<(String, String)>,
     resource_version: u64,
@@ -77,7 +78,7 @@ struct State {
     /// state, in removal order.
     evicted: Vec<Arc<Pod>>,
     /// Uids of pods bound through [`Cluster::bind`].
-    bound_uids: std::collections::HashSet<String>,
+    bound_uids: foldhash::HashSet<String>,
     /// Pods bound through [`Cluster::bind`] and later removed by
     /// [`EmbeddedCluster::delete_pod`] (a trace's deletions).
     deleted_bound: usize,

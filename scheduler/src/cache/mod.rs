@@ -78,7 +78,8 @@ impl PodState {
 #[derive(Debug, Default)]
 struct Inner {
     nodes: HashMap<Arc<str>, Arc<NodeInfo>>,
-    pods: HashMap<Arc<str>, PodState>,
+    /// foldhash: a fast rehash as the map grows (it runs under the lock).
+    pods: foldhash::HashMap<Arc<str>, PodState>,
     /// Bound pods whose node is not known (yet, or any more): they are
     /// attached when the node (re)appears, so its room stays counted.
     orphans: Orphans,

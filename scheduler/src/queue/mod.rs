@@ -170,7 +170,8 @@ type BackoffKey = Reverse<(Instant, u64, Arc<str>, u64)>;
 
 #[derive(Debug, Default)]
 struct Inner {
-    pods: HashMap<Arc<str>, Entry>,
+    /// foldhash: a fast rehash as the map grows (it runs under the lock).
+    pods: foldhash::HashMap<Arc<str>, Entry>,
     active: BinaryHeap<ActiveKey>,
     backoff: BinaryHeap<BackoffKey>,
     unschedulable: HashSet<Arc<str>>,
