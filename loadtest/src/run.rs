@@ -418,9 +418,17 @@ pub async fn run_embedded_full(
         let invalid = s.invalid.len();
         let resolved = s.bound + s.unschedulable;
         bar.set_position((resolved + invalid + rejected.len()) as u64);
+        let terminating = cluster.terminating_count();
         bar.set_message(format!(
-            "bound {}  unschedulable {}  conflicts {}",
-            s.bound, s.unschedulable, s.counters.conflicts
+            "bound {}  unschedulable {}  conflicts {}{}",
+            s.bound,
+            s.unschedulable,
+            s.counters.conflicts,
+            if terminating > 0 {
+                format!("  (waiting for {terminating} preemption victim(s) to terminate)")
+            } else {
+                String::new()
+            }
         ));
         let idle_workers = stats.iter().all(|(_, _, st)| st.is_idle());
         let quiet = s.last_activity.is_none_or(|t| t.elapsed() >= cfg.settle);

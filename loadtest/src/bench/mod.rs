@@ -356,7 +356,7 @@ impl BenchReport {
             .unwrap_or_default();
         let _ = writeln!(
             s,
-            "  throughput     {} pods/s average, {} peak ({} s windows, {:.3} s){floor}",
+            "  throughput     {} pods/s average, {} peak ({:.3} s windows, {:.3} s){floor}",
             thousands(self.pods_per_second_avg),
             thousands(self.pods_per_second_peak),
             self.throughput.window_seconds,
