@@ -1465,8 +1465,9 @@ fn post_filter(
 
 /// Sends `ProposePreemption` for `pod` (in a task): on `GRANTED` the pod
 /// stays in the unschedulable pool (the victims' deletions bring it back,
-/// as upstream); on `CONFLICT` too (the next cluster event retries it); on
-/// `POD_GONE` it is dropped.
+/// as upstream); on `CONFLICT` it retries after the conflict delay
+/// ([`crate::queue::SchedulingQueue::preemption_refused`]); on `POD_GONE`
+/// it is dropped.
 fn propose_preemption(s: &Arc<Shared>, pod: &Arc<PodInfo>, node: &str, victims: &[Arc<PodInfo>]) {
     s.stats.preemption_attempts.fetch_add(1, Ordering::Relaxed);
     flotilla_shared::metrics::metrics()
@@ -1507,6 +1508,8 @@ fn propose_preemption(s: &Arc<Shared>, pod: &Arc<PodInfo>, node: &str, victims: 
                         _ => {
                             debug!(pod = %pod.key, reason = %d.reason, "preemption refused");
                             s2.cache.clear_nominated(&pod.uid);
+                            // A stale view, as a bind conflict: retry soon.
+                            s2.queue.preemption_refused(&pod.uid, Instant::now());
                         }
                     }
                 }

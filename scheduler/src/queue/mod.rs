@@ -465,13 +465,24 @@ impl SchedulingQueue {
         }
     }
 
-    fn backoff_until(&self, attempts: u32, now: Instant) -> Instant {
-        let unit = if self.cfg.backoff.jitter > 0.0 {
+    /// A uniform draw in `[0, 1)` for the jitter (0 when it is off).
+    fn jitter_unit(&self) -> f64 {
+        if self.cfg.backoff.jitter > 0.0 {
             rand::rng().random_range(0.0..1.0)
         } else {
             0.0
-        };
-        now + self.cfg.backoff.with_jitter(attempts, unit)
+        }
+    }
+
+    fn backoff_until(&self, attempts: u32, now: Instant) -> Instant {
+        now + self.cfg.backoff.with_jitter(attempts, self.jitter_unit())
+    }
+
+    /// The end of the delay after the `n`th conflict ([`BackoffConfig::conflict_base`]
+    /// plus jitter).
+    fn conflict_until(&self, n: u32, now: Instant) -> Instant {
+        let base = self.cfg.backoff.conflict_base(n);
+        now + base + base.mul_f64(self.cfg.backoff.jitter * self.jitter_unit())
     }
 
     /// Moves a pod to backoffQ if the backoff earned by its last failure has
@@ -570,13 +581,7 @@ impl SchedulingQueue {
         let key = key.clone();
         let gated = self.gate(&e.info.pod).is_some();
         let until = if conflict {
-            let unit = if self.cfg.backoff.jitter > 0.0 {
-                rand::rng().random_range(0.0..1.0)
-            } else {
-                0.0
-            };
-            let base = self.cfg.backoff.conflict_base(e.info.conflicts + 1);
-            now + base + base.mul_f64(self.cfg.backoff.jitter * unit)
+            self.conflict_until(e.info.conflicts + 1, now)
         } else {
             self.backoff_until(e.info.failures() + 1, now)
         };
@@ -592,6 +597,36 @@ impl SchedulingQueue {
         }
         Self::push_backoff(&mut inner, &key, until);
         self.wake.notify_one();
+    }
+
+    /// The coordinator refused the pod's preemption: another worker's
+    /// preemption or placement took the victims or the room first, so this
+    /// worker's view was stale, as in a bind conflict. The pod, parked
+    /// unschedulable (or backing off) since its cycle, retries after the
+    /// conflict delay instead of waiting for a cluster event and its attempt
+    /// backoff: 10 ms doubling with every conflict the pod lost
+    /// ([`BackoffConfig::conflict_base`], plus jitter), and the failed
+    /// attempt is counted as a conflict lost, not as the pod's failure.
+    /// Returns whether it moved (a pod in flight or already active is left
+    /// alone).
+    pub fn preemption_refused(&self, uid: &str, now: Instant) -> bool {
+        let mut inner = self.inner.lock();
+        let Some((key, e)) = inner.pods.get_key_value(uid) else {
+            return false;
+        };
+        if !matches!(e.loc, Location::Unschedulable(_) | Location::Backoff(_)) {
+            return false;
+        }
+        let key = key.clone();
+        let until = self.conflict_until(e.info.conflicts_lost + 1, now);
+        inner.unschedulable.remove(&key);
+        let e = inner.pods.get_mut(&key).expect("present");
+        e.info.conflicts += 1;
+        e.info.conflicts_lost += 1;
+        e.backoff_expiry = Some(until);
+        Self::push_backoff(&mut inner, &key, until);
+        self.wake.notify_one();
+        true
     }
 
     /// A cluster event: pods in the unschedulable pool that one of the
@@ -805,12 +840,47 @@ mod tests {
     }
 
     #[test]
-    fn a_bind_conflict_retries_in_milliseconds_and_an_error_resets_the_streak() {
-        let q = queue();
+    fn a_refused_preemption_retries_after_the_conflict_delay_not_an_event() {
+        let (q, a, t0) = one_popped();
         let ms = Duration::from_millis;
+        q.add_unschedulable(&a.pod.uid, BTreeSet::from(["NodeResourcesFit"]), t0);
+        assert!(
+            q.pop(t0 + Duration::from_secs(5)).is_none(),
+            "parked for an event"
+        );
+        assert!(q.preemption_refused(&a.pod.uid, t0));
+        assert!(q.pop(t0 + ms(9)).is_none(), "10 ms after a first refusal");
+        let a = q.pop(t0 + ms(10)).unwrap();
+        assert_eq!(
+            (a.attempts, a.failures()),
+            (1, 0),
+            "a stale view, not a failure"
+        );
+        // The next refusal waits twice as long; a pod not parked is left alone.
+        let t1 = t0 + ms(10);
+        assert!(
+            !q.preemption_refused(&a.pod.uid, t1),
+            "in flight: left alone"
+        );
+        q.add_unschedulable(&a.pod.uid, BTreeSet::from(["NodeResourcesFit"]), t1);
+        assert!(q.preemption_refused(&a.pod.uid, t1));
+        assert!(q.pop(t1 + ms(19)).is_none());
+        assert!(q.pop(t1 + ms(20)).is_some());
+    }
+
+    /// A queue with pod `a` added and popped (in flight) at the returned time.
+    fn one_popped() -> (SchedulingQueue, QueuedPodInfo, Instant) {
+        let q = queue();
         let t0 = Instant::now();
         q.add(pod("a", 0), t0);
         let a = q.pop(t0).unwrap();
+        (q, a, t0)
+    }
+
+    #[test]
+    fn a_bind_conflict_retries_in_milliseconds_and_an_error_resets_the_streak() {
+        let (q, a, t0) = one_popped();
+        let ms = Duration::from_millis;
         q.add_conflict(&a.pod.uid, t0);
         assert!(q.pop(t0 + ms(9)).is_none(), "10 ms after a first conflict");
         let a = q.pop(t0 + ms(10)).unwrap();
