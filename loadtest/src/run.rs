@@ -452,7 +452,7 @@ pub async fn run_embedded_full(
         // no longer fit anywhere).
         let nominee_patience = cfg.settle + cfg.scheduler.queue_config().backoff.max;
         let quiet = quiet
-            && cluster.terminating_count() == 0
+            && terminating == 0
             && (s.nominated == 0
                 || s.last_activity
                     .is_none_or(|t| t.elapsed() >= nominee_patience));

@@ -1691,12 +1691,8 @@ fn settle_binding(
     let reason = &answer.reason;
     record_binding(s, pod, outcome, attempt, cycle);
     match outcome {
-        pb::BindOutcome::Bound => s.window.on_bound(),
-        pb::BindOutcome::Conflict => s.window.on_conflict(now),
-        _ => {}
-    }
-    match outcome {
         pb::BindOutcome::Bound => {
+            s.window.on_bound();
             s.cache.finish_binding(&pod.uid, now);
             s.queue.done(&pod.uid);
             s.stats.bound.fetch_add(1, Ordering::Relaxed);
@@ -1705,6 +1701,7 @@ fn settle_binding(
         pb::BindOutcome::Conflict | pb::BindOutcome::Error | pb::BindOutcome::Unspecified => {
             if outcome == pb::BindOutcome::Conflict {
                 debug!(pod = %pod.key, %node, %reason, "bind conflict; retrying shortly");
+                s.window.on_conflict(now);
                 s.stats.conflicts.fetch_add(1, Ordering::Relaxed);
             } else {
                 // A failed call means the connection is going: the broken

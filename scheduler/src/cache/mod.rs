@@ -111,14 +111,6 @@ struct Inner {
 }
 
 impl Inner {
-    /// A pod's state left the in-flight set (removed, or no longer
-    /// assumed): counts it out of [`Inner::unconfirmed`] if it was in.
-    fn left_flight(&mut self, was_in_flight: bool) {
-        if was_in_flight {
-            self.unconfirmed -= 1;
-        }
-    }
-
     /// Drops `uid`'s nomination, if any. Returns whether there was one.
     fn unnominate(&mut self, uid: &str) -> bool {
         let Some(node) = self.nominated_node_of.remove(uid) else {
@@ -363,6 +355,16 @@ impl NodeCache {
         }
     }
 
+    /// A pod's state left the in-flight set (removed, or no longer
+    /// assumed): counts it out of [`Inner::unconfirmed`] if it was in, and
+    /// wakes a [`NodeCache::wait_for_room`] waiter then.
+    fn left_flight(&self, inner: &mut Inner, was_in_flight: bool) {
+        if was_in_flight {
+            inner.unconfirmed -= 1;
+            self.flight.notify_all();
+        }
+    }
+
     /// Assumed pods whose binding was proposed and not confirmed yet: how
     /// far this worker's decisions run ahead of what the cluster (and so
     /// the other workers) has seen.
@@ -408,9 +410,8 @@ impl NodeCache {
             Some(st) if st.assumed => {
                 let (node, in_flight) = (st.node.clone(), st.in_flight());
                 inner.pods.remove(uid);
-                inner.left_flight(in_flight);
+                self.left_flight(&mut inner, in_flight);
                 inner.unplace(&node, uid);
-                self.flight.notify_all();
                 true
             }
             _ => false,
@@ -433,7 +434,7 @@ impl NodeCache {
         inner.unnominate(&pod.uid);
         if let Some(st) = inner.pods.get(&pod.uid) {
             let (old, in_flight) = (st.node.clone(), st.in_flight());
-            inner.left_flight(in_flight);
+            self.left_flight(&mut inner, in_flight);
             inner.unplace(&old, &pod.uid);
         }
         inner.place(&node, pod.clone());
@@ -447,7 +448,6 @@ impl NodeCache {
                 deadline: None,
             },
         );
-        self.flight.notify_all();
     }
 
     /// The coordinator confirmed, without resending it, that the pod this
@@ -465,9 +465,8 @@ impl NodeCache {
         st.assumed = false;
         st.deadline = None;
         let pod = st.pod.clone();
-        inner.left_flight(in_flight);
+        self.left_flight(&mut inner, in_flight);
         inner.unnominate(uid);
-        self.flight.notify_all();
         Some(pod)
     }
 
@@ -480,8 +479,7 @@ impl NodeCache {
         let Some(st) = inner.pods.remove(uid) else {
             return false;
         };
-        inner.left_flight(st.in_flight());
-        self.flight.notify_all();
+        self.left_flight(&mut inner, st.in_flight());
         inner.unplace(&st.node, uid).is_some()
     }
 
@@ -497,12 +495,9 @@ impl NodeCache {
             .collect();
         for (uid, node, _) in &expired {
             if let Some(st) = inner.pods.remove(uid) {
-                inner.left_flight(st.in_flight());
+                self.left_flight(&mut inner, st.in_flight());
             }
             inner.unplace(node, uid);
-        }
-        if !expired.is_empty() {
-            self.flight.notify_all();
         }
         expired.into_iter().map(|(_, _, k)| k).collect()
     }

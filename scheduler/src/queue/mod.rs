@@ -88,11 +88,14 @@ pub struct QueuedPodInfo {
     pub initial_attempt: Instant,
     /// Failed attempts so far (bind conflicts included).
     pub attempts: u32,
-    /// Bind conflicts in a row (reset by any other outcome): the retry
-    /// delay after the next one ([`BackoffConfig::conflict_base`]).
+    /// Conflicts in a row (bind conflicts, refused preemptions; reset by
+    /// any other outcome): the retry delay after the next bind conflict
+    /// ([`BackoffConfig::conflict_base`]).
     pub conflicts: u32,
-    /// Bind conflicts lost in all: not the pod's failures, so they do not
-    /// lengthen its attempt backoff ([`QueuedPodInfo::failures`]).
+    /// Conflicts lost in all (bind conflicts, refused preemptions): not the
+    /// pod's failures, so they do not lengthen its attempt backoff
+    /// ([`QueuedPodInfo::failures`]); the delay after a refused preemption
+    /// doubles with them.
     pub conflicts_lost: u32,
     /// Plugins that rejected it in its last failed cycle.
     pub unschedulable_plugins: BTreeSet<&'static str>,
