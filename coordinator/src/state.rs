@@ -385,6 +385,14 @@ fn raw(obj: &impl serde::Serialize) -> pb::RawObject {
     }
 }
 
+/// The pod's JSON as the workers are sent it (the coordinator keeps pods as
+/// JSON, [`PodInfo::keep_json`]).
+fn raw_pod(info: &PodInfo) -> pb::RawObject {
+    pb::RawObject {
+        json: info.json().to_vec(),
+    }
+}
+
 fn ev(e: pb::watch_event::Event) -> pb::WatchEvent {
     pb::WatchEvent {
         event: Some(e),
@@ -418,7 +426,7 @@ fn pdb_deleted_event((namespace, name): (String, String)) -> pb::WatchEvent {
 
 fn nominated_event(p: &PodInfo, node: &str) -> pb::WatchEvent {
     ev(pb::watch_event::Event::NominatedPod(pb::NominatedPod {
-        pod: Some(raw(&*p.pod())),
+        pod: Some(raw_pod(p)),
         node_name: node.to_owned(),
     }))
 }
@@ -616,7 +624,7 @@ impl Inner {
     /// (serialized once), except to `confirm_to`, the worker whose grant
     /// it is and which holds it assumed as is, which gets the short
     /// `pod_bound` confirmation.
-    fn broadcast_bound(&self, pod: &Pod, info: &PodInfo, node: &str, confirm_to: Option<WorkerId>) {
+    fn broadcast_bound(&self, info: &PodInfo, node: &str, confirm_to: Option<WorkerId>) {
         let mut whole = None;
         for (id, w) in &self.workers {
             let Some(tx) = &w.tx else {
@@ -629,7 +637,7 @@ impl Inner {
                 }))
             } else {
                 whole
-                    .get_or_insert_with(|| ev(pb::watch_event::Event::BoundPod(raw(pod))))
+                    .get_or_insert_with(|| ev(pb::watch_event::Event::BoundPod(raw_pod(info))))
                     .clone()
             };
             let _ = tx.send(e);
@@ -683,7 +691,7 @@ impl Inner {
             .copied()
             .flatten()
             .unwrap_or(rec.info.class);
-        let mut msg = ev(pb::watch_event::Event::AssignedPod(raw(&*rec.info.pod())));
+        let mut msg = ev(pb::watch_event::Event::AssignedPod(raw_pod(&rec.info)));
         let group = gang::group_of(&rec.info);
         let picked = if self.synced {
             // A gang goes whole to the worker already serving it.
@@ -1226,7 +1234,7 @@ impl Coordinator {
                     .nodes
                     .values()
                     .filter(|n| !names.contains(n.name()))
-                    .map(|n| n.spec.node.clone())
+                    .map(|n| n.spec.node())
                     .collect();
                 for n in gone {
                     Self::apply_locked(inner, WatchEvent::NodeDeleted(n));
@@ -1507,7 +1515,11 @@ impl Coordinator {
     fn apply_pod(inner: &mut Inner, pod: Arc<Pod>) {
         let (pod, unresolved) = Self::resolve_priority(inner, pod);
         let info = match PodInfo::from_pod(pod.clone()) {
-            Ok(i) => Arc::new(i),
+            Ok(mut i) => {
+                // Held for the pod's lifetime: as JSON, a tenth of the `Pod`.
+                i.keep_json();
+                Arc::new(i)
+            }
             Err(err) => {
                 warn!(error = %err, "pod cannot be read; it will not be scheduled");
                 inner.invalid.insert(err.pod.clone(), err.to_string());
@@ -1590,7 +1602,7 @@ impl Coordinator {
             rec.unschedulable = None;
             rec.info = info.clone();
             inner.pods.insert(uid, rec);
-            inner.broadcast_bound(&pod, &info, &node, confirm_to);
+            inner.broadcast_bound(&info, &node, confirm_to);
             return;
         }
         if !inner.scheduler_names.contains_key(&*info.scheduler_name) {
@@ -1625,7 +1637,10 @@ impl Coordinator {
                     }
                     None => {
                         if changed && let PodPhase::Pending(Some(w)) = rec.phase {
-                            inner.send_to(w, ev(pb::watch_event::Event::AssignedPod(raw(&*pod))));
+                            inner.send_to(
+                                w,
+                                ev(pb::watch_event::Event::AssignedPod(raw_pod(&info))),
+                            );
                             if let Some(r) = inner.pods.get_mut(&uid) {
                                 r.sent = Some(info.clone());
                             }
@@ -1673,14 +1688,16 @@ impl Coordinator {
             let _ = tx.send(namespace_event(name, labels));
         }
         for n in inner.nodes.values() {
-            let _ = tx.send(ev(pb::watch_event::Event::NodeUpsert(raw(&*n.spec.node))));
+            let _ = tx.send(ev(pb::watch_event::Event::NodeUpsert(pb::RawObject {
+                json: n.spec.json().to_vec(),
+            })));
         }
         for g in inner.gangs.groups() {
             let _ = tx.send(ev(pb::watch_event::Event::PodGroupUpsert(raw(&**g))));
         }
         for rec in inner.pods.values() {
             if let PodPhase::Bound(_) = rec.phase {
-                let _ = tx.send(ev(pb::watch_event::Event::BoundPod(raw(&*rec.info.pod()))));
+                let _ = tx.send(ev(pb::watch_event::Event::BoundPod(raw_pod(&rec.info))));
             }
         }
         for pdb in inner.pdbs.values() {

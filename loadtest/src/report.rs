@@ -21,7 +21,7 @@ use flotilla_shared::fit::IgnoredResources;
 use flotilla_shared::max_instances;
 use flotilla_shared::node_info::{NodeInfo, NodeSpec};
 use flotilla_shared::pod_info::PodInfo;
-use flotilla_shared::resources::NVIDIA_GPU;
+use flotilla_shared::resources::{NVIDIA_GPU, Resources};
 
 use crate::bench::measure::percentile;
 use crate::workload::RESOURCE_GPU_MILLI;
@@ -235,29 +235,61 @@ pub fn extension_reports(
     (ext, hooks)
 }
 
-/// Whether the pods on `n` request more of an extended resource than it
-/// has, counting each pod's request only for the resources its profile
-/// checks (`ignored` by `schedulerName`).
-fn scalar_overcommitted(n: &NodeInfo, ignored: &HashMap<String, IgnoredResources>) -> bool {
-    if ignored.is_empty() {
-        return n
-            .requested
-            .scalar
-            .iter()
-            .any(|(name, v)| *v > n.spec.allocatable.scalar(name));
-    }
-    let mut sums: HashMap<&str, i64> = HashMap::new();
-    for p in &n.pods {
-        let skip = ignored.get(&*p.scheduler_name);
-        for (name, v) in &p.requests.scalar {
-            if skip.is_some_and(|ig| ig.ignores(name)) {
-                continue;
-            }
-            *sums.entry(name.as_ref()).or_default() += v;
+/// What the pods bound to one node take of it, in the cluster's final
+/// state, tallied one pod at a time (the report does not keep a compiled
+/// pod per bound pod).
+struct NodeTally {
+    /// The node, holding only the pods an instance cap concerns (those
+    /// with the app label), for [`max_instances::overfull_nodes`].
+    node: NodeInfo,
+    /// Sum of the bound pods' requests.
+    requested: Resources,
+    /// Bound pods.
+    pods: i64,
+    /// Extended resources requested, each pod's counted only for the
+    /// resources its profile checks (`ignoredResources` by `schedulerName`).
+    checked_scalar: HashMap<Arc<str>, i64>,
+}
+
+impl NodeTally {
+    fn new(node: NodeInfo) -> Self {
+        NodeTally {
+            node,
+            requested: Resources::default(),
+            pods: 0,
+            checked_scalar: HashMap::new(),
         }
     }
-    sums.iter()
-        .any(|(name, v)| *v > n.spec.allocatable.scalar(name))
+
+    fn add(&mut self, pod: PodInfo, ignored: &HashMap<String, IgnoredResources>) {
+        if pod.terminal {
+            return;
+        }
+        self.requested.add(&pod.requests);
+        self.pods += 1;
+        let skip = ignored.get(&*pod.scheduler_name);
+        for (name, v) in &pod.requests.scalar {
+            if !skip.is_some_and(|ig| ig.ignores(name)) {
+                *self.checked_scalar.entry(name.clone()).or_default() += v;
+            }
+        }
+        if pod.labels.contains_key(max_instances::DEFAULT_APP_LABEL) {
+            self.node.add_pod(Arc::new(pod));
+        }
+    }
+
+    /// More of some resource requested than the node has, or more pods.
+    fn overcommitted(&self) -> bool {
+        let (a, r) = (&self.node.spec.allocatable, &self.requested);
+        r.milli_cpu > a.milli_cpu
+            || r.memory > a.memory
+            || r.ephemeral_storage > a.ephemeral_storage
+            || self.pods > a.allowed_pod_number
+            || self
+                .checked_scalar
+                .iter()
+                .any(|(name, v)| *v > a.scalar(name))
+    }
 }
 
 /// The report lines of the extenders and webhooks.
@@ -493,24 +525,30 @@ pub fn build(i: &Inputs<'_>) -> Report {
     invalid.extend(summary.invalid.iter().cloned());
 
     // Final cluster state.
-    let mut nodes: HashMap<String, NodeInfo> = HashMap::new();
+    let mut nodes: HashMap<String, NodeTally> = HashMap::new();
     for n in i.cluster.nodes() {
         if let Ok(spec) = NodeSpec::from_node(n) {
-            nodes.insert(spec.name.to_string(), NodeInfo::new(Arc::new(spec)));
+            nodes.insert(
+                spec.name.to_string(),
+                NodeTally::new(NodeInfo::new(Arc::new(spec))),
+            );
         }
     }
-    let pods = i.cluster.pods();
     let (mut scheduled, mut unschedulable, mut pending) = (0usize, 0usize, 0usize);
+    let mut pod_count = 0;
     let mut reasons: HashMap<String, usize> = HashMap::new();
     let mut errors: HashMap<String, usize> = HashMap::new();
-    for p in &pods {
+    // One pod decoded at a time: the report of a 100,000-pod run must not
+    // hold 100,000 `Pod`s at once (each bound pod is kept as JSON).
+    i.cluster.for_each_pod(|p| {
+        pod_count += 1;
         let node = p.spec.as_ref().and_then(|s| s.node_name.clone());
         if let Some(node) = node {
             scheduled += 1;
-            if let (Some(ni), Ok(info)) = (nodes.get_mut(&node), PodInfo::from_pod(p.clone())) {
-                ni.add_pod(Arc::new(info));
+            if let (Some(n), Ok(info)) = (nodes.get_mut(&node), PodInfo::from_pod(p.clone())) {
+                n.add(info, &i.ignored_resources);
             }
-            continue;
+            return;
         }
         let cond = p
             .status
@@ -537,7 +575,7 @@ pub fn build(i: &Inputs<'_>) -> Report {
             }
             None => pending += 1,
         }
-    }
+    });
     let pending =
         pending.saturating_sub(summary.invalid.len() + summary.other_scheduler + summary.gated);
     let top = top_counts(reasons);
@@ -548,12 +586,12 @@ pub fn build(i: &Inputs<'_>) -> Report {
     let (mut cpu, mut cpu_alloc, mut mem, mut mem_alloc) = (0i64, 0i64, 0i64, 0i64);
     let gpu_res = if nodes
         .values()
-        .any(|n| n.spec.allocatable.scalar(RESOURCE_GPU_MILLI) > 0)
+        .any(|n| n.node.spec.allocatable.scalar(RESOURCE_GPU_MILLI) > 0)
     {
         Some(RESOURCE_GPU_MILLI)
     } else if nodes
         .values()
-        .any(|n| n.spec.allocatable.scalar(NVIDIA_GPU) > 0)
+        .any(|n| n.node.spec.allocatable.scalar(NVIDIA_GPU) > 0)
     {
         Some(NVIDIA_GPU)
     } else {
@@ -561,14 +599,8 @@ pub fn build(i: &Inputs<'_>) -> Report {
     };
     let (mut gpu, mut gpu_alloc) = (0i64, 0i64);
     for n in nodes.values() {
-        let (a, r) = (&n.spec.allocatable, &n.requested);
-        let pods_n = i64::try_from(n.pod_count()).unwrap_or(i64::MAX);
-        if r.milli_cpu > a.milli_cpu
-            || r.memory > a.memory
-            || r.ephemeral_storage > a.ephemeral_storage
-            || pods_n > a.allowed_pod_number
-            || scalar_overcommitted(n, &i.ignored_resources)
-        {
+        let (a, r) = (&n.node.spec.allocatable, &n.requested);
+        if n.overcommitted() {
             over += 1;
         }
         cpu += r.milli_cpu;
@@ -624,7 +656,7 @@ pub fn build(i: &Inputs<'_>) -> Report {
         workload: i.workload_name.clone(),
         workers: i.workers,
         nodes: nodes.len(),
-        pods: pods.len() + i.rejected.len() + evicted,
+        pods: pod_count + i.rejected.len() + evicted,
         scheduled: bound_by_us,
         already_bound,
         other_scheduler: summary.other_scheduler,
@@ -685,7 +717,7 @@ pub fn build(i: &Inputs<'_>) -> Report {
                 + evicted_bound_by_us
                 + i.cluster.deleted_bound_count(),
             over_instance_cap_nodes: max_instances::overfull_nodes(
-                nodes.values(),
+                nodes.values().map(|n| &n.node),
                 max_instances::DEFAULT_APP_LABEL,
             ),
             status_writes,
@@ -851,7 +883,11 @@ impl Report {
 /// I/O errors creating or writing `path`.
 pub fn write_placements(cluster: &EmbeddedCluster, path: &Path) -> std::io::Result<()> {
     let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
-    for p in cluster.pods() {
+    let mut written = Ok(());
+    cluster.for_each_pod(|p| {
+        if written.is_err() {
+            return;
+        }
         // Written by hand to keep the documented key order (pod, node).
         let pod = serde_json::Value::String(format!(
             "{}/{}",
@@ -859,8 +895,9 @@ pub fn write_placements(cluster: &EmbeddedCluster, path: &Path) -> std::io::Resu
             p.metadata.name.as_deref().unwrap_or_default()
         ));
         let node = serde_json::Value::from(p.spec.as_ref().and_then(|s| s.node_name.clone()));
-        writeln!(out, "{{\"pod\":{pod},\"node\":{node}}}")?;
-    }
+        written = writeln!(out, "{{\"pod\":{pod},\"node\":{node}}}");
+    });
+    written?;
     // Pods preemption evicted: no node any more.
     for p in cluster.evicted_pods() {
         let pod = serde_json::Value::String(format!(

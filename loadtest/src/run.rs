@@ -211,6 +211,11 @@ async fn drive_timeline(
             Op::CreatePod(pod) => cluster.create_pod(*pod).map(|()| {
                 counts.created.fetch_add(1, Ordering::Relaxed);
             }),
+            Op::CreatePodFrom { template, name } => cluster
+                .create_pod(crate::workload::pod_from_template(&template, name))
+                .map(|()| {
+                    counts.created.fetch_add(1, Ordering::Relaxed);
+                }),
             Op::DeletePod { namespace, name } => cluster.delete_pod(&namespace, &name).map(|()| {
                 counts.deleted.fetch_add(1, Ordering::Relaxed);
             }),
@@ -369,7 +374,7 @@ pub async fn run_embedded_full(
     timeline.sort_by_key(|op| op.at);
     let timeline_pods = timeline
         .iter()
-        .filter(|o| matches!(o.op, crate::workload::Op::CreatePod(_)) && !o.background)
+        .filter(|o| o.op.created_pod_key().is_some() && !o.background)
         .count();
     let counts = Arc::new(TimelineCounts::default());
     counts.foreground_left.store(

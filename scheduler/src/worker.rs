@@ -32,7 +32,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt as _;
-use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -314,11 +313,10 @@ fn parse_pod(raw: &pb::RawObject) -> Option<Arc<PodInfo>> {
     }
 }
 
+/// Compiles a node the coordinator sent, keeping its JSON rather than the
+/// decoded `Node` ([`NodeSpec::from_json`]).
 fn parse_node(raw: &pb::RawObject) -> Option<NodeSpec> {
-    let node: Node = serde_json::from_slice(&raw.json)
-        .map_err(|e| warn!(error = %e, "coordinator sent a node that does not parse"))
-        .ok()?;
-    NodeSpec::from_node(Arc::new(node))
+    NodeSpec::from_json(&raw.json)
         .map_err(|e| warn!(error = %e, "coordinator sent a node that cannot be read"))
         .ok()
 }
@@ -1014,7 +1012,7 @@ fn schedule_one(s: &Arc<Shared>, worker: &str, snapshot: &mut Snapshot, qp: Queu
             match result {
                 Ok(r) => {
                     let snap = &*snapshot;
-                    let node_of = |n: &str| snap.get(n).map(|i| i.spec.node.clone());
+                    let node_of = |n: &str| snap.get(n).map(|i| i.spec.node());
                     let ask = Ask {
                         pod: &pod,
                         candidates: &candidates,
@@ -1141,7 +1139,7 @@ fn schedule_batch(
     }
     let answers = {
         let snap = &*snapshot;
-        let node_of = |n: &str| snap.get(n).map(|i| i.spec.node.clone());
+        let node_of = |n: &str| snap.get(n).map(|i| i.spec.node());
         let asks: Vec<Ask<'_>> = placed
             .iter()
             .map(|(pod, r, candidates, _)| Ask {

@@ -50,6 +50,7 @@ pub mod max_instances;
 pub mod metrics;
 pub mod node_hot;
 pub mod node_info;
+pub mod object_source;
 pub mod pdb;
 pub mod pod_affinity;
 pub mod pod_group;

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Node;
 
 use crate::images::{NodeImages, node_images};
+use crate::object_source::ObjectSource;
 use crate::pod_info::{HostPort, PodInfo};
 use crate::resources::Resources;
 use crate::taints::Taint;
@@ -35,8 +36,8 @@ pub struct NodeSpec {
     /// cache lines of the spec (an inline map would push
     /// `unschedulable` a line further).
     pub images: Arc<NodeImages>,
-    /// The original object.
-    pub node: Arc<Node>,
+    /// The original object, whole or as JSON ([`NodeSpec::node`]).
+    source: ObjectSource<Node>,
 }
 
 /// A node that cannot be read; names the node and the field.
@@ -94,8 +95,49 @@ impl NodeSpec {
             unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
             allocatable,
             images,
-            node,
+            source: ObjectSource::Object(node),
         })
+    }
+
+    /// Compiles a node from its JSON encoding, keeping the JSON rather than
+    /// the decoded `Node` (several KB in memory, its JSON well under one):
+    /// what workers do with every node they are sent. [`NodeSpec::node`]
+    /// decodes it again on demand.
+    ///
+    /// # Errors
+    /// [`NodeError`] when the JSON is not a `Node`, or as
+    /// [`NodeSpec::from_node`].
+    pub fn from_json(json: &[u8]) -> Result<Self, NodeError> {
+        let mut de = serde_json::Deserializer::from_slice(json);
+        let node: Node = serde_path_to_error::deserialize(&mut de).map_err(|e| NodeError {
+            node: "<undecodable>".into(),
+            message: format!("{}: {}", e.path(), e.inner()),
+        })?;
+        let mut spec = Self::from_node(Arc::new(node))?;
+        spec.source = ObjectSource::json_of(json);
+        Ok(spec)
+    }
+
+    /// The object this was compiled from; from [`NodeSpec::from_json`],
+    /// decoded on the first call and kept. For what speaks Kubernetes
+    /// objects (extenders, placement webhooks); the scheduling cycle reads
+    /// the compiled fields.
+    #[must_use]
+    pub fn node(&self) -> Arc<Node> {
+        self.source.object(|| Node {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some(self.name.to_string()),
+                labels: Some(self.labels.clone()),
+                ..Default::default()
+            },
+            ..Node::default()
+        })
+    }
+
+    /// The object's JSON encoding (the kept JSON, or encoded now).
+    #[must_use]
+    pub fn json(&self) -> Arc<[u8]> {
+        self.source.json()
     }
 }
 
@@ -295,6 +337,33 @@ impl Orphans {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn from_json_compiles_the_same_and_decodes_the_node_on_demand() {
+        let node = crate::testing::NodeBuilder::new("n1")
+            .cpu("4")
+            .label("zone", "a")
+            .build();
+        let json = serde_json::to_vec(&node).unwrap();
+        let a = NodeSpec::from_node(Arc::new(node.clone())).unwrap();
+        let b = NodeSpec::from_json(&json).unwrap();
+        assert_eq!(
+            (&a.name, &a.labels, &a.allocatable, a.unschedulable),
+            (&b.name, &b.labels, &b.allocatable, b.unschedulable)
+        );
+        assert_eq!(*b.node(), node, "the object decodes back as it was");
+        assert_eq!(&*b.json(), &json[..], "the JSON it was sent is kept");
+        assert_eq!(*a.node(), node);
+
+        let e = NodeSpec::from_json(br#"{"metadata":{"name":7}}"#).unwrap_err();
+        assert!(e.message.contains("metadata.name"), "{e}");
+        let e = NodeSpec::from_json(
+            br#"{"metadata":{"name":"n2"},"status":{"allocatable":{"cpu":"lots"}}}"#,
+        )
+        .unwrap_err();
+        assert_eq!(e.node, "n2");
+        assert!(e.message.contains("status.allocatable.cpu"), "{e}");
+    }
+
     use super::*;
     use crate::testing::{NodeBuilder, PodBuilder};
 

@@ -3,12 +3,13 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::images;
+use crate::object_source::ObjectSource;
 use crate::pod_affinity::PodAffinity;
 use crate::resources::{self, Resources};
 use crate::selector::{self, Selector, Term};
@@ -123,7 +124,7 @@ pub struct PodInfo {
     /// Succeeded or Failed: holds no resources.
     pub terminal: bool,
     /// The object it was compiled from ([`PodInfo::pod`]).
-    source: PodSource,
+    source: ObjectSource<Pod>,
     /// `spec.schedulingGates[*].name`, in spec order; empty for most pods.
     /// While any is present the `SchedulingGates` PreEnqueue plugin keeps
     /// the pod out of activeQ (upstream).
@@ -146,20 +147,6 @@ pub struct PodInfo {
     pub max_instances_annotation: Option<Arc<str>>,
 }
 
-/// Where a [`PodInfo`]'s object lives: the object itself, or its JSON
-/// encoding, decoded again only when someone asks for the object.
-#[derive(Debug, Clone)]
-enum PodSource {
-    /// The `Pod`, shared with whoever handed it over (the cluster watch).
-    Object(Arc<Pod>),
-    /// The JSON it was decoded from, and the object once decoded again
-    /// (shared by the clones of the `PodInfo`).
-    Json {
-        json: Arc<[u8]>,
-        decoded: Arc<OnceLock<Arc<Pod>>>,
-    },
-}
-
 /// A pod that cannot be read; names the object and the field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("pod {pod}: {message}")]
@@ -178,25 +165,33 @@ impl PodInfo {
     /// webhooks, Events, status writes.
     #[must_use]
     pub fn pod(&self) -> Arc<Pod> {
-        match &self.source {
-            PodSource::Object(pod) => pod.clone(),
-            PodSource::Json { json, decoded } => decoded
-                .get_or_init(|| {
-                    // It decoded when compiled; should it not now, the
-                    // identity is still known.
-                    Arc::new(serde_json::from_slice(json).unwrap_or_else(|_| Pod {
-                        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-                            name: Some(self.key.name.to_string()),
-                            namespace: Some(self.key.namespace.to_string()),
-                            uid: Some(self.uid.to_string()),
-                            labels: Some(self.labels.clone()),
-                            ..Default::default()
-                        },
-                        ..Pod::default()
-                    }))
-                })
-                .clone(),
-        }
+        // It decoded when compiled; should it not now, the identity is
+        // still known.
+        self.source.object(|| Pod {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some(self.key.name.to_string()),
+                namespace: Some(self.key.namespace.to_string()),
+                uid: Some(self.uid.to_string()),
+                labels: Some(self.labels.clone()),
+                ..Default::default()
+            },
+            ..Pod::default()
+        })
+    }
+
+    /// The object's JSON encoding: the kept JSON, or the object encoded now
+    /// (a few microseconds) when it is kept whole.
+    #[must_use]
+    pub fn json(&self) -> Arc<[u8]> {
+        self.source.json()
+    }
+
+    /// From now on keeps the object as its JSON (encoding it when it is
+    /// kept whole) and drops this `PodInfo`'s hold on the decoded `Pod`: for
+    /// whoever holds many pods for long (the coordinator holds every pod of
+    /// the cluster). [`PodInfo::pod`] decodes it again on demand.
+    pub fn keep_json(&mut self) {
+        self.source.keep_json();
     }
 
     /// Compiles a pod from its JSON encoding (the API server's wire form),
@@ -215,10 +210,7 @@ impl PodInfo {
             message: format!("{}: {}", e.path(), e.inner()),
         })?;
         let mut info = Self::from_pod(Arc::new(pod))?;
-        info.source = PodSource::Json {
-            json: Arc::from(json),
-            decoded: Arc::default(),
-        };
+        info.source = ObjectSource::json_of(json);
         Ok(info)
     }
 
@@ -408,7 +400,7 @@ impl PodInfo {
                 .as_ref()
                 .and_then(|a| a.get(crate::max_instances::ANNOTATION_MAX_INSTANCES_PER_NODE))
                 .map(|v| Arc::from(v.as_str())),
-            source: PodSource::Object(pod),
+            source: ObjectSource::Object(pod),
             scheduling_gates,
             nominated_node_name,
         })
@@ -457,6 +449,20 @@ mod tests {
                 "gcr.io/30:latest"
             ]
         );
+    }
+
+    #[test]
+    fn kept_as_json_a_pod_info_gives_the_same_object_and_json() {
+        let pod = PodBuilder::new("web")
+            .cpu("500m")
+            .label("app", "web")
+            .build();
+        let mut info = PodInfo::from_pod(Arc::new(pod.clone())).unwrap();
+        let json = info.json();
+        info.keep_json();
+        assert_eq!(info.json(), json, "the same encoding, now kept");
+        assert_eq!(*info.pod(), pod, "decoded back as it was");
+        assert_eq!(*PodInfo::from_json(&json).unwrap().pod(), pod);
     }
 
     #[test]

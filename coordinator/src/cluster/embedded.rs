@@ -53,7 +53,7 @@ pub const DEFAULT_GRACE_PERIOD_SECONDS: i64 = 30;
 struct State {
     nodes: BTreeMap<String, Arc<Node>>,
     /// foldhash (fast rehash as it grows, see the coordinator's records).
-    pods: foldhash::HashMap<(String, String), Arc<Pod>>,
+    pods: foldhash::HashMap<(String, String), StoredPod>,
     /// Pod keys in creation order (lists come back in that order).
     pod_order: Vec<(String, String)>,
     resource_version: u64,
@@ -84,7 +84,105 @@ struct State {
     deleted_bound: usize,
 }
 
+/// A pod as the embedded cluster keeps it. An unbound pod (the schedulers'
+/// working set) stays decoded, as the next write to it (its Binding) needs
+/// it; a bound pod is kept as its JSON, as etcd keeps objects as bytes, and
+/// decoded again only when read or written. A decoded k8s-openapi `Pod` holds
+/// several KB of heap (~2.7 KB of fields before any string, a B-tree node
+/// per map), its JSON well under 1 KB.
+#[derive(Debug)]
+enum StoredPod {
+    Decoded(Arc<Pod>),
+    Encoded {
+        json: Arc<[u8]>,
+        /// `metadata.uid`, read by deletes.
+        uid: Option<Box<str>>,
+        /// `metadata.deletionTimestamp` is set.
+        terminating: bool,
+    },
+}
+
+impl StoredPod {
+    /// Keeps `pod` decoded while it has no `spec.nodeName`, else as JSON.
+    fn new(pod: Arc<Pod>) -> Self {
+        match Self::json_if_bound(&pod) {
+            Some(json) => Self::encoded(&pod, json),
+            None => StoredPod::Decoded(pod),
+        }
+    }
+
+    /// `pod`'s JSON when it is bound (`spec.nodeName` set), else `None`.
+    fn json_if_bound(pod: &Pod) -> Option<Vec<u8>> {
+        let bound = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .is_some_and(|n| !n.is_empty());
+        // A `Pod` always serializes; were it ever not to, it stays decoded.
+        bound.then(|| serde_json::to_vec(pod).ok()).flatten()
+    }
+
+    fn encoded(pod: &Pod, json: Vec<u8>) -> Self {
+        StoredPod::Encoded {
+            json: Arc::from(json),
+            uid: pod.metadata.uid.as_deref().map(Into::into),
+            terminating: pod.metadata.deletion_timestamp.is_some(),
+        }
+    }
+
+    /// The pod (decoded anew when kept as JSON).
+    fn pod(&self) -> Arc<Pod> {
+        match self {
+            StoredPod::Decoded(pod) => pod.clone(),
+            StoredPod::Encoded { json, .. } => Arc::new(
+                serde_json::from_slice(json)
+                    .expect("a stored pod's JSON decodes: the cluster encoded it from a Pod"),
+            ),
+        }
+    }
+
+    /// A cheap copy, to decode outside the lock.
+    fn share(&self) -> Self {
+        match self {
+            StoredPod::Decoded(pod) => StoredPod::Decoded(pod.clone()),
+            StoredPod::Encoded {
+                json,
+                uid,
+                terminating,
+            } => StoredPod::Encoded {
+                json: json.clone(),
+                uid: uid.clone(),
+                terminating: *terminating,
+            },
+        }
+    }
+
+    fn uid(&self) -> Option<&str> {
+        match self {
+            StoredPod::Decoded(pod) => pod.metadata.uid.as_deref(),
+            StoredPod::Encoded { uid, .. } => uid.as_deref(),
+        }
+    }
+
+    fn terminating(&self) -> bool {
+        match self {
+            StoredPod::Decoded(pod) => pod.metadata.deletion_timestamp.is_some(),
+            StoredPod::Encoded { terminating, .. } => *terminating,
+        }
+    }
+}
+
 impl State {
+    /// Stores `json` for the pod at `key` when `pod` is still its current
+    /// version (a write in between leaves the newer one alone).
+    fn keep_as_json(&mut self, key: &(String, String), pod: &Arc<Pod>, json: Vec<u8>) {
+        if let Some(slot) = self.pods.get_mut(key)
+            && matches!(slot, StoredPod::Decoded(cur) if Arc::ptr_eq(cur, pod))
+        {
+            *slot = StoredPod::encoded(pod, json);
+        }
+    }
+
     fn emit(&mut self, ev: WatchEvent) {
         if self.history.len() == HISTORY_LIMIT {
             self.history.pop_front();
@@ -121,10 +219,10 @@ impl State {
     /// Removes the pod at `key` (when `uid` is given, only that very pod).
     fn remove_pod(&mut self, key: &(String, String), uid: Option<&str>) -> Option<Arc<Pod>> {
         let cur = self.pods.get(key)?;
-        if uid.is_some_and(|u| cur.metadata.uid.as_deref() != Some(u)) {
+        if uid.is_some_and(|u| cur.uid() != Some(u)) {
             return None;
         }
-        let pod = self.pods.remove(key)?;
+        let pod = self.pods.remove(key)?.pod();
         self.pod_order.retain(|k| k != key);
         self.next_rv();
         self.emit(WatchEvent::PodDeleted(pod.clone()));
@@ -243,7 +341,7 @@ impl EmbeddedCluster {
         pod.metadata.resource_version = Some(rv);
         st.admit_priority(&mut pod);
         let pod = Arc::new(pod);
-        st.pods.insert(key.clone(), pod.clone());
+        st.pods.insert(key.clone(), StoredPod::new(pod.clone()));
         st.pod_order.push(key);
         st.emit(WatchEvent::PodApplied(pod));
         Ok(())
@@ -327,7 +425,7 @@ impl EmbeddedCluster {
             .lock()
             .pods
             .values()
-            .filter(|p| p.metadata.deletion_timestamp.is_some())
+            .filter(|p| p.terminating())
             .count()
     }
 
@@ -488,7 +586,7 @@ impl EmbeddedCluster {
             .lock()
             .pods
             .get(&(namespace.to_owned(), name.to_owned()))
-            .cloned()
+            .map(StoredPod::pod)
     }
 
     /// Every pod, in creation order.
@@ -497,8 +595,25 @@ impl EmbeddedCluster {
         let st = self.state.lock();
         st.pod_order
             .iter()
-            .filter_map(|k| st.pods.get(k).cloned())
+            .filter_map(|k| st.pods.get(k).map(StoredPod::pod))
             .collect()
+    }
+
+    /// Calls `f` with every pod, in creation order, decoding one at a time
+    /// outside the cluster's lock: for a pass over a large cluster that
+    /// should not hold every decoded `Pod` at once (a final report), where
+    /// [`EmbeddedCluster::pods`] would.
+    pub fn for_each_pod(&self, mut f: impl FnMut(Arc<Pod>)) {
+        let stored: Vec<StoredPod> = {
+            let st = self.state.lock();
+            st.pod_order
+                .iter()
+                .filter_map(|k| st.pods.get(k).map(StoredPod::share))
+                .collect()
+        };
+        for p in stored {
+            f(p.pod());
+        }
     }
 
     /// Every node, by name.
@@ -540,7 +655,7 @@ impl EmbeddedCluster {
         let mut st = self.state.lock();
         let key = (pod.namespace.clone(), pod.name.clone());
         if let Some(cur) = st.pods.get(&key) {
-            let mut probe = (**cur).clone();
+            let mut probe = (*cur.pod()).clone();
             if !set_condition(&mut probe, "False", Some(reason), Some(message)) {
                 return Ok(());
             }
@@ -553,29 +668,48 @@ impl EmbeddedCluster {
         Ok(())
     }
 
+    /// [`EmbeddedCluster::write_pod`], storing the result as JSON when
+    /// bound.
     fn update_pod(
         st: &mut State,
         pod: &PodRef,
         f: impl FnOnce(&mut Pod) -> Result<(), ClusterError>,
     ) -> Result<(), ClusterError> {
+        let next = Self::write_pod(st, pod, f)?;
+        if let Some(json) = StoredPod::json_if_bound(&next) {
+            st.keep_as_json(&(pod.namespace.clone(), pod.name.clone()), &next, json);
+        }
+        Ok(())
+    }
+
+    /// Applies `f` to the pod, bumps its resourceVersion, stores it decoded
+    /// and emits it; returns the new version.
+    fn write_pod(
+        st: &mut State,
+        pod: &PodRef,
+        f: impl FnOnce(&mut Pod) -> Result<(), ClusterError>,
+    ) -> Result<Arc<Pod>, ClusterError> {
         let key = (pod.namespace.clone(), pod.name.clone());
         let cur = st
             .pods
             .get(&key)
             .ok_or_else(|| ClusterError::PodNotFound(pod.to_string()))?;
-        if !pod.uid.is_empty() && cur.metadata.uid.as_deref() != Some(pod.uid.as_str()) {
+        if !pod.uid.is_empty() && cur.uid() != Some(pod.uid.as_str()) {
             return Err(ClusterError::PodNotFound(format!(
                 "{pod} (uid {})",
                 pod.uid
             )));
         }
-        let mut next = (**cur).clone();
+        let mut next = match cur {
+            StoredPod::Decoded(p) => (**p).clone(),
+            StoredPod::Encoded { .. } => Arc::unwrap_or_clone(cur.pod()),
+        };
         f(&mut next)?;
         next.metadata.resource_version = Some(st.next_rv());
         let next = Arc::new(next);
-        st.pods.insert(key, next.clone());
-        st.emit(WatchEvent::PodApplied(next));
-        Ok(())
+        st.pods.insert(key, StoredPod::Decoded(next.clone()));
+        st.emit(WatchEvent::PodApplied(next.clone()));
+        Ok(next)
     }
 }
 
@@ -618,7 +752,7 @@ impl ListWatch for EmbeddedCluster {
             pods: st
                 .pod_order
                 .iter()
-                .filter_map(|k| st.pods.get(k).cloned())
+                .filter_map(|k| st.pods.get(k).map(StoredPod::pod))
                 .collect(),
             pod_groups: st.pod_groups.values().cloned().collect(),
             resource_version: st.resource_version,
@@ -663,7 +797,7 @@ impl Cluster for EmbeddedCluster {
             return Err(ClusterError::NodeNotFound(node.to_owned()));
         }
         let name = pod.to_string();
-        Self::update_pod(&mut st, pod, |p| {
+        let bound = Self::write_pod(&mut st, pod, |p| {
             let spec = p.spec.get_or_insert_with(Default::default);
             if let Some(bound) = spec.node_name.as_deref().filter(|n| !n.is_empty()) {
                 return Err(ClusterError::AlreadyBound {
@@ -679,9 +813,15 @@ impl Cluster for EmbeddedCluster {
         if let Some(uid) = st
             .pods
             .get(&(pod.namespace.clone(), pod.name.clone()))
-            .and_then(|p| p.metadata.uid.clone())
+            .and_then(|p| p.uid().map(str::to_owned))
         {
             st.bound_uids.insert(uid);
+        }
+        drop(st);
+        // Encoded outside the lock: the Binding is every pod's hot write.
+        if let Some(json) = StoredPod::json_if_bound(&bound) {
+            let key = (pod.namespace.clone(), pod.name.clone());
+            self.state.lock().keep_as_json(&key, &bound, json);
         }
         Ok(())
     }
@@ -778,9 +918,9 @@ impl Cluster for EmbeddedCluster {
         let cur = st
             .pods
             .get(&key)
-            .filter(|p| pod.uid.is_empty() || p.metadata.uid.as_deref() == Some(pod.uid.as_str()))
+            .filter(|p| pod.uid.is_empty() || p.uid() == Some(pod.uid.as_str()))
             .ok_or_else(|| ClusterError::PodNotFound(pod.to_string()))?
-            .clone();
+            .pod();
         st.deletes += 1;
         let grace = st
             .grace_override
@@ -829,7 +969,7 @@ impl Cluster for EmbeddedCluster {
         let r = PodRef::of(pod);
         let mut st = self.state.lock();
         let key = (r.namespace.clone(), r.name.clone());
-        let same = st.pods.get(&key).is_some_and(|p| {
+        let same = st.pods.get(&key).map(StoredPod::pod).is_some_and(|p| {
             p.status
                 .as_ref()
                 .and_then(|s| s.nominated_node_name.as_deref())
@@ -941,6 +1081,54 @@ mod tests {
             Err(ClusterError::PodNotFound(_))
         ));
         assert_eq!(c.write_counts().0, 1);
+    }
+
+    #[tokio::test]
+    async fn a_bound_pod_is_kept_as_json_and_reads_back_whole() {
+        let c = EmbeddedCluster::new();
+        c.apply_node(NodeBuilder::new("n1").build()).unwrap();
+        c.create_pod(PodBuilder::new("a").label("app", "web").cpu("250m").build())
+            .unwrap();
+        c.create_pod(PodBuilder::new("b").build()).unwrap();
+        let stored_as_json = |name: &str| {
+            let st = c.state.lock();
+            matches!(
+                st.pods.get(&("default".to_owned(), name.to_owned())),
+                Some(StoredPod::Encoded { .. })
+            )
+        };
+        assert!(!stored_as_json("a"), "pending: kept decoded");
+        let mut w = c.watch(c.list().await.unwrap().resource_version);
+        c.bind(&pref("a"), "n1").await.unwrap();
+        let Some(Ok(WatchEvent::PodApplied(sent))) = w.next().await else {
+            panic!("the Binding is watched");
+        };
+        assert!(stored_as_json("a"), "bound: kept as JSON");
+        assert!(!stored_as_json("b"));
+        let read = c.pod("default", "a").unwrap();
+        assert_eq!(*read, *sent, "what is read is what was watched");
+        assert_eq!(read.spec.as_ref().unwrap().node_name.as_deref(), Some("n1"));
+        let mut visited = Vec::new();
+        c.for_each_pod(|p| visited.push(p));
+        assert_eq!(visited, c.pods(), "one at a time, the same pods in order");
+        // A later write to it (a graceful delete) decodes, writes, keeps JSON.
+        assert_eq!(c.terminating_count(), 0);
+        c.delete_pod_gracefully("a", Some(60)).await;
+        assert!(stored_as_json("a"));
+        assert_eq!(c.terminating_count(), 1);
+        assert!(
+            c.pod("default", "a")
+                .unwrap()
+                .metadata
+                .deletion_timestamp
+                .is_some()
+        );
+        // A delete naming another uid spares it (the uid is kept beside the JSON).
+        let mut other = pref("a");
+        other.uid = "other".into();
+        assert!(Cluster::delete_pod(&c, &other, Some(0)).await.is_err());
+        Cluster::delete_pod(&c, &pref("a"), Some(0)).await.unwrap();
+        assert!(c.pod("default", "a").is_none());
     }
 
     #[tokio::test]

@@ -31,7 +31,6 @@ use flotilla_scheduler::config::SchedulerConfig;
 use crate::procstat;
 use crate::report::Checks;
 use crate::run::{RunConfig, RunError, run_embedded_full};
-use crate::workload::Op;
 use measure::Throughput;
 use scenarios::{Scenario, UpstreamFloor};
 
@@ -180,10 +179,13 @@ fn measured_keys(s: &Scenario) -> HashSet<String> {
         )
     };
     let mut keys: HashSet<String> = w.pods[first.min(w.pods.len())..].iter().map(key).collect();
-    keys.extend(w.timeline.iter().filter_map(|o| match &o.op {
-        Op::CreatePod(p) if !o.background => Some(key(p)),
-        _ => None,
-    }));
+    keys.extend(
+        w.timeline
+            .iter()
+            .filter(|o| !o.background)
+            .filter_map(|o| o.op.created_pod_key())
+            .map(|(namespace, name)| format!("{namespace}/{name}")),
+    );
     keys
 }
 

@@ -720,7 +720,7 @@ fn ask_webhook(hook: Option<&Webhook>, pod: &PodInfo, snapshot: &Snapshot, resul
         .iter()
         .filter_map(|(n, r)| r.total_score.map(|t| (Arc::from(n.as_str()), t)))
         .collect();
-    let node_of = |n: &str| snapshot.get(n).map(|i| i.spec.node.clone());
+    let node_of = |n: &str| snapshot.get(n).map(|i| i.spec.node());
     let ask = Ask {
         pod,
         candidates: &candidates,

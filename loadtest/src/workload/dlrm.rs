@@ -1002,7 +1002,9 @@ mod tests {
             .iter()
             .map(|o| {
                 let what = match &o.op {
-                    Op::CreatePod(p) => format!("+{}", p.metadata.name.as_deref().unwrap_or("")),
+                    Op::CreatePod(_) | Op::CreatePodFrom { .. } => {
+                        format!("+{}", o.op.created_pod_key().unwrap_or_default().1)
+                    }
                     Op::DeletePod { name, .. } => format!("-{name}"),
                     _ => "?".to_owned(),
                 };

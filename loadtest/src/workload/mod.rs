@@ -25,9 +25,10 @@ pub mod openb;
 pub mod pod_group;
 pub mod synthetic;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{
     Container, Node, NodeCondition, NodeStatus, Pod, PodSpec, PodStatus,
@@ -129,11 +130,26 @@ impl Workload {
             barriers.push(pods.len());
         }
         let mut timeline = Vec::with_capacity(self.timeline.len());
+        // A good template is checked once, whatever the number of its
+        // copies (a bad one fails each copy, each named).
+        let mut good_templates: HashSet<*const Pod> = HashSet::new();
         for op in std::mem::take(&mut self.timeline) {
             let bad = match &op.op {
-                Op::CreatePod(p) => flotilla_shared::PodInfo::from_pod(Arc::new((**p).clone()))
-                    .err()
-                    .map(|e| (format!("pod {}", e.pod), e.message)),
+                Op::CreatePodFrom { template, .. }
+                    if good_templates.contains(&Arc::as_ptr(template)) =>
+                {
+                    None
+                }
+                Op::CreatePod(_) | Op::CreatePodFrom { .. } => {
+                    let pod = op.op.created_pod().map(std::borrow::Cow::into_owned);
+                    let bad = pod
+                        .and_then(|p| flotilla_shared::PodInfo::from_pod(Arc::new(p)).err())
+                        .map(|e| (format!("pod {}", e.pod), e.message));
+                    if let (None, Op::CreatePodFrom { template, .. }) = (&bad, &op.op) {
+                        good_templates.insert(Arc::as_ptr(template));
+                    }
+                    bad
+                }
                 Op::CreateNode(n) => flotilla_shared::NodeSpec::from_node(Arc::new((**n).clone()))
                     .err()
                     .map(|e| (format!("node {}", e.node), e.message)),
@@ -196,6 +212,16 @@ pub struct Workload {
 pub enum Op {
     /// Create this pod.
     CreatePod(Box<Pod>),
+    /// Create a copy of `template` named `name` (as upstream
+    /// `scheduler_perf`'s `createPods` stamps out a `podTemplatePath`): a
+    /// long timeline holds one decoded `Pod` per template instead of one
+    /// per pod (a `Pod` is several KB on the heap).
+    CreatePodFrom {
+        /// The pod to copy (its `metadata.name` is replaced).
+        template: Arc<Pod>,
+        /// `metadata.name` of the copy.
+        name: String,
+    },
     /// Delete the pod `namespace/name` (gracefully, as the API server would).
     DeletePod {
         /// Namespace.
@@ -207,6 +233,46 @@ pub enum Op {
     CreateNode(Box<Node>),
     /// Delete the node with this name.
     DeleteNode(String),
+}
+
+impl Op {
+    /// The pod this op creates, if it creates one.
+    #[must_use]
+    pub fn created_pod(&self) -> Option<std::borrow::Cow<'_, Pod>> {
+        match self {
+            Op::CreatePod(p) => Some(std::borrow::Cow::Borrowed(&**p)),
+            Op::CreatePodFrom { template, name } => Some(std::borrow::Cow::Owned(
+                pod_from_template(template, name.clone()),
+            )),
+            Op::DeletePod { .. } | Op::CreateNode(_) | Op::DeleteNode(_) => None,
+        }
+    }
+
+    /// `(namespace, name)` of the pod this op creates (namespace `default`
+    /// when unset), without building it.
+    #[must_use]
+    pub fn created_pod_key(&self) -> Option<(&str, &str)> {
+        let (meta, name) = match self {
+            Op::CreatePod(p) => (&p.metadata, p.metadata.name.as_deref().unwrap_or_default()),
+            Op::CreatePodFrom { template, name } => (&template.metadata, name.as_str()),
+            Op::DeletePod { .. } | Op::CreateNode(_) | Op::DeleteNode(_) => return None,
+        };
+        Some((meta.namespace.as_deref().unwrap_or("default"), name))
+    }
+}
+
+/// A copy of `template` named `name` ([`Op::CreatePodFrom`]), with a uid of
+/// its own (derived from its namespace and name, as the loaders' pods get;
+/// none when the template has none, so the cluster assigns one).
+#[must_use]
+pub fn pod_from_template(template: &Pod, name: String) -> Pod {
+    let mut pod = template.clone();
+    if pod.metadata.uid.is_some() {
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+        pod.metadata.uid = Some(deterministic_uid(&format!("{namespace}/{name}")));
+    }
+    pod.metadata.name = Some(name);
+    pod
 }
 
 /// An [`Op`] at a time offset.
@@ -634,17 +700,22 @@ pub(crate) mod testutil {
 mod tests {
     use super::*;
 
-    fn with_bad_pod_and_node() -> Workload {
-        let mut w = synthetic::scheduling_basic(3, 4);
-        // Parses as Kubernetes, but 2^70 millicores is beyond any scheduler.
-        w.pods[1].spec.as_mut().expect("spec").containers[0]
+    /// Sets the first container's cpu request of `pod` to `q`.
+    fn set_cpu_request(pod: &mut Pod, q: &str) {
+        pod.spec.as_mut().expect("spec").containers[0]
             .resources
             .as_mut()
             .expect("resources")
             .requests
             .as_mut()
             .expect("requests")
-            .insert("cpu".into(), Quantity("99999999999999999999999".into()));
+            .insert("cpu".into(), Quantity(q.into()));
+    }
+
+    fn with_bad_pod_and_node() -> Workload {
+        let mut w = synthetic::scheduling_basic(3, 4);
+        // Parses as Kubernetes, but 2^70 millicores is beyond any scheduler.
+        set_cpu_request(&mut w.pods[1], "99999999999999999999999");
         w.nodes[2]
             .status
             .as_mut()
@@ -654,6 +725,47 @@ mod tests {
             .expect("allocatable")
             .insert("cpu".into(), Quantity("-4".into()));
         w
+    }
+
+    #[test]
+    fn pods_from_a_template_get_their_own_name_and_uid_and_a_bad_template_is_caught() {
+        let good = Arc::new(synthetic::scheduling_basic(1, 1).pods.remove(0));
+        let mut bad = (*good).clone();
+        set_cpu_request(&mut bad, "lots");
+        let bad = Arc::new(bad);
+        let op = |template: &Arc<Pod>, name: &str| TimedOp {
+            at: std::time::Duration::ZERO,
+            op: Op::CreatePodFrom {
+                template: template.clone(),
+                name: name.to_owned(),
+            },
+            background: false,
+        };
+        let timeline = vec![op(&good, "a"), op(&bad, "b"), op(&good, "c"), op(&bad, "d")];
+        let w = Workload {
+            timeline,
+            ..Workload::default()
+        }
+        .validate(OnBadInput::Skip)
+        .expect("skip mode");
+        let made: Vec<Pod> = w
+            .timeline
+            .iter()
+            .map(|o| o.op.created_pod().expect("creates a pod").into_owned())
+            .collect();
+        let names: Vec<_> = made
+            .iter()
+            .map(|p| p.metadata.name.clone().unwrap())
+            .collect();
+        assert_eq!(names, ["a", "c"], "both copies of the bad template dropped");
+        assert_ne!(made[0].metadata.uid, made[1].metadata.uid);
+        assert_ne!(made[0].metadata.uid, good.metadata.uid);
+        assert_eq!(made[0].spec, good.spec);
+        assert_eq!(
+            w.timeline[1].op.created_pod_key(),
+            Some((good.metadata.namespace.as_deref().unwrap_or("default"), "c"))
+        );
+        assert_eq!(w.warnings.len(), 2, "{:?}", w.warnings);
     }
 
     #[test]

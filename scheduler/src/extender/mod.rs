@@ -154,8 +154,10 @@ impl Extenders {
             if !ext.is_filter() || !ext.is_interested(&object) {
                 continue;
             }
+            let owned: Vec<Arc<k8s_openapi::api::core::v1::Node>> =
+                feasible.iter().map(|&i| nodes[i].spec.node()).collect();
             let objects: Vec<&k8s_openapi::api::core::v1::Node> =
-                feasible.iter().map(|&i| &*nodes[i].spec.node).collect();
+                owned.iter().map(|n| &**n).collect();
             let _span = tracing::info_span!(
                 "extender",
                 extender = ext.name(),
@@ -223,8 +225,9 @@ impl Extenders {
         nodes: &[Arc<NodeInfo>],
         feasible: &[usize],
     ) -> ExtenderScores {
-        let objects: Vec<&k8s_openapi::api::core::v1::Node> =
-            feasible.iter().map(|&i| &*nodes[i].spec.node).collect();
+        let owned: Vec<Arc<k8s_openapi::api::core::v1::Node>> =
+            feasible.iter().map(|&i| nodes[i].spec.node()).collect();
+        let objects: Vec<&k8s_openapi::api::core::v1::Node> = owned.iter().map(|n| &**n).collect();
         // Every call starts at once; then each is waited for.
         let object = pod.pod();
         let calls: Vec<_> = self
