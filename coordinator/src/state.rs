@@ -1621,7 +1621,7 @@ impl Coordinator {
                 inner.dispatch(&uid);
             }
             Some(rec) => {
-                let old = rec.info.pod();
+                let old = rec.info.pod_once();
                 let changed = old.spec != pod.spec || old.metadata.labels != pod.metadata.labels;
                 if let Some(r) = inner.pods.get_mut(&uid) {
                     r.info = info.clone();
@@ -2079,7 +2079,7 @@ impl Coordinator {
                     rec.unschedulable = Some(message.to_owned());
                     rec.failing = error;
                     rec.rejections = rejections.into();
-                    rec.info.pod()
+                    rec.info.pod_once()
                 }
                 _ => return,
             }

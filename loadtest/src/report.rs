@@ -274,6 +274,8 @@ impl NodeTally {
             }
         }
         if pod.labels.contains_key(max_instances::DEFAULT_APP_LABEL) {
+            let mut pod = pod;
+            pod.keep_json();
             self.node.add_pod(Arc::new(pod));
         }
     }

@@ -54,6 +54,18 @@ impl<T: Serialize + DeserializeOwned> ObjectSource<T> {
         }
     }
 
+    /// The object decoded afresh when kept as JSON, without keeping it: for
+    /// a one-off read of an object held for long, which
+    /// [`ObjectSource::object`] would keep decoded from then on.
+    pub fn object_once(&self, fallback: impl FnOnce() -> T) -> Arc<T> {
+        match self {
+            ObjectSource::Object(o) => o.clone(),
+            ObjectSource::Json { json, decoded } => decoded.get().cloned().unwrap_or_else(|| {
+                Arc::new(serde_json::from_slice(json).unwrap_or_else(|_| fallback()))
+            }),
+        }
+    }
+
     /// The JSON encoding: the kept JSON, or the object encoded now.
     #[must_use]
     pub fn json(&self) -> Arc<[u8]> {
@@ -105,6 +117,7 @@ mod tests {
         let first = src.object(|| node("fallback"));
         assert_eq!(*first, node("n1"));
         let again = src.clone().object(|| node("fallback"));
+        assert_eq!(*src.object_once(|| node("fallback")), node("n1"));
         assert!(
             Arc::ptr_eq(&first, &again),
             "decoded once, shared by clones"

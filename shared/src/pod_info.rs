@@ -165,9 +165,21 @@ impl PodInfo {
     /// webhooks, Events, status writes.
     #[must_use]
     pub fn pod(&self) -> Arc<Pod> {
-        // It decoded when compiled; should it not now, the identity is
-        // still known.
-        self.source.object(|| Pod {
+        self.source.object(|| self.identity_pod())
+    }
+
+    /// [`PodInfo::pod`] without keeping the decoded object: for a one-off
+    /// read where the `PodInfo` is held for long (the coordinator's records,
+    /// which keep the JSON to stay small).
+    #[must_use]
+    pub fn pod_once(&self) -> Arc<Pod> {
+        self.source.object_once(|| self.identity_pod())
+    }
+
+    /// What [`PodInfo::pod`] gives should the kept JSON not decode any more
+    /// (it decoded when compiled): the identity, which is still known.
+    fn identity_pod(&self) -> Pod {
+        Pod {
             metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
                 name: Some(self.key.name.to_string()),
                 namespace: Some(self.key.namespace.to_string()),
@@ -176,7 +188,7 @@ impl PodInfo {
                 ..Default::default()
             },
             ..Pod::default()
-        })
+        }
     }
 
     /// The object's JSON encoding: the kept JSON, or the object encoded now

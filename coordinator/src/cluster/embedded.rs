@@ -745,20 +745,26 @@ fn set_condition(pod: &mut Pod, status: &str, reason: Option<&str>, message: Opt
 impl ListWatch for EmbeddedCluster {
     async fn list(&self) -> Result<ClusterList, ClusterError> {
         let st = self.state.lock();
-        Ok(ClusterList {
+        // Pods kept as JSON are decoded after the lock is released: a
+        // re-list of a large cluster must not hold up every Binding.
+        let stored: Vec<StoredPod> = st
+            .pod_order
+            .iter()
+            .filter_map(|k| st.pods.get(k).map(StoredPod::share))
+            .collect();
+        let mut list = ClusterList {
             // The embedded cluster keeps no Namespace objects.
             namespaces: Vec::new(),
             nodes: st.nodes.values().cloned().collect(),
-            pods: st
-                .pod_order
-                .iter()
-                .filter_map(|k| st.pods.get(k).map(StoredPod::pod))
-                .collect(),
+            pods: Vec::new(),
             pod_groups: st.pod_groups.values().cloned().collect(),
             resource_version: st.resource_version,
             priority_classes: st.priority_classes.values().cloned().collect(),
             pdbs: st.pdbs.values().cloned().collect(),
-        })
+        };
+        drop(st);
+        list.pods = stored.iter().map(StoredPod::pod).collect();
+        Ok(list)
     }
 
     fn watch(&self, resource_version: u64) -> BoxStream<'static, Result<WatchEvent, ClusterError>> {
@@ -943,7 +949,10 @@ impl Cluster for EmbeddedCluster {
             // Already terminating: its own timer removes it.
             return Ok(());
         }
-        let deadline = Timestamp::now()
+        // Whole seconds, as the API server keeps `Time` (RFC 3339, no
+        // fraction): what is watched is what reads back from the JSON.
+        let deadline = Timestamp::from_second(Timestamp::now().as_second())
+            .unwrap_or(Timestamp::now())
             .checked_add(SignedDuration::from_secs(grace))
             .unwrap_or(Timestamp::MAX);
         Self::update_pod(&mut st, pod, |p| {
@@ -1116,6 +1125,14 @@ mod tests {
         c.delete_pod_gracefully("a", Some(60)).await;
         assert!(stored_as_json("a"));
         assert_eq!(c.terminating_count(), 1);
+        let Some(Ok(WatchEvent::PodApplied(deleting))) = w.next().await else {
+            panic!("the delete is watched");
+        };
+        assert_eq!(
+            *c.pod("default", "a").unwrap(),
+            *deleting,
+            "the deletionTimestamp reads back as watched (whole seconds, as the API keeps it)"
+        );
         assert!(
             c.pod("default", "a")
                 .unwrap()

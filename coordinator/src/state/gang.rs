@@ -190,7 +190,7 @@ impl Inner {
                 members += 1;
                 let pod_running = rec
                     .info
-                    .pod()
+                    .pod_once()
                     .status
                     .as_ref()
                     .and_then(|s| s.phase.as_deref())
