@@ -393,6 +393,13 @@ fn raw_pod(info: &PodInfo) -> pb::RawObject {
     }
 }
 
+/// The node's JSON as the workers are sent it.
+fn raw_node(spec: &flotilla_shared::NodeSpec) -> pb::RawObject {
+    pb::RawObject {
+        json: spec.json().to_vec(),
+    }
+}
+
 fn ev(e: pb::watch_event::Event) -> pb::WatchEvent {
     pb::WatchEvent {
         event: Some(e),
@@ -1688,9 +1695,7 @@ impl Coordinator {
             let _ = tx.send(namespace_event(name, labels));
         }
         for n in inner.nodes.values() {
-            let _ = tx.send(ev(pb::watch_event::Event::NodeUpsert(pb::RawObject {
-                json: n.spec.json().to_vec(),
-            })));
+            let _ = tx.send(ev(pb::watch_event::Event::NodeUpsert(raw_node(&n.spec))));
         }
         for g in inner.gangs.groups() {
             let _ = tx.send(ev(pb::watch_event::Event::PodGroupUpsert(raw(&**g))));

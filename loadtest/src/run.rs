@@ -208,14 +208,12 @@ async fn drive_timeline(
             tokio::time::sleep_until(start + op.at).await;
         }
         let result = match op.op {
-            Op::CreatePod(pod) => cluster.create_pod(*pod).map(|()| {
-                counts.created.fetch_add(1, Ordering::Relaxed);
-            }),
-            Op::CreatePodFrom { template, name } => cluster
-                .create_pod(crate::workload::pod_from_template(&template, name))
-                .map(|()| {
+            op @ (Op::CreatePod(_) | Op::CreatePodFrom { .. }) => {
+                let pod = op.into_created_pod().expect("a create op creates a pod");
+                cluster.create_pod(pod).map(|()| {
                     counts.created.fetch_add(1, Ordering::Relaxed);
-                }),
+                })
+            }
             Op::DeletePod { namespace, name } => cluster.delete_pod(&namespace, &name).map(|()| {
                 counts.deleted.fetch_add(1, Ordering::Relaxed);
             }),

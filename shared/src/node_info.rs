@@ -108,10 +108,9 @@ impl NodeSpec {
     /// [`NodeError`] when the JSON is not a `Node`, or as
     /// [`NodeSpec::from_node`].
     pub fn from_json(json: &[u8]) -> Result<Self, NodeError> {
-        let mut de = serde_json::Deserializer::from_slice(json);
-        let node: Node = serde_path_to_error::deserialize(&mut de).map_err(|e| NodeError {
+        let node: Node = crate::object_source::decode(json).map_err(|message| NodeError {
             node: "<undecodable>".into(),
-            message: format!("{}: {}", e.path(), e.inner()),
+            message,
         })?;
         let mut spec = Self::from_node(Arc::new(node))?;
         spec.source = ObjectSource::json_of(json);
@@ -337,12 +336,12 @@ impl Orphans {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use crate::testing::{NodeBuilder, PodBuilder};
+
     #[test]
     fn from_json_compiles_the_same_and_decodes_the_node_on_demand() {
-        let node = crate::testing::NodeBuilder::new("n1")
-            .cpu("4")
-            .label("zone", "a")
-            .build();
+        let node = NodeBuilder::new("n1").cpu("4").label("zone", "a").build();
         let json = serde_json::to_vec(&node).unwrap();
         let a = NodeSpec::from_node(Arc::new(node.clone())).unwrap();
         let b = NodeSpec::from_json(&json).unwrap();
@@ -363,9 +362,6 @@ mod tests {
         assert_eq!(e.node, "n2");
         assert!(e.message.contains("status.allocatable.cpu"), "{e}");
     }
-
-    use super::*;
-    use crate::testing::{NodeBuilder, PodBuilder};
 
     #[test]
     fn swap_pod_replaces_the_copy_only_when_nothing_counted_differs() {

@@ -29,6 +29,16 @@ pub enum ObjectSource<T> {
     },
 }
 
+/// Decodes JSON into a `T`; the error names the JSON path and the problem
+/// (`metadata.name: invalid type: ...`).
+///
+/// # Errors
+/// The path and serde's message, when `json` is not a `T`.
+pub fn decode<T: DeserializeOwned>(json: &[u8]) -> Result<T, String> {
+    let mut de = serde_json::Deserializer::from_slice(json);
+    serde_path_to_error::deserialize(&mut de).map_err(|e| format!("{}: {}", e.path(), e.inner()))
+}
+
 impl<T: Serialize + DeserializeOwned> ObjectSource<T> {
     /// Keeps `json` (which decoded to a `T` already: the caller compiled it).
     #[must_use]

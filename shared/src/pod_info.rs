@@ -216,10 +216,9 @@ impl PodInfo {
     /// [`PodError`] when the JSON is not a `Pod` (naming the JSON path), or
     /// as [`PodInfo::from_pod`].
     pub fn from_json(json: &[u8]) -> Result<Self, PodError> {
-        let mut de = serde_json::Deserializer::from_slice(json);
-        let pod: Pod = serde_path_to_error::deserialize(&mut de).map_err(|e| PodError {
+        let pod: Pod = crate::object_source::decode(json).map_err(|message| PodError {
             pod: "<undecodable>".into(),
-            message: format!("{}: {}", e.path(), e.inner()),
+            message,
         })?;
         let mut info = Self::from_pod(Arc::new(pod))?;
         info.source = ObjectSource::json_of(json);

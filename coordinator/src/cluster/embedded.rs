@@ -90,7 +90,9 @@ struct State {
 /// decoded again only when read or written. A decoded k8s-openapi `Pod` holds
 /// several KB of heap (~2.7 KB of fields before any string, a B-tree node
 /// per map), its JSON well under 1 KB.
-#[derive(Debug)]
+/// Cloning is cheap (`Arc`s): copies are taken under the lock and decoded
+/// outside it.
+#[derive(Debug, Clone)]
 enum StoredPod {
     Decoded(Arc<Pod>),
     Encoded {
@@ -141,22 +143,6 @@ impl StoredPod {
         }
     }
 
-    /// A cheap copy, to decode outside the lock.
-    fn share(&self) -> Self {
-        match self {
-            StoredPod::Decoded(pod) => StoredPod::Decoded(pod.clone()),
-            StoredPod::Encoded {
-                json,
-                uid,
-                terminating,
-            } => StoredPod::Encoded {
-                json: json.clone(),
-                uid: uid.clone(),
-                terminating: *terminating,
-            },
-        }
-    }
-
     fn uid(&self) -> Option<&str> {
         match self {
             StoredPod::Decoded(pod) => pod.metadata.uid.as_deref(),
@@ -173,6 +159,15 @@ impl StoredPod {
 }
 
 impl State {
+    /// Every stored pod, in creation order (cheap copies, to decode after
+    /// the lock is released).
+    fn stored_in_order(&self) -> Vec<StoredPod> {
+        self.pod_order
+            .iter()
+            .filter_map(|k| self.pods.get(k).cloned())
+            .collect()
+    }
+
     /// Stores `json` for the pod at `key` when `pod` is still its current
     /// version (a write in between leaves the newer one alone).
     fn keep_as_json(&mut self, key: &(String, String), pod: &Arc<Pod>, json: Vec<u8>) {
@@ -592,11 +587,8 @@ impl EmbeddedCluster {
     /// Every pod, in creation order.
     #[must_use]
     pub fn pods(&self) -> Vec<Arc<Pod>> {
-        let st = self.state.lock();
-        st.pod_order
-            .iter()
-            .filter_map(|k| st.pods.get(k).map(StoredPod::pod))
-            .collect()
+        let stored = self.state.lock().stored_in_order();
+        stored.iter().map(StoredPod::pod).collect()
     }
 
     /// Calls `f` with every pod, in creation order, decoding one at a time
@@ -604,13 +596,7 @@ impl EmbeddedCluster {
     /// should not hold every decoded `Pod` at once (a final report), where
     /// [`EmbeddedCluster::pods`] would.
     pub fn for_each_pod(&self, mut f: impl FnMut(Arc<Pod>)) {
-        let stored: Vec<StoredPod> = {
-            let st = self.state.lock();
-            st.pod_order
-                .iter()
-                .filter_map(|k| st.pods.get(k).map(StoredPod::share))
-                .collect()
-        };
+        let stored = self.state.lock().stored_in_order();
         for p in stored {
             f(p.pod());
         }
@@ -700,10 +686,7 @@ impl EmbeddedCluster {
                 pod.uid
             )));
         }
-        let mut next = match cur {
-            StoredPod::Decoded(p) => (**p).clone(),
-            StoredPod::Encoded { .. } => Arc::unwrap_or_clone(cur.pod()),
-        };
+        let mut next = Arc::unwrap_or_clone(cur.pod());
         f(&mut next)?;
         next.metadata.resource_version = Some(st.next_rv());
         let next = Arc::new(next);
@@ -747,11 +730,7 @@ impl ListWatch for EmbeddedCluster {
         let st = self.state.lock();
         // Pods kept as JSON are decoded after the lock is released: a
         // re-list of a large cluster must not hold up every Binding.
-        let stored: Vec<StoredPod> = st
-            .pod_order
-            .iter()
-            .filter_map(|k| st.pods.get(k).map(StoredPod::share))
-            .collect();
+        let stored = st.stored_in_order();
         let mut list = ClusterList {
             // The embedded cluster keeps no Namespace objects.
             namespaces: Vec::new(),
@@ -816,12 +795,8 @@ impl Cluster for EmbeddedCluster {
             Ok(())
         })?;
         st.bind_count += 1;
-        if let Some(uid) = st
-            .pods
-            .get(&(pod.namespace.clone(), pod.name.clone()))
-            .and_then(|p| p.uid().map(str::to_owned))
-        {
-            st.bound_uids.insert(uid);
+        if let Some(uid) = &bound.metadata.uid {
+            st.bound_uids.insert(uid.clone());
         }
         drop(st);
         // Encoded outside the lock: the Binding is every pod's hot write.

@@ -89,7 +89,6 @@ impl Workload {
     /// # Errors
     /// [`LoadError::Invalid`] for the first bad object under `Fail`.
     pub fn validate(mut self, on_bad: OnBadInput) -> Result<Self> {
-        use std::sync::Arc;
         let mut warnings = std::mem::take(&mut self.warnings);
         let mut nodes = Vec::with_capacity(self.nodes.len());
         for n in self.nodes {
@@ -244,6 +243,16 @@ impl Op {
             Op::CreatePodFrom { template, name } => Some(std::borrow::Cow::Owned(
                 pod_from_template(template, name.clone()),
             )),
+            Op::DeletePod { .. } | Op::CreateNode(_) | Op::DeleteNode(_) => None,
+        }
+    }
+
+    /// The pod this op creates, taken out of the op (a template copied).
+    #[must_use]
+    pub fn into_created_pod(self) -> Option<Pod> {
+        match self {
+            Op::CreatePod(p) => Some(*p),
+            Op::CreatePodFrom { template, name } => Some(pod_from_template(&template, name)),
             Op::DeletePod { .. } | Op::CreateNode(_) | Op::DeleteNode(_) => None,
         }
     }

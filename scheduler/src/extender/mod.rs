@@ -90,6 +90,15 @@ fn block<T: Send + 'static>(
     })
 }
 
+/// The `Node` objects of the feasible nodes, for an extender's request
+/// (workers keep nodes as JSON: each is decoded on first use and kept).
+fn node_objects(
+    nodes: &[Arc<NodeInfo>],
+    feasible: &[usize],
+) -> Vec<Arc<k8s_openapi::api::core::v1::Node>> {
+    feasible.iter().map(|&i| nodes[i].spec.node()).collect()
+}
+
 impl Extenders {
     /// The extenders of `configs` (in configuration order; ignorable ones
     /// are moved last).
@@ -154,8 +163,7 @@ impl Extenders {
             if !ext.is_filter() || !ext.is_interested(&object) {
                 continue;
             }
-            let owned: Vec<Arc<k8s_openapi::api::core::v1::Node>> =
-                feasible.iter().map(|&i| nodes[i].spec.node()).collect();
+            let owned = node_objects(nodes, &feasible);
             let objects: Vec<&k8s_openapi::api::core::v1::Node> =
                 owned.iter().map(|n| &**n).collect();
             let _span = tracing::info_span!(
@@ -225,8 +233,7 @@ impl Extenders {
         nodes: &[Arc<NodeInfo>],
         feasible: &[usize],
     ) -> ExtenderScores {
-        let owned: Vec<Arc<k8s_openapi::api::core::v1::Node>> =
-            feasible.iter().map(|&i| nodes[i].spec.node()).collect();
+        let owned = node_objects(nodes, feasible);
         let objects: Vec<&k8s_openapi::api::core::v1::Node> = owned.iter().map(|n| &**n).collect();
         // Every call starts at once; then each is waited for.
         let object = pod.pod();
