@@ -7,6 +7,12 @@
 //!   (capped, plus jitter, see [`backoff`]; bind conflicts lost are not
 //!   failures and retry after their own short delay); they leave in expiry
 //!   order.
+//!   Pods backing off after a fit failure may leave early: when activeQ is
+//!   empty, the next pop takes the one whose backoff ends first (upstream's
+//!   `SchedulerPopFromBackoffQ`, on by default since 1.33, KEP-5142;
+//!   [`QueueConfig::pop_from_backoff`]). Pods backing off after an error, a
+//!   bind conflict or a refused preemption (upstream's `podErrorBackoffQ`)
+//!   always wait their delay out.
 //! - **unschedulable pool**: pods that fit nowhere. They move back (to
 //!   backoffQ if still backing off, else activeQ) when a cluster event arrives
 //!   that one of the plugins that rejected them registered for, or after
@@ -65,6 +71,17 @@ pub struct QueueConfig {
     /// enables the `SchedulingGates` PreEnqueue plugin). Defaults to true,
     /// as upstream's default profile.
     pub honour_scheduling_gates: bool,
+    /// Whether an empty activeQ takes the pod whose backoff ends first among
+    /// those backing off after a fit failure (rejected by named plugins),
+    /// instead of idling until a backoff expires: upstream's
+    /// `SchedulerPopFromBackoffQ` feature gate (beta and on by default since
+    /// 1.33). A backoff earned by an error, a bind conflict or a refused
+    /// preemption is never cut short (upstream's `podErrorBackoffQ`; a
+    /// conflict's delay is there for the winner's pod to reach the cache).
+    /// Defaults to true. Upstream also rounds backoffs to whole-second
+    /// windows ordered by priority; this queue keeps exact, jittered expiry
+    /// times and takes the earliest.
+    pub pop_from_backoff: bool,
 }
 
 impl Default for QueueConfig {
@@ -73,6 +90,7 @@ impl Default for QueueConfig {
             backoff: BackoffConfig::default(),
             max_in_unschedulable: backoff::DEFAULT_MAX_IN_UNSCHEDULABLE,
             honour_scheduling_gates: true,
+            pop_from_backoff: true,
         }
     }
 }
@@ -141,6 +159,10 @@ struct Entry {
     popped_at_cycle: u64,
     /// End of the backoff earned by the last failure (jitter included).
     backoff_expiry: Option<Instant>,
+    /// Whether that failure was an error, a bind conflict or a refused
+    /// preemption (not a fit failure named by plugins): its backoff is never
+    /// cut short ([`QueueConfig::pop_from_backoff`]).
+    error_backoff: bool,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -176,7 +198,12 @@ struct Inner {
     /// foldhash: a fast rehash as the map grows (it runs under the lock).
     pods: foldhash::HashMap<Arc<str>, Entry>,
     active: BinaryHeap<ActiveKey>,
+    /// Backing off after a fit failure: may leave early when activeQ is
+    /// empty (upstream's `podBackoffQ`).
     backoff: BinaryHeap<BackoffKey>,
+    /// Backing off after an error, a bind conflict or a refused preemption:
+    /// only on expiry (upstream's `podErrorBackoffQ`).
+    error_backoff: BinaryHeap<BackoffKey>,
     unschedulable: HashSet<Arc<str>>,
     seq: u64,
     /// Counts relevant cluster events (for pods in flight).
@@ -253,8 +280,12 @@ impl SchedulingQueue {
         };
         e.version = seq;
         e.loc = Location::Backoff(until);
-        let v = e.version;
-        inner.backoff.push(Reverse((until, seq, uid.clone(), v)));
+        let key = Reverse((until, seq, uid.clone(), e.version));
+        if e.error_backoff {
+            inner.error_backoff.push(key);
+        } else {
+            inner.backoff.push(key);
+        }
     }
 
     /// The PreEnqueue verdict for `pod`: `Some(status)` when scheduling
@@ -327,6 +358,7 @@ impl SchedulingQueue {
                 version: 0,
                 popped_at_cycle: 0,
                 backoff_expiry: None,
+                error_backoff: false,
             },
         );
         if gated {
@@ -392,31 +424,71 @@ impl SchedulingQueue {
     }
 
     fn flush_backoff(inner: &mut Inner, now: Instant) {
-        while let Some(Reverse((until, _, uid, v))) = inner.backoff.peek().cloned() {
-            if until > now {
-                break;
-            }
-            inner.backoff.pop();
-            let fresh = inner
-                .pods
-                .get(&uid)
-                .is_some_and(|e| e.version == v && e.loc == Location::Backoff(until));
-            if fresh {
-                Self::push_active(inner, &uid);
+        for errors in [false, true] {
+            loop {
+                let heap = if errors {
+                    &mut inner.error_backoff
+                } else {
+                    &mut inner.backoff
+                };
+                let Some(Reverse((until, _, uid, v))) = heap.peek().cloned() else {
+                    break;
+                };
+                if until > now {
+                    break;
+                }
+                heap.pop();
+                if Self::is_live_backoff(inner, &uid, v, until) {
+                    Self::push_active(inner, &uid);
+                }
             }
         }
     }
 
-    /// Pops the next pod to try, moving expired backoffs to activeQ first.
-    /// The pod stays tracked (in flight) until [`Self::done`],
-    /// [`Self::add_unschedulable`] or [`Self::add_backoff`].
-    pub fn pop(&self, now: Instant) -> Option<QueuedPodInfo> {
-        let mut inner = self.inner.lock();
-        Self::pop_locked(&mut inner, now)
+    /// Whether a backoffQ heap entry is the pod's current stay.
+    fn is_live_backoff(inner: &Inner, uid: &str, version: u64, until: Instant) -> bool {
+        inner
+            .pods
+            .get(uid)
+            .is_some_and(|e| e.version == version && e.loc == Location::Backoff(until))
     }
 
-    fn pop_locked(inner: &mut Inner, now: Instant) -> Option<QueuedPodInfo> {
+    /// With activeQ empty: the pod backing off after a fit failure whose
+    /// backoff ends first, taken early ([`QueueConfig::pop_from_backoff`]),
+    /// pushed to activeQ for the pop; `false` if there is none.
+    fn take_early_backoff(inner: &mut Inner) -> bool {
+        while let Some(Reverse((until, _, uid, v))) = inner.backoff.pop() {
+            if Self::is_live_backoff(inner, &uid, v, until) {
+                Self::push_active(inner, &uid);
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Pops the next pod to try, moving expired backoffs to activeQ first;
+    /// with activeQ empty, a pod backing off after a fit failure leaves
+    /// early ([`QueueConfig::pop_from_backoff`]). The pod stays tracked (in
+    /// flight) until [`Self::done`], [`Self::add_unschedulable`] or
+    /// [`Self::add_backoff`].
+    pub fn pop(&self, now: Instant) -> Option<QueuedPodInfo> {
+        let mut inner = self.inner.lock();
+        self.pop_locked(&mut inner, now)
+    }
+
+    fn pop_locked(&self, inner: &mut Inner, now: Instant) -> Option<QueuedPodInfo> {
         Self::flush_backoff(inner, now);
+        if let Some(p) = Self::pop_active(inner) {
+            return Some(p);
+        }
+        if self.cfg.pop_from_backoff && Self::take_early_backoff(inner) {
+            return Self::pop_active(inner);
+        }
+        None
+    }
+
+    /// The head of activeQ, now in flight (stale heap entries skipped).
+    fn pop_active(inner: &mut Inner) -> Option<QueuedPodInfo> {
         while let Some(k) = inner.active.pop() {
             let cycle = inner.move_request_cycle;
             inner.seq += 1;
@@ -444,13 +516,16 @@ impl SchedulingQueue {
                 return None;
             }
             let now = Instant::now();
-            if let Some(p) = Self::pop_locked(&mut inner, now) {
+            if let Some(p) = self.pop_locked(&mut inner, now) {
                 return Some(p);
             }
             if now >= deadline {
                 return None;
             }
-            let next_backoff = inner.backoff.peek().map(|Reverse((t, ..))| *t);
+            let next_backoff = [&inner.backoff, &inner.error_backoff]
+                .into_iter()
+                .filter_map(|h| h.peek().map(|Reverse((t, ..))| *t))
+                .min();
             let until = next_backoff.map_or(deadline, |t| t.min(deadline));
             self.wake.wait_until(&mut inner, until);
         }
@@ -546,6 +621,8 @@ impl SchedulingQueue {
         let e = inner.pods.get_mut(&key).expect("present");
         e.info.attempts += 1;
         e.info.conflicts = 0;
+        // No plugin named: upstream counts it an error (`podErrorBackoffQ`).
+        e.error_backoff = plugins.is_empty();
         e.info.unschedulable_plugins = plugins;
         e.backoff_expiry = Some(until);
         if moved_meanwhile {
@@ -594,6 +671,7 @@ impl SchedulingQueue {
         e.info.conflicts_lost += u32::from(conflict);
         e.info.unschedulable_plugins.clear();
         e.backoff_expiry = Some(until);
+        e.error_backoff = true;
         if gated {
             Self::set_gated(&mut inner, &key);
             return;
@@ -627,6 +705,7 @@ impl SchedulingQueue {
         e.info.conflicts += 1;
         e.info.conflicts_lost += 1;
         e.backoff_expiry = Some(until);
+        e.error_backoff = true;
         Self::push_backoff(&mut inner, &key, until);
         self.wake.notify_one();
         true
@@ -735,13 +814,15 @@ impl SchedulingQueue {
             }
         }
         let mut live_backoff: HashMap<&str, usize> = HashMap::new();
-        for Reverse((until, _, uid, v)) in &inner.backoff {
-            if inner
-                .pods
-                .get(uid)
-                .is_some_and(|e| e.version == *v && e.loc == Location::Backoff(*until))
-            {
-                *live_backoff.entry(uid).or_default() += 1;
+        for (errors, heap) in [(false, &inner.backoff), (true, &inner.error_backoff)] {
+            for Reverse((until, _, uid, v)) in heap {
+                if let Some(e) = inner.pods.get(uid)
+                    && e.version == *v
+                    && e.loc == Location::Backoff(*until)
+                {
+                    assert_eq!(e.error_backoff, errors, "{uid}: in the wrong backoffQ");
+                    *live_backoff.entry(uid).or_default() += 1;
+                }
             }
         }
         for (uid, e) in &inner.pods {
@@ -801,6 +882,11 @@ mod tests {
     const NODE_AFFINITY: &str = "NodeAffinity";
 
     fn queue() -> SchedulingQueue {
+        queue_with(true)
+    }
+
+    /// [`queue`] with `SchedulerPopFromBackoffQ` on or off.
+    fn queue_with(pop_from_backoff: bool) -> SchedulingQueue {
         let interest = HashMap::from([
             (
                 ClusterEvent::AssignedPodDeleted,
@@ -817,6 +903,7 @@ mod tests {
                     jitter: 0.0,
                     ..BackoffConfig::default()
                 },
+                pop_from_backoff,
                 ..QueueConfig::default()
             },
             interest,
@@ -964,13 +1051,78 @@ mod tests {
         // Its 1 s backoff expired long ago: straight to activeQ.
         assert!(q.pop(t1).is_some());
 
-        // Moved while its backoff still runs: it waits in backoffQ first.
+        // Moved while its backoff still runs: it waits in backoffQ first
+        // (without SchedulerPopFromBackoffQ; with it, see
+        // `an_empty_active_queue_takes_a_fit_failure_early_never_an_error_or_a_conflict`).
+        let q = queue_with(false);
         q.add(pod("b", 0), t0);
         let b = q.pop(t0).unwrap();
         q.add_unschedulable(&b.pod.uid, BTreeSet::from([NODE_RESOURCES_FIT]), t0);
         let t2 = t0 + Duration::from_millis(400);
         assert_eq!(q.on_event(ClusterEvent::AssignedPodDeleted, t2), 1);
         assert!(q.pop(t2).is_none());
+        assert!(q.pop(t0 + Duration::from_secs(1)).is_some());
+    }
+
+    #[test]
+    fn an_empty_active_queue_takes_a_fit_failure_early_never_an_error_or_a_conflict() {
+        let q = queue();
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        for name in ["fit-late", "fit-early", "error", "conflict"] {
+            q.add(pod(name, 0), t0);
+        }
+        let popped: Vec<QueuedPodInfo> = std::iter::from_fn(|| q.pop(t0)).collect();
+        let uid = |name: &str| {
+            popped
+                .iter()
+                .find(|p| *p.pod.key.name == *name)
+                .unwrap()
+                .pod
+                .uid
+                .clone()
+        };
+        // Two fit failures, parked, moved by an event while their 1 s
+        // backoffs still run (the later failure's ends later).
+        q.add_unschedulable(&uid("fit-early"), BTreeSet::from([NODE_RESOURCES_FIT]), t0);
+        q.add_unschedulable(
+            &uid("fit-late"),
+            BTreeSet::from([NODE_RESOURCES_FIT]),
+            t0 + ms(5),
+        );
+        let t1 = t0 + ms(400);
+        assert_eq!(q.on_event(ClusterEvent::AssignedPodDeleted, t1), 2);
+        q.add_backoff(&uid("error"), t1);
+        q.add_conflict(&uid("conflict"), t1);
+        // activeQ first, whatever is backing off.
+        q.add(pod("new", 0), t1);
+        assert_eq!(names(&q, t1), ["new", "fit-early", "fit-late"]);
+        // The error's 1 s and the conflict's 10 ms are waited out.
+        assert!(q.pop(t1 + ms(9)).is_none());
+        assert_eq!(names(&q, t1 + ms(10)), ["conflict"]);
+        assert!(q.pop(t1 + ms(999)).is_none());
+        assert_eq!(names(&q, t1 + ms(1000)), ["error"]);
+        q.assert_consistent();
+
+        // Upstream without the feature gate: the fit failure waits too.
+        let q = queue_with(false);
+        q.add(pod("a", 0), t0);
+        let a = q.pop(t0).unwrap();
+        q.add_unschedulable(&a.pod.uid, BTreeSet::from([NODE_RESOURCES_FIT]), t0);
+        q.on_event(ClusterEvent::AssignedPodDeleted, t1);
+        assert!(q.pop(t1).is_none());
+        assert!(q.pop(t0 + ms(1000)).is_some());
+    }
+
+    #[test]
+    fn a_rejection_without_a_plugin_backs_off_as_an_error() {
+        // Upstream sends a pod with no unschedulable (or pending) plugin to
+        // podErrorBackoffQ, which an empty activeQ never takes early.
+        let (q, a, t0) = one_popped();
+        q.on_event(ClusterEvent::AssignedPodDeleted, t0);
+        q.add_unschedulable(&a.pod.uid, BTreeSet::new(), t0);
+        assert!(matches!(q.location(&a.pod.uid), Some(Location::Backoff(_))));
+        assert!(q.pop(t0 + Duration::from_millis(999)).is_none());
         assert!(q.pop(t0 + Duration::from_secs(1)).is_some());
     }
 

@@ -1,8 +1,9 @@
 //! Property test: any sequence of queue operations keeps every pod that was
 //! added and not deleted or done tracked exactly once, in the location a
 //! simple model predicts; pops return each pod at most once per stay, the
-//! highest-priority ready pod first, never a gated one; `lengths()` adds
-//! up. Time is explicit (`Instant`s advanced by the sequence), so runs are
+//! highest-priority ready pod first, never a gated one, and with nothing
+//! ready (`SchedulerPopFromBackoffQ` on) the fit failure whose backoff ends
+//! first, never an error's; `lengths()` adds up. Time is explicit (`Instant`s advanced by the sequence), so runs are
 //! deterministic apart from the proptest seed.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -60,6 +61,9 @@ fn op() -> impl Strategy<Value = Op> {
 struct ModelPod {
     gated: bool,
     in_flight: bool,
+    /// Its last failure was a fit failure with a plugin named: its backoff
+    /// may be cut short.
+    early: bool,
 }
 
 fn uid(pod: u8) -> String {
@@ -79,7 +83,7 @@ fn build(pod: u8, gated: bool) -> Arc<PodInfo> {
     Arc::new(b.build_info())
 }
 
-fn queue(jitter: bool) -> SchedulingQueue {
+fn queue(jitter: bool, pop_from_backoff: bool) -> SchedulingQueue {
     let interest = HashMap::from([
         (
             ClusterEvent::AssignedPodDeleted,
@@ -93,6 +97,7 @@ fn queue(jitter: bool) -> SchedulingQueue {
                 jitter: if jitter { 0.1 } else { 0.0 },
                 ..BackoffConfig::default()
             },
+            pop_from_backoff,
             ..QueueConfig::default()
         },
         interest,
@@ -143,8 +148,8 @@ fn check(q: &SchedulingQueue, model: &BTreeMap<u8, ModelPod>) -> Result<(), Test
     Ok(())
 }
 
-fn run(ops: &[Op], jitter: bool) -> Result<(), TestCaseError> {
-    let q = queue(jitter);
+fn run(ops: &[Op], jitter: bool, pop_from_backoff: bool) -> Result<(), TestCaseError> {
+    let q = queue(jitter, pop_from_backoff);
     let mut model: BTreeMap<u8, ModelPod> = BTreeMap::new();
     let mut now = Instant::now();
     for op in ops {
@@ -157,6 +162,7 @@ fn run(ops: &[Op], jitter: bool) -> Result<(), TestCaseError> {
                     .or_insert(ModelPod {
                         gated,
                         in_flight: false,
+                        early: false,
                     });
             }
             Op::Delete(pod) => {
@@ -167,6 +173,16 @@ fn run(ops: &[Op], jitter: bool) -> Result<(), TestCaseError> {
                     .filter(|&p| ready(q.location(&uid(p)), now))
                     .map(priority)
                     .collect();
+                // With nothing ready: the fit failures backing off, by the
+                // end of their backoff.
+                let early: Vec<(u8, Instant)> = (0..PODS)
+                    .filter(|p| model.get(p).is_some_and(|m| m.early))
+                    .filter_map(|p| match q.location(&uid(p)) {
+                        Some(Location::Backoff(until)) => Some((p, until)),
+                        _ => None,
+                    })
+                    .collect();
+                let first_early = early.iter().map(|(_, t)| *t).min();
                 match q.pop(now) {
                     Some(qp) => {
                         let name = qp.pod.key.name.to_string();
@@ -176,15 +192,28 @@ fn run(ops: &[Op], jitter: bool) -> Result<(), TestCaseError> {
                         let m = m.expect("checked");
                         prop_assert!(!m.in_flight, "{} popped twice", name);
                         prop_assert!(!m.gated, "{} popped while gated", name);
-                        prop_assert_eq!(
-                            Some(qp.pod.priority),
-                            ready_prios.iter().copied().max(),
-                            "{} is not the highest-priority ready pod",
-                            name
-                        );
+                        if ready_prios.is_empty() {
+                            prop_assert!(pop_from_backoff, "{} popped while backing off", name);
+                            let until = early.iter().find(|(p, _)| *p == pod).map(|(_, t)| *t);
+                            prop_assert!(until.is_some(), "{} is no fit failure backing off", name);
+                            prop_assert_eq!(until, first_early, "{} is not the first to end", name);
+                        } else {
+                            prop_assert_eq!(
+                                Some(qp.pod.priority),
+                                ready_prios.iter().copied().max(),
+                                "{} is not the highest-priority ready pod",
+                                name
+                            );
+                        }
                         m.in_flight = true;
                     }
-                    None => prop_assert!(ready_prios.is_empty(), "a ready pod was not popped"),
+                    None => {
+                        prop_assert!(ready_prios.is_empty(), "a ready pod was not popped");
+                        prop_assert!(
+                            !pop_from_backoff || early.is_empty(),
+                            "an empty activeQ left a fit failure backing off"
+                        );
+                    }
                 }
             }
             Op::Done(pod) => {
@@ -196,15 +225,22 @@ fn run(ops: &[Op], jitter: bool) -> Result<(), TestCaseError> {
             Op::AddUnschedulable { pod, plugin } => {
                 let plugins: BTreeSet<&'static str> =
                     plugin.map(|i| PLUGINS[i]).into_iter().collect();
+                let fit_failure = !plugins.is_empty();
                 q.add_unschedulable(&uid(pod), plugins, now);
-                if let Some(m) = model.get_mut(&pod) {
+                if let Some(m) = model.get_mut(&pod)
+                    && m.in_flight
+                {
                     m.in_flight = false;
+                    m.early = fit_failure;
                 }
             }
             Op::AddBackoff(pod) => {
                 q.add_backoff(&uid(pod), now);
-                if let Some(m) = model.get_mut(&pod) {
+                if let Some(m) = model.get_mut(&pod)
+                    && m.in_flight
+                {
                     m.in_flight = false;
+                    m.early = false;
                 }
             }
             Op::OnEvent(i) => {
@@ -227,7 +263,8 @@ proptest! {
     fn every_pod_is_tracked_exactly_once_and_popped_once_per_stay(
         ops in proptest::collection::vec(op(), 1..120),
         jitter in any::<bool>(),
+        pop_from_backoff in any::<bool>(),
     ) {
-        run(&ops, jitter)?;
+        run(&ops, jitter, pop_from_backoff)?;
     }
 }
