@@ -151,6 +151,7 @@ fn arbitration_span(
         node = %node,
         outcome = tracing::field::Empty,
         reason = tracing::field::Empty,
+        granted_node = tracing::field::Empty,
     );
     flotilla_shared::trace::set_parent(&span, parent);
     span
@@ -217,18 +218,25 @@ async fn serve_bind_stream(
                     };
                     let node = p.node_name;
                     let span = arbitration_span(worker, &pod, &node, METHOD, &p.trace_context);
-                    let arbitration = span.in_scope(|| coordinator.arbitrate(worker, &pod, &node));
+                    let arbitration = span
+                        .in_scope(|| coordinator.arbitrate(worker, &pod, &node, &p.alternatives));
                     match arbitration {
                         Arbitration::Decided(d) => {
                             let (outcome, reason) = record_outcome(&span, d);
-                            let _ = tx.send(Ok(pb::BindResult { id, outcome: outcome.into(), reason }));
+                            let _ = tx.send(Ok(pb::BindResult {
+                                id,
+                                outcome: outcome.into(),
+                                reason,
+                                node_name: String::new(),
+                            }));
                         }
                         Arbitration::Granted(grant) => {
                             let c = coordinator.clone();
+                            let granted = alternative_granted(&node, grant.node(), &span);
                             settling.push(async move {
                                 let d = c.settle(&pod, grant).instrument(span.clone()).await;
                                 let (outcome, reason) = record_outcome(&span, d);
-                                pb::BindResult { id, outcome: outcome.into(), reason }
+                                pb::BindResult { id, outcome: outcome.into(), reason, node_name: granted }
                             });
                         }
                     }
@@ -247,7 +255,19 @@ fn error_result(id: u64, reason: &str) -> pb::BindResult {
         id,
         outcome: pb::BindOutcome::Error.into(),
         reason: reason.to_owned(),
+        node_name: String::new(),
     }
+}
+
+/// The answer's `node_name` for a grant on `granted` of a proposal for
+/// `proposed`: empty when it is the proposed node, else the alternative
+/// (also recorded on the arbitration span).
+fn alternative_granted(proposed: &str, granted: &str, span: &tracing::Span) -> String {
+    if proposed == granted {
+        return String::new();
+    }
+    span.record("granted_node", granted);
+    granted.to_owned()
 }
 
 #[tonic::async_trait]
@@ -311,15 +331,17 @@ impl CoordinatorApi for CoordinatorService {
             "flotilla.v1.Coordinator/ProposeBind",
             &parent,
         );
-        let decision = self
+        let (decision, node) = self
             .coordinator
-            .propose(id, &pod, &r.node_name)
+            .propose_with_alternatives(id, &pod, &r.node_name, &r.alternatives)
             .instrument(span.clone())
             .await;
+        let node_name = alternative_granted(&r.node_name, &node, &span);
         let (outcome, reason) = record_outcome(&span, decision);
         Ok(Response::new(pb::BindDecision {
             outcome: outcome.into(),
             reason,
+            node_name,
         }))
     }
 

@@ -160,8 +160,12 @@ pub struct Counters {
     pub proposals: u64,
     /// Proposals granted (Binding attempted).
     pub grants: u64,
-    /// Proposals rejected because the room was taken or the node changed.
+    /// Proposals rejected because the room was taken or the node changed
+    /// (on the proposed node and on every alternative offered).
     pub conflicts: u64,
+    /// Proposals granted on one of their alternatives, the proposed node's
+    /// room having been taken (counted in `grants`, not in `conflicts`).
+    pub alternatives_granted: u64,
     /// Bindings that failed at the cluster.
     pub bind_errors: u64,
     /// Unschedulable reports received.
@@ -342,6 +346,11 @@ pub enum Decision {
     Error(String),
 }
 
+/// Most of a proposal's alternatives [`Coordinator::arbitrate`] checks
+/// (workers send at most three): a bound on the work one proposal can make
+/// the arbiter do under its lock.
+pub const MAX_ALTERNATIVES_CHECKED: usize = 8;
+
 /// What [`Coordinator::arbitrate`] decided.
 #[derive(Debug)]
 pub enum Arbitration {
@@ -361,6 +370,14 @@ pub struct Grant {
     worker: WorkerId,
     info: Arc<PodInfo>,
     node: Arc<str>,
+}
+
+impl Grant {
+    /// The node granted: the proposed one, or the alternative that fit.
+    #[must_use]
+    pub fn node(&self) -> &Arc<str> {
+        &self.node
+    }
 }
 
 /// A preemption that passed its checks: the preemptor, the node (the map's
@@ -762,11 +779,13 @@ impl Inner {
     fn repartition(&mut self) {
         self.partition_dirty = false;
         // One partition per pool (online, batch): the pools overlap, so the
-        // arbiter settles cross-pool conflicts. Measured on openb with 4
-        // workers: one partition over all workers cut conflicts from ~11 %
-        // to ~8 % of proposals, but each worker then searched a quarter of
-        // the cluster first and packed worse (220-250 pods left
-        // unschedulable instead of 115-125).
+        // arbiter settles cross-pool conflicts, and each pool searches the
+        // whole cluster first (an online worker half of it with 4 workers,
+        // not a quarter). One partition over all workers was measured twice
+        // on openb with 4 workers: first 11 -> 8 % conflicts but worse
+        // packing; later (before bind alternatives and the linear window)
+        // 4-6 -> 1.6-3.3 %, the rest being fallbacks into other workers'
+        // nodes. With both, the pools' overlap costs under 1 %.
         let mut pools: BTreeMap<WorkloadClass, Vec<WorkerId>> = BTreeMap::new();
         for (id, w) in &self.workers {
             if w.tx.is_some() {
@@ -1763,9 +1782,27 @@ impl Coordinator {
     /// answers `Bound`. The same as [`Coordinator::arbitrate`] followed by
     /// [`Coordinator::settle`].
     pub async fn propose(&self, worker: WorkerId, pod: &PodRef, node: &str) -> Decision {
-        match self.arbitrate(worker, pod, node) {
-            Arbitration::Decided(d) => d,
-            Arbitration::Granted(grant) => self.settle(pod, grant).await,
+        self.propose_with_alternatives(worker, pod, node, &[])
+            .await
+            .0
+    }
+
+    /// [`Coordinator::propose`] with the worker's next best nodes (see
+    /// [`Coordinator::arbitrate`]); also returns the node decided on (the
+    /// granted alternative, else `node`).
+    pub async fn propose_with_alternatives(
+        &self,
+        worker: WorkerId,
+        pod: &PodRef,
+        node: &str,
+        alternatives: &[String],
+    ) -> (Decision, Arc<str>) {
+        match self.arbitrate(worker, pod, node, alternatives) {
+            Arbitration::Decided(d) => (d, Arc::from(node)),
+            Arbitration::Granted(grant) => {
+                let granted = grant.node.clone();
+                (self.settle(pod, grant).await, granted)
+            }
         }
     }
 
@@ -1774,7 +1811,21 @@ impl Coordinator {
     /// lock. Proposals arbitrated one after another are checked in that
     /// order, each against the grants before it. A grant must be passed to
     /// [`Coordinator::settle`], which writes its Binding.
-    pub fn arbitrate(&self, worker: WorkerId, pod: &PodRef, node: &str) -> Arbitration {
+    ///
+    /// When `node` no longer fits (another worker's grant took the room
+    /// first, or the node changed), the first of `alternatives` (the
+    /// worker's next best feasible nodes, best first; at most
+    /// [`MAX_ALTERNATIVES_CHECKED`] are looked at) that passes the same
+    /// check is granted instead, as a scheduler whose view had been
+    /// current would have chosen its next best node; only when none does is
+    /// the answer a conflict. The grant's node says which it was.
+    pub fn arbitrate(
+        &self,
+        worker: WorkerId,
+        pod: &PodRef,
+        node: &str,
+        alternatives: &[String],
+    ) -> Arbitration {
         let mut inner = self.inner.lock();
         inner.counters.proposals += 1;
         inner.last_activity = Some(Instant::now());
@@ -1796,11 +1847,25 @@ impl Coordinator {
         let name = match inner.check_grant(&info, node) {
             Ok(name) => name,
             Err(refusal) => {
-                inner.counters.conflicts += 1;
-                inner.nominee_conflicted(&info, node);
+                let alternative = alternatives
+                    .iter()
+                    .take(MAX_ALTERNATIVES_CHECKED)
+                    .filter(|a| a.as_str() != node)
+                    .find_map(|a| inner.check_grant(&info, a).ok());
                 let reason = refusal.reason(node);
-                debug!(%pod, node, %reason, "bind conflict");
-                return Arbitration::Decided(Decision::Conflict(reason));
+                match alternative {
+                    Some(name) => {
+                        inner.counters.alternatives_granted += 1;
+                        debug!(%pod, node, granted = %name, %reason, "first choice taken; alternative granted");
+                        name
+                    }
+                    None => {
+                        inner.counters.conflicts += 1;
+                        inner.nominee_conflicted(&info, node);
+                        debug!(%pod, node, %reason, "bind conflict");
+                        return Arbitration::Decided(Decision::Conflict(reason));
+                    }
+                }
             }
         };
         inner.counters.grants += 1;

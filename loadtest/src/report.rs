@@ -50,6 +50,9 @@ pub struct Conflicts {
     pub proposals: u64,
     /// `count / proposals` (0 when no proposals).
     pub fraction: f64,
+    /// Proposals bound to one of their alternatives, the first choice's
+    /// room having been taken (not in `count`: no second cycle was run).
+    pub alternatives: u64,
 }
 
 /// Preemption counts (DefaultPreemption PostFilter, arbitrated by the
@@ -98,6 +101,8 @@ pub struct WorkerReport {
     pub attempts: u64,
     /// Its proposals the arbiter rejected.
     pub conflicts: u64,
+    /// Its proposals bound to one of their alternatives.
+    pub alternatives: u64,
     /// Placements outside its partition.
     pub fallbacks: u64,
     /// Seconds spent in scheduling cycles.
@@ -698,6 +703,7 @@ pub fn build(i: &Inputs<'_>) -> Report {
             } else {
                 c.conflicts as f64 / c.proposals as f64
             },
+            alternatives: c.alternatives_granted,
         },
         attempts_per_pod: {
             // Pods Flotilla had to place (not pre-bound, not another scheduler's).
@@ -797,10 +803,11 @@ impl Report {
             .map_or_else(|| "n/a".to_owned(), |a| format!("{a:.2}"));
         let _ = writeln!(
             s,
-            "  conflicts      {} of {} proposals ({:.2} %), {attempts} attempts per pod",
+            "  conflicts      {} of {} proposals ({:.2} %; {} more bound to an alternative), {attempts} attempts per pod",
             self.conflicts.count,
             self.conflicts.proposals,
             self.conflicts.fraction * 100.0,
+            self.conflicts.alternatives,
         );
         let gpu = self
             .allocation
@@ -816,8 +823,15 @@ impl Report {
             if w.in_process {
                 let _ = writeln!(
                     s,
-                    "    {:<12} {:<7} {:>6} pods  {:>6} attempts  {:>5} conflicts  {:>5} fallbacks  busy {:.2} s",
-                    w.worker, w.class, w.pods, w.attempts, w.conflicts, w.fallbacks, w.busy_seconds
+                    "    {:<12} {:<7} {:>6} pods  {:>6} attempts  {:>5} conflicts  {:>5} alternatives  {:>5} fallbacks  busy {:.2} s",
+                    w.worker,
+                    w.class,
+                    w.pods,
+                    w.attempts,
+                    w.conflicts,
+                    w.alternatives,
+                    w.fallbacks,
+                    w.busy_seconds
                 );
             } else {
                 let _ = writeln!(

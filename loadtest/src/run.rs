@@ -515,6 +515,7 @@ pub async fn run_embedded_full(
             pods: 0,
             attempts: st.attempts.load(Ordering::Relaxed),
             conflicts: st.conflicts.load(Ordering::Relaxed),
+            alternatives: st.alternatives.load(Ordering::Relaxed),
             fallbacks: st.fallbacks.load(Ordering::Relaxed),
             busy_seconds: Duration::from_nanos(st.cycle_nanos.load(Ordering::Relaxed))
                 .as_secs_f64(),

@@ -38,6 +38,9 @@ pub struct Answer {
     pub outcome: pb::BindOutcome,
     /// Why it was not bound (empty when bound).
     pub reason: String,
+    /// Bound on one of the proposal's alternatives, this one (the proposed
+    /// node's room was taken); `None`: on the proposed node.
+    pub granted_node: Option<String>,
     /// The stream failed or ended before the coordinator answered (the
     /// connection is going; the caller backs the pod off).
     pub stream_failed: bool,
@@ -124,9 +127,10 @@ impl<T: Send + 'static> BindStream<T> {
         Ok((stream, answers))
     }
 
-    /// Sends a proposal to bind `pod` to `node`, keeping `payload` until its
-    /// answer. `trace_context` is the binding cycle's W3C context (empty when
-    /// tracing is off).
+    /// Sends a proposal to bind `pod` to `node` (or, should its room be
+    /// taken, to the first of `alternatives` that fits), keeping `payload`
+    /// until its answer. `trace_context` is the binding cycle's W3C context
+    /// (empty when tracing is off).
     ///
     /// # Errors
     /// The payload back when the stream is closed or broken: the caller
@@ -135,6 +139,7 @@ impl<T: Send + 'static> BindStream<T> {
         &self,
         pod: pb::PodRef,
         node: String,
+        alternatives: Vec<String>,
         trace_context: std::collections::HashMap<String, String>,
         payload: T,
     ) -> Result<(), T> {
@@ -145,6 +150,7 @@ impl<T: Send + 'static> BindStream<T> {
             pod: Some(pod),
             node_name: node,
             trace_context,
+            alternatives,
         };
         let sent = inner.tx.as_ref().is_some_and(|tx| tx.send(request).is_ok());
         if !sent {
@@ -191,6 +197,7 @@ impl<T: Send + 'static> BindStream<T> {
                                 Answer {
                                     outcome,
                                     reason: r.reason,
+                                    granted_node: (!r.node_name.is_empty()).then_some(r.node_name),
                                     stream_failed: false,
                                 },
                             );
@@ -212,6 +219,7 @@ impl<T: Send + 'static> BindStream<T> {
                 Answer {
                     outcome: pb::BindOutcome::Error,
                     reason: why.clone(),
+                    granted_node: None,
                     stream_failed: true,
                 },
             );

@@ -160,6 +160,9 @@ pub struct WorkerStats {
     pub bound: AtomicU64,
     /// Proposals the arbiter rejected.
     pub conflicts: AtomicU64,
+    /// Proposals the arbiter granted on one of their alternatives (the
+    /// proposed node's room was taken first).
+    pub alternatives: AtomicU64,
     /// Cycles that found no node.
     pub unschedulable: AtomicU64,
     /// Placements outside the worker's partition (fallback).
@@ -245,7 +248,7 @@ struct WorkerMetrics {
     busy: prometheus::Counter,
     wasted: prometheus::Counter,
     /// bound, conflict, error, pod_gone.
-    proposals: [prometheus::IntCounter; 4],
+    proposals: [prometheus::IntCounter; 5],
     /// active, backoff, unschedulable, gated.
     pending: [prometheus::IntGauge; 4],
     /// nodes, pods, assumed_pods.
@@ -261,8 +264,14 @@ impl WorkerMetrics {
         WorkerMetrics {
             busy: m.busy_seconds.with_label_values(&[worker, class]),
             wasted: m.wasted_seconds.with_label_values(&[worker, class]),
-            proposals: ["bound", "conflict", "error", "pod_gone"]
-                .map(|o| m.bind_proposals.with_label_values(&[worker, class, o])),
+            proposals: [
+                "bound",
+                "conflict",
+                "error",
+                "pod_gone",
+                "bound_alternative",
+            ]
+            .map(|o| m.bind_proposals.with_label_values(&[worker, class, o])),
             pending: ["active", "backoff", "unschedulable", "gated"]
                 .map(|q| m.pending_pods.with_label_values(&[q, worker])),
             cache: ["nodes", "pods", "assumed_pods"]
@@ -728,7 +737,15 @@ fn apply_event(
         Event::NodeDeleted(d) => s.cache.remove_node(&d.name),
         Event::PodBound(b) => {
             let (uid, node) = (b.pod.map(|p| p.uid).unwrap_or_default(), b.node_name);
-            let Some(pod) = s.cache.confirm_assumed(&uid, &node) else {
+            // Assumed elsewhere: the arbiter granted one of the proposal's
+            // alternatives and this confirmation overtook its answer.
+            let confirmed = s.cache.confirm_assumed(&uid, &node).or_else(|| {
+                s.cache
+                    .move_assumed(&uid, &node)
+                    .then(|| s.cache.confirm_assumed(&uid, &node))
+                    .flatten()
+            });
+            let Some(pod) = confirmed else {
                 return Err(format!(
                     "the coordinator confirmed pod {uid} on {node}, which this worker does not hold assumed there"
                 ));
@@ -1027,7 +1044,13 @@ fn schedule_one(s: &Arc<Shared>, worker: &str, snapshot: &mut Snapshot, qp: Queu
                             .map(|(c, _)| c.clone())
                     };
                     match hook.resolve(answer, feasible, &r.node) {
-                        Resolution::Place { node, .. } => Ok(ScheduleResult { node, ..r }),
+                        // The service decides: no alternatives for the
+                        // arbiter to grant instead.
+                        Resolution::Place { node, .. } => Ok(ScheduleResult {
+                            node,
+                            alternatives: Vec::new(),
+                            ..r
+                        }),
                         Resolution::Pending { message, declined } => {
                             let attempt = Attempt::of(&qp, start);
                             leave_pending(s, framework, &pod, message, declined, attempt);
@@ -1171,7 +1194,11 @@ fn schedule_batch(
                 node,
                 by_webhook: true,
                 ..
-            } => Ok(ScheduleResult { node, ..r }),
+            } => Ok(ScheduleResult {
+                node,
+                alternatives: Vec::new(),
+                ..r
+            }),
             // The in-process choice was made before the batch's earlier
             // pods were placed: decide again, now.
             Resolution::Place {
@@ -1232,7 +1259,7 @@ fn finish_cycle(
     }
     match result {
         Ok(r) => {
-            debug!(node = %r.node, score = r.score, evaluated = r.evaluated, feasible = r.feasible, "placed");
+            debug!(node = %r.node, score = r.score, evaluated = r.evaluated, feasible = r.feasible, outside_partition = r.outside_partition, "placed");
             if r.outside_partition && snapshot.partition_len() > 0 {
                 s.stats.fallbacks.fetch_add(1, Ordering::Relaxed);
             }
@@ -1270,7 +1297,7 @@ fn finish_cycle(
                     }
                 }
             }
-            propose_bind(s, pod, r.node, &span, cycle, attempt);
+            propose_bind(s, pod, r.node, r.alternatives, &span, cycle, attempt);
         }
         Err(ScheduleError::Unschedulable(mut fit)) => {
             s.stats.unschedulable.fetch_add(1, Ordering::Relaxed);
@@ -1552,10 +1579,12 @@ fn record_binding(
     s: &Shared,
     pod: &PodInfo,
     outcome: pb::BindOutcome,
+    alternative: bool,
     attempt: Attempt,
     cycle: Duration,
 ) {
     let (i, result) = match outcome {
+        pb::BindOutcome::Bound if alternative => (4, AttemptResult::Scheduled),
         pb::BindOutcome::Bound => (0, AttemptResult::Scheduled),
         pb::BindOutcome::Conflict => (1, AttemptResult::Error),
         pb::BindOutcome::PodGone => (3, AttemptResult::Error),
@@ -1582,6 +1611,8 @@ fn record_binding(
 struct InFlightBind {
     pod: Arc<PodInfo>,
     node: Arc<str>,
+    /// Offered to the arbiter should `node`'s room be taken.
+    alternatives: Vec<Arc<str>>,
     cycle: Duration,
     attempt: Attempt,
     /// The binding cycle's span (its outcome is recorded with the answer).
@@ -1596,6 +1627,7 @@ fn propose_bind(
     s: &Arc<Shared>,
     pod: Arc<PodInfo>,
     node: Arc<str>,
+    alternatives: Vec<Arc<str>>,
     cycle_span: &tracing::Span,
     cycle: Duration,
     attempt: Attempt,
@@ -1605,6 +1637,7 @@ fn propose_bind(
     let payload = InFlightBind {
         pod,
         node,
+        alternatives,
         cycle,
         attempt,
         span,
@@ -1613,8 +1646,13 @@ fn propose_bind(
         Some(b) => {
             let req = pb_ref(&payload.pod);
             let node = payload.node.to_string();
+            let alternatives = payload
+                .alternatives
+                .iter()
+                .map(ToString::to_string)
+                .collect();
             let tc = trace::inject(&payload.span);
-            match b.propose(req, node, tc, payload) {
+            match b.propose(req, node, alternatives, tc, payload) {
                 Ok(()) => return,
                 // The stream is gone (the session is ending): the unary
                 // call settles it like any other failure.
@@ -1626,12 +1664,13 @@ fn propose_bind(
     let InFlightBind {
         pod,
         node,
+        alternatives,
         cycle,
         attempt,
         span,
     } = payload;
     s.tracker.spawn_on(
-        bind(s.clone(), pod, node, cycle, attempt).instrument(span),
+        bind(s.clone(), pod, node, alternatives, cycle, attempt).instrument(span),
         &s.runtime,
     );
 }
@@ -1641,6 +1680,7 @@ async fn bind(
     s: Arc<Shared>,
     pod: Arc<PodInfo>,
     node: Arc<str>,
+    alternatives: Vec<Arc<str>>,
     cycle: Duration,
     attempt: Attempt,
 ) {
@@ -1651,6 +1691,7 @@ async fn bind(
         worker_id: s.id.clone(),
         pod: Some(pb_ref(&pod)),
         node_name: node.to_string(),
+        alternatives: alternatives.iter().map(ToString::to_string).collect(),
     };
     let res = client.propose_bind(traced(req)).await;
     let answer = match res {
@@ -1659,12 +1700,14 @@ async fn bind(
             bind_stream::Answer {
                 outcome: pb::BindOutcome::try_from(d.outcome).unwrap_or(pb::BindOutcome::Error),
                 reason: d.reason,
+                granted_node: (!d.node_name.is_empty()).then_some(d.node_name),
                 stream_failed: false,
             }
         }
         Err(status) => bind_stream::Answer {
             outcome: pb::BindOutcome::Error,
             reason: status.to_string(),
+            granted_node: None,
             stream_failed: true,
         },
     };
@@ -1687,9 +1730,23 @@ fn settle_binding(
     let now = Instant::now();
     let outcome = answer.outcome;
     let reason = &answer.reason;
-    record_binding(s, pod, outcome, attempt, cycle);
+    let alternative = answer
+        .granted_node
+        .as_deref()
+        .filter(|g| *g != &**node && outcome == pb::BindOutcome::Bound);
+    record_binding(s, pod, outcome, alternative.is_some(), attempt, cycle);
     match outcome {
         pb::BindOutcome::Bound => {
+            if let Some(granted) = alternative {
+                // The room on `node` was taken first; the arbiter bound the
+                // pod to the next best node that still fit.
+                debug!(pod = %pod.key, %node, granted, "first choice taken; bound to an alternative");
+                s.stats.alternatives.fetch_add(1, Ordering::Relaxed);
+                // A near miss: this worker's view was stale, as in a
+                // conflict, so it runs less far ahead.
+                s.window.on_conflict(now);
+                s.cache.move_assumed(&pod.uid, granted);
+            }
             s.window.on_bound();
             s.cache.finish_binding(&pod.uid, now);
             s.queue.done(&pod.uid);
@@ -1768,7 +1825,7 @@ async fn bind_gang(
     };
     // One proposal, recorded with the attempt that completed the gang.
     if let Some((last, _)) = members.last() {
-        record_binding(&s, last, outcome, attempt, cycle);
+        record_binding(&s, last, outcome, false, attempt, cycle);
     }
     if outcome == pb::BindOutcome::Bound {
         let failed: std::collections::HashSet<&str> =

@@ -11,6 +11,7 @@
 //! profile's lists, so the two agree for every profile.
 
 use std::borrow::Cow;
+use std::ops::ControlFlow;
 
 use crate::node_info::NodeInfo;
 use crate::pod_info::PodInfo;
@@ -133,7 +134,7 @@ fn insufficient_reason(name: &str) -> Cow<'static, str> {
 #[must_use]
 pub fn insufficient_resources(pod: &PodInfo, node: &NodeInfo) -> Vec<Insufficient> {
     let mut out = Vec::new();
-    for_each_shortfall(
+    let _ = for_each_shortfall(
         pod,
         node,
         &IgnoredResources::NONE,
@@ -154,6 +155,7 @@ pub fn insufficient_resources(pod: &PodInfo, node: &NodeInfo) -> Vec<Insufficien
                 capacity,
                 unresolvable: requested > capacity,
             });
+            ControlFlow::Continue(())
         },
     );
     out
@@ -172,43 +174,53 @@ pub fn insufficient_reasons(
 ) -> (Vec<Cow<'static, str>>, bool) {
     let mut reasons = Vec::new();
     let mut unresolvable = false;
-    for_each_shortfall(pod, node, ignored, |resource, requested, _, capacity| {
+    let _ = for_each_shortfall(pod, node, ignored, |resource, requested, _, capacity| {
         unresolvable |= requested > capacity;
         reasons.push(if resource == PODS {
             Cow::Borrowed(REASON_TOO_MANY_PODS)
         } else {
             insufficient_reason(resource)
         });
+        ControlFlow::Continue(())
     });
     (reasons, unresolvable)
 }
 
+/// Whether the node has room for `pod` (no shortfall in
+/// [`insufficient_reasons`]): the same check without building reasons, and
+/// stopping at the first shortfall (NodeResourcesFit's
+/// [`crate::framework::FilterPlugin::fits`]).
+#[must_use]
+pub fn fits_resources(pod: &PodInfo, node: &NodeInfo, ignored: &IgnoredResources) -> bool {
+    for_each_shortfall(pod, node, ignored, |_, _, _, _| ControlFlow::Break(())).is_continue()
+}
+
 /// Calls `f(resource, requested, used, capacity)` once per shortfall, in
 /// upstream order (`pods` first), skipping the extended resources in
-/// `ignored`.
+/// `ignored`, until `f` breaks (then `Break`).
 fn for_each_shortfall(
     pod: &PodInfo,
     node: &NodeInfo,
     ignored: &IgnoredResources,
-    mut f: impl FnMut(&str, i64, i64, i64),
-) {
+    mut f: impl FnMut(&str, i64, i64, i64) -> ControlFlow<()>,
+) -> ControlFlow<()> {
     let alloc = &node.spec.allocatable;
     let used = &node.requested;
     let pods = i64::try_from(node.pod_count()).unwrap_or(i64::MAX);
     if pods + 1 > alloc.allowed_pod_number {
         // requested 1 > capacity only when the node has no pod slot at all.
-        f(PODS, 1, pods, alloc.allowed_pod_number);
+        f(PODS, 1, pods, alloc.allowed_pod_number)?;
     }
     let req = &pod.requests;
     if req.milli_cpu == 0 && req.memory == 0 && req.ephemeral_storage == 0 && req.scalar.is_empty()
     {
-        return;
+        return ControlFlow::Continue(());
     }
     if req.milli_cpu > 0 && req.milli_cpu > alloc.milli_cpu - used.milli_cpu {
-        f(CPU, req.milli_cpu, used.milli_cpu, alloc.milli_cpu);
+        f(CPU, req.milli_cpu, used.milli_cpu, alloc.milli_cpu)?;
     }
     if req.memory > 0 && req.memory > alloc.memory - used.memory {
-        f(MEMORY, req.memory, used.memory, alloc.memory);
+        f(MEMORY, req.memory, used.memory, alloc.memory)?;
     }
     if req.ephemeral_storage > 0
         && req.ephemeral_storage > alloc.ephemeral_storage - used.ephemeral_storage
@@ -218,7 +230,7 @@ fn for_each_shortfall(
             req.ephemeral_storage,
             used.ephemeral_storage,
             alloc.ephemeral_storage,
-        );
+        )?;
     }
     for (name, v) in &req.scalar {
         if ignored.ignores(name) {
@@ -226,9 +238,10 @@ fn for_each_shortfall(
         }
         let (cap, u) = (alloc.scalar(name), used.scalar(name));
         if *v > 0 && *v > cap - u {
-            f(name, *v, u, cap);
+            f(name, *v, u, cap)?;
         }
     }
+    ControlFlow::Continue(())
 }
 
 /// Whether one of the pod's host ports clashes with a port in use on the node.
@@ -470,5 +483,53 @@ mod tests {
             check_placement_ignoring(&big, &n, &by_name).unwrap_err(),
             "Insufficient cpu"
         );
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+
+        /// The search's cheap check agrees with the reasons Filter gives:
+        /// it fits exactly when there is no reason, whatever the node holds,
+        /// the pod asks and the profile ignores.
+        #[test]
+        fn fits_resources_is_no_insufficient_reason(
+            cpu in 0u32..5, mem in 0u32..5, gpu in 0u32..4, slots in 0u32..3,
+            used_cpu in 0u32..5, used_gpu in 0u32..3, used_pods in 0u32..3,
+            want_cpu in 0u32..5, want_mem in 0u32..5, want_gpu in 0u32..4, want_x in 0u32..2,
+            ignore_gpu: bool,
+        ) {
+            let mut n = NodeInfo::new(Arc::new(
+                NodeBuilder::new("n1")
+                    .cpu(&cpu.to_string())
+                    .memory(&format!("{mem}Gi"))
+                    .pods(slots + used_pods)
+                    .resource("nvidia.com/gpu", &gpu.to_string())
+                    .build_spec(),
+            ));
+            for i in 0..used_pods {
+                let mut b = PodBuilder::new(&format!("u{i}"));
+                if i == 0 {
+                    b = b
+                        .cpu(&used_cpu.to_string())
+                        .request("nvidia.com/gpu", &used_gpu.to_string());
+                }
+                n.add_pod(Arc::new(b.build_info()));
+            }
+            let mut b = PodBuilder::new("p")
+                .cpu(&format!("{}m", want_cpu * 500))
+                .memory(&format!("{want_mem}Gi"))
+                .request("nvidia.com/gpu", &want_gpu.to_string());
+            if want_x > 0 {
+                b = b.request("example.com/x", &want_x.to_string());
+            }
+            let p = b.build_info();
+            let ignored = if ignore_gpu {
+                IgnoredResources { names: vec!["nvidia.com/gpu".into()], groups: Vec::new() }
+            } else {
+                IgnoredResources::NONE
+            };
+            let (reasons, _) = insufficient_reasons(&p, &n, &ignored);
+            proptest::prop_assert_eq!(fits_resources(&p, &n, &ignored), reasons.is_empty());
+        }
     }
 }

@@ -29,7 +29,7 @@
 //! # Flotilla's
 //! | metric | labels | meaning |
 //! | --- | --- | --- |
-//! | `flotilla_bind_proposals_total` | `worker`, `class`, `outcome` (`bound`, `conflict`, `error`, `pod_gone`) | conflict fraction = `conflict` / all |
+//! | `flotilla_bind_proposals_total` | `worker`, `class`, `outcome` (`bound`, `bound_alternative`: bound to one of the proposal's alternatives, the first choice's room taken; `conflict`, `error`, `pod_gone`) | conflict fraction = `conflict` / all |
 //! | `flotilla_scheduler_busy_seconds_total` | `worker`, `class` | time in scheduling cycles; busyness = its rate |
 //! | `flotilla_wasted_work_seconds_total` | `worker`, `class` | cycle time spent on decisions the arbiter (or the Binding) rejected |
 //! | `flotilla_pod_attempts` | `class` | attempts per pod, once bound (Omega's "attempts per transaction") |

@@ -24,17 +24,26 @@ fn bound_pods(h: &Harness) -> Vec<(String, String)> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn two_workers_claiming_the_last_room_on_one_node_exactly_one_wins() {
+/// The nodes (name, cpu; 110 pods each), an online and a batch worker,
+/// synced.
+async fn nodes_and_two_pools(nodes: &[(&str, &str)]) -> (Harness, FakeWorker, FakeWorker) {
     let cluster = EmbeddedCluster::new();
-    cluster
-        .apply_node(NodeBuilder::new("n1").cpu("1").pods(110).build())
-        .expect("node");
+    for (n, cpu) in nodes {
+        cluster
+            .apply_node(NodeBuilder::new(n).cpu(cpu).pods(110).build())
+            .expect("node");
+    }
     let h = Harness::start(cluster).await;
     let mut online = FakeWorker::join(&h, "online-0", Online).await;
     let mut batch = FakeWorker::join(&h, "batch-0", Batch).await;
     online.until_synced().await;
     batch.until_synced().await;
+    (h, online, batch)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_workers_claiming_the_last_room_on_one_node_exactly_one_wins() {
+    let (h, mut online, mut batch) = nodes_and_two_pools(&[("n1", "1")]).await;
 
     for (name, class) in [("a", "online"), ("b", "batch")] {
         h.cluster
@@ -91,6 +100,72 @@ async fn two_workers_claiming_the_last_room_on_one_node_exactly_one_wins() {
         ),
         (2, 1, 1)
     );
+    drop((online, batch));
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_proposal_whose_room_was_taken_is_bound_to_its_first_alternative_that_fits() {
+    let (h, mut online, mut batch) =
+        nodes_and_two_pools(&[("n1", "1"), ("n2", "1"), ("n3", "2")]).await;
+    for (name, class, cpu) in [
+        ("a", "online", "1"),
+        ("b", "batch", "1"),
+        ("c", "batch", "2"),
+    ] {
+        h.cluster
+            .create_pod(
+                PodBuilder::new(name)
+                    .cpu(cpu)
+                    .label(CLASS_LABEL, class)
+                    .build(),
+            )
+            .expect("pod");
+    }
+    online.read_until(|e| !assigned_names(e).is_empty()).await;
+    batch.read_until(|e| assigned_names(e).len() >= 2).await;
+
+    let a = online.propose("a", "n1").await;
+    assert_eq!(outcome(&a), pb::BindOutcome::Bound);
+    assert_eq!(a.node_name, "", "the proposed node itself");
+    // b's first choice is full now; an unknown node and the first choice
+    // again are skipped; n2 fits.
+    let b = batch
+        .propose_with_alternatives("b", "n1", &["n1", "no-such-node", "n2", "n3"])
+        .await;
+    assert_eq!(outcome(&b), pb::BindOutcome::Bound, "{b:?}");
+    assert_eq!(b.node_name, "n2", "the first alternative that fits");
+    // c fits on none of its choices (n3 has 2 cpu, but c is offered only
+    // the full ones): a conflict naming the proposed node.
+    let c = batch.propose_with_alternatives("c", "n1", &["n2"]).await;
+    assert_eq!(outcome(&c), pb::BindOutcome::Conflict, "{c:?}");
+    assert!(c.reason.contains("node n1: Insufficient cpu"), "{c:?}");
+    assert_eq!(c.node_name, "");
+
+    let mut bound = bound_pods(&h);
+    bound.sort();
+    assert_eq!(
+        bound,
+        [
+            ("a".to_owned(), "n1".to_owned()),
+            ("b".to_owned(), "n2".to_owned())
+        ]
+    );
+    assert_eq!(h.cluster.write_counts().0, 2, "one Binding per pod bound");
+    let s = h.coordinator.summary();
+    assert_eq!(
+        (
+            s.counters.proposals,
+            s.counters.grants,
+            s.counters.conflicts,
+            s.counters.alternatives_granted
+        ),
+        (3, 2, 1, 1)
+    );
+    // Proposed again after its grant (a retried call): bound where it is.
+    let again = batch.propose_with_alternatives("b", "n2", &["n1"]).await;
+    assert_eq!(outcome(&again), pb::BindOutcome::Bound);
+    assert_eq!(h.cluster.write_counts().0, 2, "never bound twice");
     drop((online, batch));
     h.shutdown().await;
 }
@@ -248,6 +323,7 @@ async fn malformed_requests_are_invalid_argument_and_unknown_workers_cannot_watc
         worker_id: worker_id.into(),
         pod,
         node_name: node.into(),
+        alternatives: Vec::new(),
     };
     let cases = [
         ("empty worker_id", propose("", Some(pod_ref("a")), "n1")),

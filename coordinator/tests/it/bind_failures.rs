@@ -103,6 +103,7 @@ fn propose_in_background(
         worker_id: w.id.clone(),
         pod: Some(pod_ref(pod)),
         node_name: node.into(),
+        alternatives: Vec::new(),
     };
     tokio::spawn(async move {
         client

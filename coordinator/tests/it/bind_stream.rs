@@ -45,6 +45,7 @@ fn request(id: u64, pod: &str, node: &str) -> pb::BindRequest {
         pod: Some(pod_ref(pod)),
         node_name: node.into(),
         trace_context: HashMap::new(),
+        alternatives: Vec::new(),
     }
 }
 
@@ -74,10 +75,17 @@ async fn answers_by_id(
 /// One node with room for one 1-cpu pod, pods `a` and `b` (1 cpu each)
 /// pending with one online worker, synced.
 async fn one_room_two_pods() -> (Harness, FakeWorker) {
+    rooms_and_two_pods(&["n1"]).await
+}
+
+/// [`one_room_two_pods`] with one such node per name.
+async fn rooms_and_two_pods(nodes: &[&str]) -> (Harness, FakeWorker) {
     let cluster = EmbeddedCluster::new();
-    cluster
-        .apply_node(NodeBuilder::new("n1").cpu("1").pods(110).build())
-        .expect("node");
+    for n in nodes {
+        cluster
+            .apply_node(NodeBuilder::new(n).cpu("1").pods(110).build())
+            .expect("node");
+    }
     for name in ["a", "b"] {
         cluster
             .create_pod(PodBuilder::new(name).cpu("1").build())
@@ -204,23 +212,32 @@ async fn worker_side(
     (stream, done, reader)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn the_worker_side_hands_every_payload_back_once() {
-    let (h, w) = one_room_two_pods().await;
-    let (stream, mut done, reader) = worker_side(&w, &w.id).await;
-    stream
-        .propose(pod_ref("a"), "n1".into(), HashMap::new(), "a")
-        .expect("stream open");
-    stream
-        .propose(pod_ref("b"), "n1".into(), HashMap::new(), "b")
-        .expect("stream open");
+/// The next `n` payloads handed back by a [`worker_side`], with their answers.
+async fn payload_answers(
+    done: &mut mpsc::UnboundedReceiver<(&'static str, Answer)>,
+    n: usize,
+) -> HashMap<&'static str, Answer> {
     let mut got = HashMap::new();
-    for _ in 0..2 {
+    for _ in 0..n {
         let (p, a) = within(STEP, "an answer", done.recv())
             .await
             .expect("answer");
         got.insert(p, a);
     }
+    got
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_worker_side_hands_every_payload_back_once() {
+    let (h, w) = one_room_two_pods().await;
+    let (stream, mut done, reader) = worker_side(&w, &w.id).await;
+    stream
+        .propose(pod_ref("a"), "n1".into(), Vec::new(), HashMap::new(), "a")
+        .expect("stream open");
+    stream
+        .propose(pod_ref("b"), "n1".into(), Vec::new(), HashMap::new(), "b")
+        .expect("stream open");
+    let got = payload_answers(&mut done, 2).await;
     assert_eq!(got["a"].outcome, pb::BindOutcome::Bound);
     assert_eq!(got["b"].outcome, pb::BindOutcome::Conflict);
     assert!(!got["a"].stream_failed && !got["b"].stream_failed);
@@ -232,10 +249,45 @@ async fn the_worker_side_hands_every_payload_back_once() {
         .await
         .expect("reader does not panic");
     assert_eq!(
-        stream.propose(pod_ref("b"), "n1".into(), HashMap::new(), "late"),
+        stream.propose(
+            pod_ref("b"),
+            "n1".into(),
+            Vec::new(),
+            HashMap::new(),
+            "late"
+        ),
         Err("late")
     );
     assert!(done.try_recv().is_err(), "nothing answered twice");
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_proposal_bound_to_an_alternative_says_where_and_is_confirmed_there() {
+    let (h, mut w) = rooms_and_two_pods(&["n1", "n2"]).await;
+    let (stream, mut done, _reader) = worker_side(&w, &w.id).await;
+    for (pod, alternatives) in [("a", vec![]), ("b", vec!["n2".to_owned()])] {
+        stream
+            .propose(pod_ref(pod), "n1".into(), alternatives, HashMap::new(), pod)
+            .expect("stream open");
+    }
+    let got = payload_answers(&mut done, 2).await;
+    assert_eq!(
+        (got["a"].outcome, got["a"].granted_node.as_deref()),
+        (pb::BindOutcome::Bound, None)
+    );
+    assert_eq!(
+        (got["b"].outcome, got["b"].granted_node.as_deref()),
+        (pb::BindOutcome::Bound, Some("n2")),
+        "{:?}",
+        got["b"]
+    );
+    // The proposer's short confirmation names the node it was bound to.
+    match bound_event_of(&mut w, "b").await {
+        Event::PodBound(b) => assert_eq!(b.node_name, "n2"),
+        other => panic!("the proposer gets pod_bound, not {other:?}"),
+    }
+    assert_eq!(h.coordinator.summary().counters.alternatives_granted, 1);
     h.shutdown().await;
 }
 
@@ -246,7 +298,7 @@ async fn proposals_in_flight_when_the_stream_breaks_come_back_as_errors() {
     // cannot read): the proposal in it is never answered.
     let (stream, mut done, reader) = worker_side(&w, "bogus").await;
     stream
-        .propose(pod_ref("a"), "n1".into(), HashMap::new(), "a")
+        .propose(pod_ref("a"), "n1".into(), Vec::new(), HashMap::new(), "a")
         .expect("stream open");
     let (p, a) = within(STEP, "the payload back", done.recv())
         .await
@@ -260,7 +312,7 @@ async fn proposals_in_flight_when_the_stream_breaks_come_back_as_errors() {
         .expect("reader does not panic");
     assert_eq!(stream.in_flight(), 0);
     assert_eq!(
-        stream.propose(pod_ref("b"), "n1".into(), HashMap::new(), "b"),
+        stream.propose(pod_ref("b"), "n1".into(), Vec::new(), HashMap::new(), "b"),
         Err("b"),
         "a broken stream refuses proposals"
     );

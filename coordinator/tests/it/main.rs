@@ -230,6 +230,16 @@ impl FakeWorker {
 
     /// ProposeBind for `default/<pod>` (uid `uid-<pod>`) on `node`.
     pub async fn propose(&self, pod: &str, node: &str) -> pb::BindDecision {
+        self.propose_with_alternatives(pod, node, &[]).await
+    }
+
+    /// `ProposeBind` of `pod` to `node`, offering `alternatives`.
+    pub async fn propose_with_alternatives(
+        &self,
+        pod: &str,
+        node: &str,
+        alternatives: &[&str],
+    ) -> pb::BindDecision {
         let mut client = self.client.clone();
         within(
             STEP,
@@ -238,6 +248,7 @@ impl FakeWorker {
                 worker_id: self.id.clone(),
                 pod: Some(pod_ref(pod)),
                 node_name: node.into(),
+                alternatives: alternatives.iter().map(ToString::to_string).collect(),
             }),
         )
         .await

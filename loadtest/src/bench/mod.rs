@@ -138,6 +138,10 @@ pub struct BenchReport {
     pub latency_ms: LatencyMs,
     /// Bind proposals the arbiter refused, over all proposals.
     pub conflict_fraction: f64,
+    /// Bind proposals bound to one of their alternatives (the first
+    /// choice's room taken by another worker), over all proposals: near
+    /// misses that cost no second cycle.
+    pub alternative_fraction: f64,
     /// Scheduling cycles per pod placed or found unschedulable.
     pub attempts_per_pod: Option<f64>,
     /// CPU seconds (user + system, the whole process: coordinator, workers,
@@ -259,6 +263,19 @@ pub async fn run_bench(scenario: Scenario, cfg: &BenchConfig) -> Result<BenchRep
         .map(|b| b.bound_at.duration_since(b.first_seen).as_secs_f64() * 1000.0)
         .collect();
     lat.sort_by(f64::total_cmp);
+    if tracing::enabled!(tracing::Level::DEBUG) {
+        // The tail, by pod (RUST_LOG=flotilla_loadtest=debug).
+        let mut slow: Vec<_> = samples.iter().collect();
+        slow.sort_by_key(|b| std::cmp::Reverse(b.bound_at.duration_since(b.first_seen)));
+        for b in slow.iter().take(20) {
+            tracing::debug!(
+                pod = %b.pod,
+                latency_ms = b.bound_at.duration_since(b.first_seen).as_secs_f64() * 1000.0,
+                bound_after_ms = b.bound_at.duration_since(out.measured_start).as_secs_f64() * 1000.0,
+                "slowest pods"
+            );
+        }
+    }
     let r = &out.report;
     let resolved = r.scheduled + r.unschedulable + r.preempted;
     let floor: Option<UpstreamFloor> = scenario.name.upstream_floor();
@@ -290,6 +307,11 @@ pub async fn run_bench(scenario: Scenario, cfg: &BenchConfig) -> Result<BenchRep
         },
         throughput: tp,
         conflict_fraction: r.conflicts.fraction,
+        alternative_fraction: if r.conflicts.proposals == 0 {
+            0.0
+        } else {
+            r.conflicts.alternatives as f64 / r.conflicts.proposals as f64
+        },
         attempts_per_pod: r.attempts_per_pod,
         cpu_seconds_per_1000_pods: out
             .measured_cpu_seconds
@@ -378,8 +400,9 @@ impl BenchReport {
         );
         let _ = writeln!(
             s,
-            "  conflicts      {:.3} % of bind proposals",
-            self.conflict_fraction * 100.0
+            "  conflicts      {:.3} % of bind proposals ({:.3} % more bound to an alternative node)",
+            self.conflict_fraction * 100.0,
+            self.alternative_fraction * 100.0
         );
         if let Some(a) = self.attempts_per_pod {
             let _ = writeln!(s, "  attempts/pod   {a:.3}");

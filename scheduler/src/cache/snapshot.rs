@@ -80,7 +80,7 @@ fn set_membership(list: &mut Vec<usize>, i: usize, member: bool) {
 impl Snapshot {
     pub(super) fn rebuild(
         &mut self,
-        nodes: &HashMap<Arc<str>, Arc<NodeInfo>>,
+        nodes: &foldhash::HashMap<Arc<str>, Arc<NodeInfo>>,
         partition: &HashSet<Arc<str>>,
         generation: u64,
     ) {

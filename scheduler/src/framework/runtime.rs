@@ -91,6 +91,28 @@ pub struct ScheduleResult {
     pub feasible: usize,
     /// Whether the chosen node is outside the worker's partition (fallback).
     pub outside_partition: bool,
+    /// The next best feasible nodes, best first, at most
+    /// [`MAX_BIND_ALTERNATIVES`]: sent with the bind proposal, so that when
+    /// another worker took the room on `node` first the arbiter grants the
+    /// first of them that still fits instead of refusing (no second cycle
+    /// on a view the arbiter knows is stale). Empty when only one node was
+    /// feasible.
+    pub alternatives: Vec<Arc<str>>,
+}
+
+/// Most nodes a placement offers the arbiter after its choice
+/// ([`ScheduleResult::alternatives`]). Each costs the arbiter one fit check,
+/// only when the nodes before it were taken.
+pub const MAX_BIND_ALTERNATIVES: usize = 3;
+
+/// What Score chose: the best node, its total, and the runners-up.
+struct Selection {
+    /// Index into the snapshot's nodes.
+    best: usize,
+    score: i64,
+    /// Snapshot indices of the next best, best first
+    /// ([`ScheduleResult::alternatives`]).
+    alternatives: Vec<usize>,
 }
 
 /// Why a cycle placed no pod.
@@ -150,8 +172,31 @@ impl std::fmt::Debug for Framework {
     }
 }
 
-/// Filter results: feasible node indices, and rejected ones with their status.
-type FilterOutcome = (Vec<usize>, Vec<(usize, Status)>);
+/// Filter results: feasible node indices, and rejected ones with why.
+type FilterOutcome<'f> = (Vec<usize>, Vec<(usize, Rejection<'f>)>);
+
+/// Why the search rejected a node: the Filter chain's status, or only the
+/// Filter whose [`FilterPlugin::fits`] said no, its status built when
+/// someone reads it ([`Rejection::into_status`]: a FitError, `explain`).
+/// Most rejected nodes' statuses are never read: the pod is placed.
+enum Rejection<'f> {
+    /// The first non-success status of the chain, with its plugin.
+    Status(Status),
+    /// This Filter rejected the node (every Filter before it passed).
+    By(&'f Arc<dyn FilterPlugin>),
+}
+
+impl Rejection<'_> {
+    /// The status the whole chain gives: for [`Rejection::By`], that
+    /// Filter's `filter` on the same node (the Filters before it passed,
+    /// and its `fits` promised a non-success, non-`Error` status).
+    fn into_status(self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        match self {
+            Rejection::Status(st) => st,
+            Rejection::By(f) => f.filter(state, pod, node).with_plugin(f.name()),
+        }
+    }
+}
 
 /// What the PreFilter plugins left for Filter
 /// ([`Framework::run_pre_filter_plugins`]).
@@ -211,9 +256,42 @@ fn pick_best(totals: &[i64], draw: impl FnOnce(usize) -> usize) -> usize {
         .map_or(0, |(i, _)| i)
 }
 
+/// The indices of the `k` highest totals other than `best`'s, highest
+/// first (ties in index order).
+fn runners_up(totals: &[i64], best: usize, k: usize) -> Vec<usize> {
+    let mut top: Vec<usize> = Vec::with_capacity(k + 1);
+    for (i, &t) in totals.iter().enumerate() {
+        if i == best || k == 0 {
+            continue;
+        }
+        // Where `i` ranks among the kept (after those with a total at
+        // least its own), if within the first `k`.
+        let at = top.partition_point(|&j| totals[j] >= t);
+        if at < k {
+            top.insert(at, i);
+            top.truncate(k);
+        }
+    }
+    top
+}
+
 #[cfg(test)]
 mod pick_best_tests {
-    use super::pick_best;
+    use super::{pick_best, runners_up};
+
+    #[test]
+    fn runners_up_are_the_next_highest_totals_best_first() {
+        let totals = [5, 9, 1, 9, 7, 3, 8];
+        assert_eq!(runners_up(&totals, 1, 3), [3, 6, 4]);
+        assert_eq!(runners_up(&totals, 3, 2), [1, 6]);
+        assert_eq!(runners_up(&totals, 1, 0), Vec::<usize>::new());
+        assert_eq!(runners_up(&[4], 0, 3), Vec::<usize>::new());
+        assert_eq!(
+            runners_up(&[4, 4, 4], 1, 3),
+            [0, 2],
+            "ties keep index order"
+        );
+    }
 
     #[test]
     fn the_draw_chooses_among_the_tied_best_only() {
@@ -657,6 +735,42 @@ impl Framework {
         Status::success()
     }
 
+    /// [`Framework::run_filters`] for the search: a Filter with a
+    /// [`FilterPlugin::fits`] answer is asked that instead, so a rejection
+    /// builds no reasons until they are read.
+    fn search_filters<'f>(
+        filters: &[&'f Arc<dyn FilterPlugin>],
+        state: &CycleState,
+        pod: &PodInfo,
+        node: &NodeInfo,
+    ) -> Result<(), Rejection<'f>> {
+        for f in filters {
+            Self::search_filter(f, state, pod, node)?;
+        }
+        Ok(())
+    }
+
+    /// One Filter of [`Framework::search_filters`].
+    fn search_filter<'f>(
+        f: &'f Arc<dyn FilterPlugin>,
+        state: &CycleState,
+        pod: &PodInfo,
+        node: &NodeInfo,
+    ) -> Result<(), Rejection<'f>> {
+        match f.fits(state, pod, node) {
+            Some(true) => Ok(()),
+            Some(false) => Err(Rejection::By(f)),
+            None => {
+                let st = f.filter(state, pod, node);
+                if st.is_success() {
+                    Ok(())
+                } else {
+                    Err(Rejection::Status(st.with_plugin(f.name())))
+                }
+            }
+        }
+    }
+
     /// Runs every PreFilter plugin in order over `cluster` (upstream
     /// `RunPreFilterPlugins`), intersecting their node sets.
     ///
@@ -729,24 +843,21 @@ impl Framework {
     /// conditions: Filters whose own condition the node meets surely
     /// pass, so only the others are called, in order; the first rejection
     /// is the one the whole chain would give.
-    fn run_filters_missing(
-        filters: &[&Arc<dyn FilterPlugin>],
+    fn run_filters_missing<'f>(
+        filters: &[&'f Arc<dyn FilterPlugin>],
         hot: &HotPath<'_>,
         node_hot: &NodeHot,
         state: &CycleState,
         pod: &PodInfo,
         node: &NodeInfo,
-    ) -> Status {
+    ) -> Result<(), Rejection<'f>> {
         for (f, c) in filters.iter().zip(&hot.each) {
             if c.is_some_and(|c| c.passes(node_hot)) {
                 continue;
             }
-            let st = f.filter(state, pod, node);
-            if !st.is_success() {
-                return st.with_plugin(f.name());
-            }
+            Self::search_filter(f, state, pod, node)?;
         }
-        Status::success()
+        Ok(())
     }
 
     /// Filter plugins that run given the PreFilter skips.
@@ -790,22 +901,42 @@ impl Framework {
         node: &NodeInfo,
         snap: &Snapshot,
     ) -> Status {
-        if !snap.has_nominated_pods() {
-            if pre.take_timed_node() {
-                return self.run_filters_timed(filters, &pre.state, pod, node);
-            }
-            return Self::run_filters(filters, &pre.state, pod, node);
+        match self.search_node(filters, pre, pod, node, snap) {
+            Ok(()) => Status::success(),
+            Err(r) => r.into_status(&pre.state, pod, node),
         }
-        let added: Vec<&Arc<PodInfo>> = snap
-            .nominated_pods_for_node(node.name())
-            .iter()
-            .filter(|p| p.priority >= pod.priority && p.uid != pod.uid)
-            .collect();
+    }
+
+    /// [`Framework::filter_node`] for the search: a rejection's status is
+    /// built only when read (see [`Rejection`]).
+    fn search_node<'f>(
+        &self,
+        filters: &[&'f Arc<dyn FilterPlugin>],
+        pre: &PreFilterOutcome,
+        pod: &PodInfo,
+        node: &NodeInfo,
+        snap: &Snapshot,
+    ) -> Result<(), Rejection<'f>> {
+        let as_result = |st: Status| {
+            if st.is_success() {
+                Ok(())
+            } else {
+                Err(Rejection::Status(st))
+            }
+        };
+        let added: Vec<&Arc<PodInfo>> = if snap.has_nominated_pods() {
+            snap.nominated_pods_for_node(node.name())
+                .iter()
+                .filter(|p| p.priority >= pod.priority && p.uid != pod.uid)
+                .collect()
+        } else {
+            Vec::new()
+        };
         if added.is_empty() {
             if pre.take_timed_node() {
-                return self.run_filters_timed(filters, &pre.state, pod, node);
+                return as_result(self.run_filters_timed(filters, &pre.state, pod, node));
             }
-            return Self::run_filters(filters, &pre.state, pod, node);
+            return Self::search_filters(filters, &pre.state, pod, node);
         }
         // Pass 1: the node with the nominated pods on it.
         let mut with = node.clone();
@@ -813,12 +944,9 @@ impl Framework {
             with.add_pod(Arc::clone(p));
         }
         let with = Arc::new(with);
-        let st = self.filter_with_added_pods(pre, pod, &with, snap);
-        if !st.is_success() {
-            return st;
-        }
+        as_result(self.filter_with_added_pods(pre, pod, &with, snap))?;
         // Pass 2: the node without them.
-        Self::run_filters(filters, &pre.state, pod, node)
+        Self::search_filters(filters, &pre.state, pod, node)
     }
 
     /// Pass 1: re-runs the PreFilter plugins that did not skip over the
@@ -1004,7 +1132,7 @@ impl Framework {
                 let score = match detail {
                     Some(d) => {
                         self.score_and_select(&mut pre.state, pod, snap, &[idx], Some(d), None)?
-                            .1
+                            .score
                     }
                     None => 0,
                 };
@@ -1017,6 +1145,7 @@ impl Framework {
                     evaluated: 1,
                     feasible: 1,
                     outside_partition: idx >= snap.partition_len(),
+                    alternatives: Vec::new(),
                 });
             }
         }
@@ -1049,7 +1178,7 @@ impl Framework {
                     // The Filters the condition stands for pass, so the
                     // first rejection, if any, is the first residual one's:
                     // the same status the whole chain would give.
-                    return Self::run_filters(&h.residual, &pre.state, pod, &nodes[idx]);
+                    return Self::search_filters(&h.residual, &pre.state, pod, &nodes[idx]);
                 }
                 return Self::run_filters_missing(
                     filters,
@@ -1060,7 +1189,7 @@ impl Framework {
                     &nodes[idx],
                 );
             }
-            self.filter_node(filters, &pre, pod, &nodes[idx], snap)
+            self.search_node(filters, &pre, pod, &nodes[idx], snap)
         };
         // Parallel chunks may find a few feasible nodes past the limit; like
         // upstream, only `limit` of them count as processed (and get scored
@@ -1134,12 +1263,33 @@ impl Framework {
         filter_span.record("evaluated", evaluated);
         filter_span.record("feasible", feasible.len());
         drop(filter_span);
-        if let Some(d) = detail.as_deref_mut() {
-            d.rejected.extend(
-                rejected
-                    .iter()
-                    .map(|(i, st)| (nodes[*i].spec.name.clone(), st.clone())),
-            );
+        // The statuses are read (built, for rejections by `fits`) only for
+        // `explain` and when nothing fits.
+        let statuses = |rejected: Vec<(usize, Rejection<'_>)>| -> Vec<(Arc<str>, Status)> {
+            rejected
+                .into_iter()
+                .map(|(i, r)| {
+                    let node = &nodes[i];
+                    (node.spec.name.clone(), r.into_status(&pre.state, pod, node))
+                })
+                .collect()
+        };
+        if let Some(st) = rejected.iter().find_map(|(_, r)| match r {
+            Rejection::Status(st) if st.code == Code::Error => Some(st),
+            _ => None,
+        }) {
+            return Err(ScheduleError::Internal {
+                plugin: st.plugin,
+                message: st.message(),
+            });
+        }
+        let rejected = if detail.is_some() || feasible.is_empty() {
+            Err(statuses(rejected))
+        } else {
+            Ok(rejected.len())
+        };
+        if let (Some(d), Err(node_statuses)) = (detail.as_deref_mut(), &rejected) {
+            d.rejected.extend(node_statuses.iter().cloned());
             d.rejected
                 .extend(ext_statuses.iter().map(|(n, st)| (n.clone(), st.clone())));
             // Removed without a reason in FailedNodes: say so.
@@ -1156,25 +1306,18 @@ impl Framework {
                     }),
             );
         }
-        if let Some(st) = rejected.iter().find(|(_, st)| st.code == Code::Error) {
-            return Err(ScheduleError::Internal {
-                plugin: st.1.plugin,
-                message: st.1.message(),
-            });
-        }
-        if feasible.is_empty() {
+        if let Err(node_statuses) = rejected
+            && feasible.is_empty()
+        {
             let mut unschedulable_plugins: BTreeSet<&'static str> =
-                rejected.iter().map(|(_, st)| st.plugin).collect();
+                node_statuses.iter().map(|(_, st)| st.plugin).collect();
             if !ext_removed.is_empty() {
                 unschedulable_plugins.insert(EXTENDER_NAME);
             }
             let absent_nodes_status = allowed
                 .as_ref()
                 .map(|_| Status::unresolvable(REASON_FILTERED_BY_PREFILTER));
-            let mut node_to_status: Vec<(Arc<str>, Status)> = rejected
-                .into_iter()
-                .map(|(idx, st)| (nodes[idx].spec.name.clone(), st))
-                .collect();
+            let mut node_to_status = node_statuses;
             node_to_status.extend(ext_statuses);
             return Err(ScheduleError::Unschedulable(Box::new(FitError {
                 pod: pod.key.clone(),
@@ -1190,33 +1333,42 @@ impl Framework {
         }
         feasible.truncate(limit);
 
-        let (best, score) = if feasible.len() == 1 && detail.is_none() {
+        let chosen = if feasible.len() == 1 && detail.is_none() {
             if let Some(c) = candidates.as_deref_mut() {
                 c.push((nodes[feasible[0]].spec.name.clone(), 0));
             }
-            (feasible[0], 0)
+            Selection {
+                best: feasible[0],
+                score: 0,
+                alternatives: Vec::new(),
+            }
         } else {
             self.score_and_select(&mut pre.state, pod, snap, &feasible, detail, candidates)?
         };
         Ok(ScheduleResult {
-            node: nodes[best].spec.name.clone(),
-            score,
+            node: nodes[chosen.best].spec.name.clone(),
+            score: chosen.score,
             evaluated,
             feasible: feasible.len(),
-            outside_partition: best >= snap.partition_len(),
+            outside_partition: chosen.best >= snap.partition_len(),
+            alternatives: chosen
+                .alternatives
+                .iter()
+                .map(|&i| nodes[i].spec.name.clone())
+                .collect(),
         })
     }
 
-    /// Runs Filter (`eval`: node index → status) over `count` candidates
+    /// Runs Filter (`eval`: node index → feasible or why not) over `count` candidates
     /// (`index_of(i)` → node index), stopping once `limit` feasible nodes
     /// are found: the first [`SEQUENTIAL_FILTER_PREFIX`] on this thread, the
     /// rest in parallel.
-    fn filter_phase(
-        eval: &(impl Fn(usize) -> Status + Sync),
+    fn filter_phase<'f>(
+        eval: &(impl Fn(usize) -> Result<(), Rejection<'f>> + Sync),
         count: usize,
         limit: usize,
         index_of: impl Fn(usize) -> usize + Sync,
-    ) -> FilterOutcome {
+    ) -> FilterOutcome<'f> {
         let found = AtomicUsize::new(0);
         let eval_chunk = |range: std::ops::Range<usize>| {
             let mut feasible = Vec::with_capacity(limit.min(range.len()));
@@ -1226,12 +1378,12 @@ impl Framework {
                     break;
                 }
                 let idx = index_of(i);
-                let st = eval(idx);
-                if st.is_success() {
-                    found.fetch_add(1, Ordering::Relaxed);
-                    feasible.push(idx);
-                } else {
-                    rejected.push((idx, st));
+                match eval(idx) {
+                    Ok(()) => {
+                        found.fetch_add(1, Ordering::Relaxed);
+                        feasible.push(idx);
+                    }
+                    Err(r) => rejected.push((idx, r)),
                 }
             }
             (feasible, rejected)
@@ -1294,7 +1446,7 @@ impl Framework {
         feasible: &[usize],
         detail: Option<&mut CycleDetail>,
         candidates: Option<&mut Candidates>,
-    ) -> Result<(usize, i64), ScheduleError> {
+    ) -> Result<Selection, ScheduleError> {
         let nodes = snap.nodes();
         let mut skipped_scores: Vec<&'static str> = Vec::new();
         let timed = sample_plugin_metrics();
@@ -1433,6 +1585,13 @@ impl Framework {
             );
         }
         let best = pick_best(&totals, |ties| rand::rng().random_range(0..ties));
-        Ok((feasible[best], totals[best]))
+        Ok(Selection {
+            best: feasible[best],
+            score: totals[best],
+            alternatives: runners_up(&totals, best, MAX_BIND_ALTERNATIVES)
+                .into_iter()
+                .map(|k| feasible[k])
+                .collect(),
+        })
     }
 }

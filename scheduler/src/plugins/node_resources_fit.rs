@@ -478,6 +478,12 @@ impl FilterPlugin for NodeResourcesFit {
         }
     }
 
+    /// The same check, stopping at the first shortfall, with no reasons
+    /// built (most nodes a GPU pod visits are full).
+    fn fits(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Option<bool> {
+        Some(fit::fits_resources(pod, node, &self.ignored))
+    }
+
     /// Passes a node where cpu, memory and ephemeral storage fit with a
     /// pod slot to spare; a pod requesting extended resources has no hot
     /// condition (the record holds none).

@@ -224,3 +224,38 @@ fn nominations_end_when_the_pod_is_placed_bound_or_deleted() {
     cache.update_snapshot(&mut snap);
     assert!(!snap.has_nominated_pods());
 }
+
+#[test]
+fn with_nominations_about_rejections_still_carry_their_reasons() {
+    // A nomination anywhere turns the hot path off: every node goes through
+    // the nominated-pods check, whose rejections by NodeResourcesFit are
+    // recorded without their reasons until the FitError reads them.
+    let cache = two_nodes();
+    nominate(&cache, PodBuilder::new("big").cpu("3").priority(10), "n1");
+    cache.add_bound_pod(info(PodBuilder::new("bound").cpu("3").node_name("n2")));
+    let snap = snapshot_of(&cache);
+    let pod = info(
+        PodBuilder::new("p")
+            .cpu("2")
+            .request("example.com/gpu", "1"),
+    );
+    let fit = expect_fit_error(default_framework().schedule(&pod, &snap));
+    // n1: pass 1 (with the nominee) fails on cpu; n2 (no nominee): cpu
+    // short, and the GPU is more than the node has at all.
+    let n1 = status_of(&fit, "n1");
+    assert_eq!(
+        n1.reasons,
+        ["Insufficient cpu", "Insufficient example.com/gpu"]
+    );
+    let n2 = status_of(&fit, "n2");
+    assert_eq!(
+        n2.reasons,
+        ["Insufficient cpu", "Insufficient example.com/gpu"]
+    );
+    assert_eq!(n2.plugin, names::NODE_RESOURCES_FIT);
+    assert_eq!(n2.code, Code::UnschedulableAndUnresolvable);
+    assert_eq!(
+        fit.to_string(),
+        "0/2 nodes are available: 2 Insufficient cpu, 2 Insufficient example.com/gpu."
+    );
+}

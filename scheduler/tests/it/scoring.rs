@@ -96,3 +96,33 @@ fn a_prefer_no_schedule_taint_loses_to_an_untainted_node_even_a_busier_one() {
         "soft"
     );
 }
+
+#[test]
+fn the_runners_up_go_with_the_placement_best_first() {
+    // Five equal nodes, busier and busier: LeastAllocated ranks them by
+    // their free room, so the choice is n0 and the alternatives offered to
+    // the arbiter are the next three, best first; n4 does not fit at all.
+    let cache = cache_with((0..5).map(|i| node(&format!("n{i}"), "4", "8Gi").build_spec()));
+    for (i, cpu) in ["100m", "500m", "1", "1500m", "3500m"].iter().enumerate() {
+        bind_in_cache(
+            &cache,
+            PodBuilder::new(&format!("used-{i}")).cpu(cpu),
+            &format!("n{i}"),
+        );
+    }
+    let snap = snapshot_of(&cache);
+    let fw = default_framework();
+    let r = fw
+        .schedule(&info(PodBuilder::new("p").cpu("1")), &snap)
+        .expect("four nodes fit");
+    assert_eq!(&*r.node, "n0");
+    assert_eq!(r.feasible, 4);
+    let alternatives: Vec<&str> = r.alternatives.iter().map(|n| &**n).collect();
+    assert_eq!(alternatives, ["n1", "n2", "n3"]);
+
+    // One feasible node: nothing to offer instead.
+    let r = fw
+        .schedule(&info(PodBuilder::new("big").cpu("3800m")), &snap)
+        .expect("n0 fits");
+    assert_eq!((&*r.node, r.alternatives.len()), ("n0", 0));
+}

@@ -322,6 +322,18 @@ pub trait FilterPlugin: Plugin {
     /// threads): read `state`, never block.
     fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status;
 
+    /// The search's cheap form of [`FilterPlugin::filter`]: whether the
+    /// node passes, without building a rejection's reasons. `Some(true)`:
+    /// `filter` returns success; `Some(false)`: it returns `Unschedulable`
+    /// or `UnschedulableAndUnresolvable` (never `Error`); `None`, the
+    /// default: call `filter`. The framework calls `filter` for the reasons
+    /// only when they are read (a FitError, `explain`); upstream builds
+    /// every rejected node's status, which a pod that is then placed
+    /// discards unread. Called concurrently, like `filter`.
+    fn fits(&self, _state: &CycleState, _pod: &PodInfo, _node: &NodeInfo) -> Option<bool> {
+        None
+    }
+
     /// The fast path: a condition on a node's [`NodeHot`] fields under which
     /// [`FilterPlugin::filter`] surely returns success for `pod`, decided
     /// once per cycle (after PreFilter, so `state` is readable). On a node
