@@ -382,6 +382,9 @@ impl CoordinatorApi for CoordinatorService {
         if r.pod_group_timed_out {
             self.coordinator.count_gang_timeout();
         }
+        if r.clear_nomination {
+            self.coordinator.end_nomination(&pod).await;
+        }
         self.coordinator
             .report_failure(&pod, &r.message, nodes, r.scheduler_error)
             .await;

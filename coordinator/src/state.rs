@@ -2116,6 +2116,31 @@ impl Coordinator {
             .and_then(|r| inner.nominated.get(&r.info.uid).cloned())
     }
 
+    /// `pod`'s preemption found no candidate (upstream's PostFilter result
+    /// with an empty nominated node): its nomination, if any, ends, the
+    /// workers are told, and `status.nominatedNodeName` is cleared, so the
+    /// room it held is free for pods of lower or equal priority again.
+    pub async fn end_nomination(&self, pod: &PodRef) {
+        let ended = {
+            let mut inner = self.inner.lock();
+            let Some(rec) = inner.pods.get(pod.uid.as_str()) else {
+                return;
+            };
+            if !matches!(rec.phase, PodPhase::Pending(_)) {
+                return;
+            }
+            let info = rec.info.clone();
+            let had = inner.nominated.contains_key(&info.uid);
+            inner.clear_nomination(&info);
+            had.then(|| info.pod_once())
+        };
+        if let Some(current) = ended
+            && let Err(e) = self.cluster.set_nominated_node(&current, None).await
+        {
+            warn!(%pod, error = %e, "could not clear status.nominatedNodeName");
+        }
+    }
+
     /// A worker found no node for `pod`: record the FitError message and the
     /// per-node reasons, record a `FailedScheduling` Event and set
     /// `PodScheduled=False` in the cluster (upstream's

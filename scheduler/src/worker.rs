@@ -1304,6 +1304,7 @@ fn finish_cycle(
             // PostFilter: DefaultPreemption first (upstream's default
             // order); its message becomes part of the FitError.
             let mut candidate = None;
+            let mut clear_nomination = false;
             let post_filter_started = Instant::now();
             let outcome = post_filter(s, framework, &pod, snapshot, &fit);
             if outcome.is_some() {
@@ -1339,6 +1340,15 @@ fn finish_cycle(
                 Some(Ok(PostFilterOutcome::Nominate(c))) => candidate = Some(c),
                 Some(Ok(PostFilterOutcome::NotHelpful(msg))) => {
                     fit.diagnosis.post_filter_msg = Some(msg);
+                }
+                Some(Ok(PostFilterOutcome::NoCandidate(msg))) => {
+                    fit.diagnosis.post_filter_msg = Some(msg);
+                    // Upstream's PostFilter clears the nominated node then:
+                    // the room it held here is free for this worker's other
+                    // pods at once, and the report ends it everywhere.
+                    clear_nomination = true;
+                    s.cache.clear_nominated(&pod.uid);
+                    s.queue.set_nominated_node(&pod.uid, None);
                 }
             }
             let mut message = fit.to_string();
@@ -1376,7 +1386,12 @@ fn finish_cycle(
                     plugin: st.plugin.to_owned(),
                 })
                 .collect();
-            report_unschedulable(s, &pod, message, node_statuses);
+            let kind = if clear_nomination {
+                Report::NoPreemptionCandidate
+            } else {
+                Report::Unschedulable
+            };
+            report(s, &pod, message, node_statuses, kind);
             if let Some(c) = candidate {
                 debug!(node = %c.node, victims = c.victims.len(), "preempting");
                 propose_preemption(s, &pod, &c.node, &c.victims);
@@ -1417,6 +1432,9 @@ fn report_unschedulable(
 enum Report {
     /// The pod fits nowhere (or the webhook declined it).
     Unschedulable,
+    /// The pod fits nowhere and preemption found no candidate: its
+    /// nomination, if any, ends too.
+    NoPreemptionCandidate,
     /// The attempt failed with an error (the pod backs off).
     Error,
     /// A gang's members waited past their timeout (counted once per gang).
@@ -1453,6 +1471,7 @@ fn report(
         node_statuses,
         scheduler_error: kind == Report::Error,
         pod_group_timed_out: timed_out,
+        clear_nomination: kind == Report::NoPreemptionCandidate,
     };
     s.tracker.spawn_on(
         async move {

@@ -509,3 +509,65 @@ async fn pod_disruption_budgets_reach_workers() {
     drop(w);
     h.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_report_that_preemption_found_no_candidate_ends_the_nomination() {
+    let cluster = EmbeddedCluster::new();
+    cluster
+        .apply_node(NodeBuilder::new("n1").cpu("2").pods(110).build())
+        .expect("node");
+    let h = Harness::start(cluster).await;
+    let mut w = FakeWorker::join(&h, "online-0", Online).await;
+    w.until_synced().await;
+    assign(
+        &h,
+        &mut w,
+        vec![PodBuilder::new("x").cpu("1").priority(5).build()],
+    )
+    .await;
+    let d = preempt(&w, "x", "n1", &[]).await;
+    assert_eq!(outcome(&d), pb::PreemptionOutcome::Granted, "{d:?}");
+    let status_nominated = |h: &Harness| {
+        h.cluster
+            .pod("default", "x")
+            .and_then(|p| p.status.as_ref()?.nominated_node_name.clone())
+    };
+    wait_until(STEP, "status.nominatedNodeName written", || {
+        status_nominated(&h).as_deref() == Some("n1")
+    })
+    .await;
+    let report = |clear_nomination: bool| pb::UnschedulableReport {
+        worker_id: w.id.clone(),
+        pod: Some(pod_ref("x")),
+        message: "0/1 nodes are available: 1 Insufficient cpu.".into(),
+        clear_nomination,
+        ..Default::default()
+    };
+    // An ordinary report leaves it nominated.
+    let mut client = w.client.clone();
+    within(STEP, "report", client.report_unschedulable(report(false)))
+        .await
+        .expect("ack");
+    assert_eq!(
+        h.coordinator.nominated_node("default", "x").as_deref(),
+        Some("n1")
+    );
+    within(STEP, "report", client.report_unschedulable(report(true)))
+        .await
+        .expect("ack");
+    assert_eq!(h.coordinator.nominated_node("default", "x"), None);
+    let events = w
+        .read_until(|e| e.iter().any(|e| matches!(e, Event::NominationCleared(_))))
+        .await;
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::NominationCleared(r) if r.uid == "uid-x"))
+    );
+    wait_until(STEP, "status.nominatedNodeName cleared", || {
+        status_nominated(&h).is_none()
+    })
+    .await;
+    drop(w);
+    h.shutdown().await;
+}

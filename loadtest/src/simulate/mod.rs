@@ -436,7 +436,9 @@ pub fn simulate_with(
                             ..again
                         };
                     }
-                    Ok(PostFilterOutcome::NotHelpful(msg)) => {
+                    Ok(
+                        PostFilterOutcome::NotHelpful(msg) | PostFilterOutcome::NoCandidate(msg),
+                    ) => {
                         fit.diagnosis.post_filter_msg = Some(msg);
                         result.outcome = Outcome::Unschedulable {
                             message: fit.to_string(),
@@ -634,7 +636,9 @@ pub fn explain_with(
                         result.nominated_node = Some(c.node.to_string());
                         result.victims = c.victims.iter().map(|v| v.key.to_string()).collect();
                     }
-                    Ok(PostFilterOutcome::NotHelpful(msg)) => {
+                    Ok(
+                        PostFilterOutcome::NotHelpful(msg) | PostFilterOutcome::NoCandidate(msg),
+                    ) => {
                         fit.diagnosis.post_filter_msg = Some(msg);
                         result.outcome = Outcome::Unschedulable {
                             message: fit.to_string(),

@@ -90,13 +90,29 @@ pub struct Candidate {
 pub enum PostFilterOutcome {
     /// Preemption would help: evict `victims` on `node`, nominate it.
     Nominate(Candidate),
-    /// It would not: the status message, e.g. "preemption: 0/3 nodes are
-    /// available: ...", to put in `FitError.diagnosis.post_filter_msg`.
-    ///
-    /// Upstream keeps the pod's current `nominatedNodeName` when the pod is
-    /// not eligible (messages starting `preemption: not eligible`) and clears
-    /// it when no candidate was found.
+    /// It would not, and the pod keeps its nomination, if any: it is not
+    /// eligible (`preemption: not eligible ...`, e.g. its nominated node's
+    /// victims are still terminating), the extenders dropped every
+    /// candidate, or the cluster has no node. The status message, to put in
+    /// `FitError.diagnosis.post_filter_msg`.
     NotHelpful(String),
+    /// No node where evicting lower-priority pods would make room: the
+    /// message (`preemption: 0/3 nodes are available: ...`), and the pod's
+    /// nomination, if any, ends, as upstream's PostFilter returns an empty
+    /// nominated node then and `status.nominatedNodeName` is cleared (the
+    /// room it held is free for others).
+    NoCandidate(String),
+}
+
+impl PostFilterOutcome {
+    /// The message of an outcome that nominates nothing.
+    #[must_use]
+    pub fn message(&self) -> Option<&str> {
+        match self {
+            PostFilterOutcome::Nominate(_) => None,
+            PostFilterOutcome::NotHelpful(m) | PostFilterOutcome::NoCandidate(m) => Some(m),
+        }
+    }
 }
 
 /// Runs DefaultPreemption for `pod`, which the cycle over `snap` found
@@ -208,7 +224,9 @@ pub fn preempt(
                     ..Diagnosis::default()
                 },
             };
-            not_helpful(&none_found.to_string())
+            Ok(PostFilterOutcome::NoCandidate(format!(
+                "{MESSAGE_PREFIX}{none_found}"
+            )))
         }
     }
 }

@@ -79,13 +79,15 @@ fn preempt_default(cache: &NodeCache, preemptor: PodBuilder) -> PostFilterOutcom
 fn nominated(out: PostFilterOutcome) -> Candidate {
     match out {
         PostFilterOutcome::Nominate(c) => c,
-        PostFilterOutcome::NotHelpful(m) => panic!("expected a nomination, got {m:?}"),
+        PostFilterOutcome::NotHelpful(m) | PostFilterOutcome::NoCandidate(m) => {
+            panic!("expected a nomination, got {m:?}")
+        }
     }
 }
 
 fn not_helpful(out: PostFilterOutcome) -> String {
     match out {
-        PostFilterOutcome::NotHelpful(m) => m,
+        PostFilterOutcome::NotHelpful(m) | PostFilterOutcome::NoCandidate(m) => m,
         PostFilterOutcome::Nominate(c) => panic!("expected no preemption, got {c:?}"),
     }
 }
@@ -354,8 +356,51 @@ fn a_pod_waits_while_its_nominated_node_still_terminates_a_victim() {
                 let want = if tainted { "n2" } else { "n1" };
                 assert_eq!(&*c.node, want, "{case}");
             }
+            PostFilterOutcome::NoCandidate(m) => panic!("{case}: {m}"),
         }
     }
+}
+
+#[test]
+fn no_candidate_ends_the_nomination_but_not_being_eligible_keeps_it() {
+    // Upstream's PostFilter clears nominatedNodeName when it finds no
+    // candidate, and keeps it when the pod is not eligible to preempt.
+    let fw = default_framework();
+    let all = DefaultPreemptionArgs::default();
+    let cache = cache_with([node("n1", "2", "8Gi").build_spec()]);
+    // Only pods of higher priority on the node: nothing to evict.
+    bind_in_cache(&cache, pod("higher", 20, "2"), "n1");
+    let snap = snapshot_of(&cache);
+    let (_, out) = run(
+        &fw,
+        &snap,
+        &nominated_to(pod("high", 10, "2"), "n1"),
+        &[],
+        &all,
+        0,
+    );
+    match out {
+        PostFilterOutcome::NoCandidate(m) => {
+            assert!(m.starts_with("preemption: 0/1 nodes are available"), "{m}");
+        }
+        other => panic!("expected no candidate, got {other:?}"),
+    }
+    // A victim still terminating on the nominated node: wait, nominated.
+    let cache = cache_with([node("n1", "2", "8Gi").build_spec()]);
+    bind_terminating(&cache, "leaving", "n1", true);
+    let snap = snapshot_of(&cache);
+    let (_, out) = run(
+        &fw,
+        &snap,
+        &nominated_to(pod("high", 10, "2"), "n1"),
+        &[],
+        &all,
+        0,
+    );
+    assert!(
+        matches!(&out, PostFilterOutcome::NotHelpful(m) if m.contains("not eligible")),
+        "{out:?}"
+    );
 }
 
 // ---- which nodes are tried
