@@ -424,8 +424,9 @@ async fn a_nominated_pods_room_is_kept_from_lower_priority_pods_only() {
     h.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn deleting_a_nominated_pod_clears_its_nomination_for_every_worker() {
+/// Node `n1` (2 cpu), an online worker, and pod `x` (1 cpu, priority 5)
+/// nominated to `n1` by a granted preemption with no victims.
+async fn x_nominated_to_n1() -> (Harness, FakeWorker) {
     let cluster = EmbeddedCluster::new();
     cluster
         .apply_node(NodeBuilder::new("n1").cpu("2").pods(110).build())
@@ -441,6 +442,12 @@ async fn deleting_a_nominated_pod_clears_its_nomination_for_every_worker() {
     .await;
     let d = preempt(&w, "x", "n1", &[]).await;
     assert_eq!(outcome(&d), pb::PreemptionOutcome::Granted, "{d:?}");
+    (h, w)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn deleting_a_nominated_pod_clears_its_nomination_for_every_worker() {
+    let (h, mut w) = x_nominated_to_n1().await;
     // A worker joining later gets the nomination in its replay.
     let mut late = FakeWorker::join(&h, "batch-0", Batch).await;
     let replay = late.until_synced().await;
@@ -512,21 +519,7 @@ async fn pod_disruption_budgets_reach_workers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_report_that_preemption_found_no_candidate_ends_the_nomination() {
-    let cluster = EmbeddedCluster::new();
-    cluster
-        .apply_node(NodeBuilder::new("n1").cpu("2").pods(110).build())
-        .expect("node");
-    let h = Harness::start(cluster).await;
-    let mut w = FakeWorker::join(&h, "online-0", Online).await;
-    w.until_synced().await;
-    assign(
-        &h,
-        &mut w,
-        vec![PodBuilder::new("x").cpu("1").priority(5).build()],
-    )
-    .await;
-    let d = preempt(&w, "x", "n1", &[]).await;
-    assert_eq!(outcome(&d), pb::PreemptionOutcome::Granted, "{d:?}");
+    let (h, mut w) = x_nominated_to_n1().await;
     let status_nominated = |h: &Harness| {
         h.cluster
             .pod("default", "x")

@@ -367,18 +367,16 @@ fn no_candidate_ends_the_nomination_but_not_being_eligible_keeps_it() {
     // candidate, and keeps it when the pod is not eligible to preempt.
     let fw = default_framework();
     let all = DefaultPreemptionArgs::default();
-    let cache = cache_with([node("n1", "2", "8Gi").build_spec()]);
+    // A 2-cpu nominee of priority 10 on n1 (2 cpu), given what n1 holds.
+    let outcome_on_n1 = |occupy: &dyn Fn(&NodeCache)| {
+        let cache = cache_with([node("n1", "2", "8Gi").build_spec()]);
+        occupy(&cache);
+        let snap = snapshot_of(&cache);
+        let high = nominated_to(pod("high", 10, "2"), "n1");
+        run(&fw, &snap, &high, &[], &all, 0).1
+    };
     // Only pods of higher priority on the node: nothing to evict.
-    bind_in_cache(&cache, pod("higher", 20, "2"), "n1");
-    let snap = snapshot_of(&cache);
-    let (_, out) = run(
-        &fw,
-        &snap,
-        &nominated_to(pod("high", 10, "2"), "n1"),
-        &[],
-        &all,
-        0,
-    );
+    let out = outcome_on_n1(&|c| bind_in_cache(c, pod("higher", 20, "2"), "n1"));
     match out {
         PostFilterOutcome::NoCandidate(m) => {
             assert!(m.starts_with("preemption: 0/1 nodes are available"), "{m}");
@@ -386,17 +384,7 @@ fn no_candidate_ends_the_nomination_but_not_being_eligible_keeps_it() {
         other => panic!("expected no candidate, got {other:?}"),
     }
     // A victim still terminating on the nominated node: wait, nominated.
-    let cache = cache_with([node("n1", "2", "8Gi").build_spec()]);
-    bind_terminating(&cache, "leaving", "n1", true);
-    let snap = snapshot_of(&cache);
-    let (_, out) = run(
-        &fw,
-        &snap,
-        &nominated_to(pod("high", 10, "2"), "n1"),
-        &[],
-        &all,
-        0,
-    );
+    let out = outcome_on_n1(&|c| bind_terminating(c, "leaving", "n1", true));
     assert!(
         matches!(&out, PostFilterOutcome::NotHelpful(m) if m.contains("not eligible")),
         "{out:?}"
