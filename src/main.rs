@@ -19,6 +19,14 @@
 mod bench_cmd;
 mod kube_cmd;
 
+/// mimalloc instead of glibc malloc: per-thread heaps, no arena lock
+/// shared by the coordinator, the workers and the tokio threads. Built
+/// with `no_thp`: with transparent huge pages, its purged-and-refaulted
+/// pages were zeroed 2 MiB at a time (a third of a 4-worker run in
+/// `clear_page`). docs/benchmarks.md has the measurements.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
