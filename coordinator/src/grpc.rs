@@ -373,6 +373,7 @@ impl CoordinatorApi for CoordinatorService {
         let nodes = r
             .node_statuses
             .into_iter()
+            .take(pb::MAX_NODE_STATUSES)
             .map(|n| NodeRejection {
                 node: n.node_name,
                 reasons: n.reasons,

@@ -90,7 +90,9 @@ pub struct PodRecord {
     /// rejected Binding), not a fit: it is pending and retried after its
     /// backoff; `unschedulable` holds the message.
     pub failing: bool,
-    /// The per-node reasons behind that message, for inspection.
+    /// The per-node reasons behind that message, for inspection: a sample
+    /// of at most `flotilla_proto::v1::MAX_NODE_STATUSES` nodes (the
+    /// message counts them all).
     pub rejections: Arc<[NodeRejection]>,
     /// The worker whose proposal was granted, until the bound pod comes
     /// back from the cluster (that worker's confirmation is sent then).
@@ -2142,7 +2144,8 @@ impl Coordinator {
     }
 
     /// A worker found no node for `pod`: record the FitError message and the
-    /// per-node reasons, record a `FailedScheduling` Event and set
+    /// per-node reasons (the first `flotilla_proto::v1::MAX_NODE_STATUSES`
+    /// of them), record a `FailedScheduling` Event and set
     /// `PodScheduled=False` in the cluster (upstream's
     /// `handleSchedulingFailure`, in that order).
     pub async fn report_unschedulable(
@@ -2162,9 +2165,10 @@ impl Coordinator {
         &self,
         pod: &PodRef,
         message: &str,
-        rejections: Vec<NodeRejection>,
+        mut rejections: Vec<NodeRejection>,
         error: bool,
     ) {
+        rejections.truncate(flotilla_proto::v1::MAX_NODE_STATUSES);
         let current = {
             let mut inner = self.inner.lock();
             inner.counters.unschedulable_reports += 1;

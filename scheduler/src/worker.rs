@@ -1376,10 +1376,12 @@ fn finish_cycle(
                 fit.diagnosis.unschedulable_plugins.clone(),
                 Instant::now(),
             );
+            // A sample: the message counts every node.
             let node_statuses = fit
                 .diagnosis
                 .node_to_status
                 .iter()
+                .take(pb::MAX_NODE_STATUSES)
                 .map(|(node, st)| pb::NodeStatus {
                     node_name: node.to_string(),
                     reasons: st.reasons.iter().map(ToString::to_string).collect(),

@@ -534,3 +534,45 @@ async fn without_arbitration_a_proposal_is_granted_unchecked() {
     assert!(d.reason.contains("Insufficient cpu"), "{}", d.reason);
     assert_eq!(bound_pods(&h).len(), 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_unschedulable_report_keeps_a_sample_of_its_per_node_reasons_and_the_whole_message() {
+    let nodes: Vec<(String, &str)> = (0..50).map(|i| (format!("n{i:02}"), "1")).collect();
+    let refs: Vec<(&str, &str)> = nodes.iter().map(|(n, c)| (n.as_str(), *c)).collect();
+    let (h, mut online, _batch) = nodes_and_two_pools(&refs).await;
+    h.cluster
+        .create_pod(PodBuilder::new("big").cpu("2").build())
+        .expect("pod");
+    let got = online.read_until(|e| !assigned_names(e).is_empty()).await;
+    assert_eq!(assigned_names(&got), ["big"]);
+
+    let message = "0/50 nodes are available: 50 Insufficient cpu.";
+    let statuses: Vec<pb::NodeStatus> = nodes
+        .iter()
+        .map(|(n, _)| pb::NodeStatus {
+            node_name: n.clone(),
+            reasons: vec!["Insufficient cpu".into()],
+            plugin: "NodeResourcesFit".into(),
+        })
+        .collect();
+    online.report_unschedulable("big", message, statuses).await;
+
+    let rec = h.coordinator.record("default", "big").expect("record");
+    assert_eq!(rec.unschedulable.as_deref(), Some(message));
+    let kept: Vec<&str> = rec.rejections.iter().map(|r| r.node.as_str()).collect();
+    let first: Vec<&str> = nodes[..pb::MAX_NODE_STATUSES]
+        .iter()
+        .map(|(n, _)| n.as_str())
+        .collect();
+    assert_eq!(
+        kept,
+        first,
+        "the first {} nodes, in order",
+        pb::MAX_NODE_STATUSES
+    );
+    assert!(
+        rec.rejections
+            .iter()
+            .all(|r| r.reasons == ["Insufficient cpu"])
+    );
+}

@@ -233,6 +233,30 @@ impl FakeWorker {
         self.propose_with_alternatives(pod, node, &[]).await
     }
 
+    /// `ReportUnschedulable` of `pod` with the FitError `message` and
+    /// per-node `node_statuses`.
+    pub async fn report_unschedulable(
+        &self,
+        pod: &str,
+        message: &str,
+        node_statuses: Vec<pb::NodeStatus>,
+    ) {
+        let mut client = self.client.clone();
+        within(
+            STEP,
+            "ReportUnschedulable",
+            client.report_unschedulable(pb::UnschedulableReport {
+                worker_id: self.id.clone(),
+                pod: Some(pod_ref(pod)),
+                message: message.into(),
+                node_statuses,
+                ..Default::default()
+            }),
+        )
+        .await
+        .expect("ReportUnschedulable answers");
+    }
+
     /// `ProposeBind` of `pod` to `node`, offering `alternatives`.
     pub async fn propose_with_alternatives(
         &self,

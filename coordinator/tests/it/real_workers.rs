@@ -340,6 +340,54 @@ async fn an_unschedulable_pod_carries_the_upstream_message_through_the_real_pipe
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_a_large_cluster_the_message_counts_every_node_and_a_sample_of_reasons_is_kept() {
+    let nodes = 3 * flotilla_proto::v1::MAX_NODE_STATUSES;
+    let cluster = EmbeddedCluster::new();
+    for i in 0..nodes {
+        cluster
+            .apply_node(
+                NodeBuilder::new(&format!("small-{i:03}"))
+                    .cpu("1")
+                    .memory("8Gi")
+                    .pods(110)
+                    .build(),
+            )
+            .expect("node");
+    }
+    let h = Harness::start(cluster).await;
+    let workers = start_workers(&h, &[("online-0", WorkloadClass::Online)]).await;
+    h.cluster
+        .create_pod(PodBuilder::new("big").cpu("2").build())
+        .expect("pod");
+    let cluster = h.cluster.clone();
+    wait_until(OUTCOME, "the pod marked unschedulable", move || {
+        cluster
+            .pod("default", "big")
+            .is_some_and(|p| unschedulable_message(&p).is_some())
+    })
+    .await;
+    let p = h.cluster.pod("default", "big").expect("pod");
+    assert_eq!(
+        unschedulable_message(&p),
+        Some(format!(
+            "0/{nodes} nodes are available: {nodes} Insufficient cpu. \
+             preemption: 0/{nodes} nodes are available: {nodes} Preemption is not helpful for scheduling."
+        ))
+        .as_deref()
+    );
+    let rec = h.coordinator.record("default", "big").expect("record");
+    assert_eq!(rec.rejections.len(), flotilla_proto::v1::MAX_NODE_STATUSES);
+    assert!(
+        rec.rejections
+            .iter()
+            .all(|r| r.reasons == ["Insufficient cpu"] && r.plugin == "NodeResourcesFit"),
+        "{:?}",
+        rec.rejections
+    );
+    stop(h, workers).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_unschedulable_pod_is_placed_once_a_fitting_node_joins() {
     let cluster = EmbeddedCluster::new();
     cluster
