@@ -49,6 +49,14 @@ fn respond(code: u16, body: &Value) -> Response<Body> {
 }
 
 fn mock_cluster(events_v1: bool, fence: WriteFence) -> (KubeCluster, Handle) {
+    mock_cluster_with(events_v1, fence, DEFAULT_CONCURRENT_WRITES)
+}
+
+fn mock_cluster_with(
+    events_v1: bool,
+    fence: WriteFence,
+    concurrent_writes: usize,
+) -> (KubeCluster, Handle) {
     let (svc, handle) = mock::pair::<Request<Body>, Response<Body>>();
     let client = Client::new(svc, "default");
     let options = KubeOptions {
@@ -57,6 +65,7 @@ fn mock_cluster(events_v1: bool, fence: WriteFence) -> (KubeCluster, Handle) {
         reporting_instance: "flotilla.io/scheduler-test".into(),
         fence,
         write_limit: None,
+        concurrent_writes,
     };
     (KubeCluster::new(client, info(events_v1), options), handle)
 }
@@ -103,6 +112,54 @@ async fn bind_posts_a_binding_to_the_subresource() {
     });
     c.bind(&pod_ref(), "n1").await.expect("bound");
     server.await.expect("server checks pass");
+}
+
+/// Five Bindings at once with room for two: the server sees two, the
+/// third only once one is answered, and every one is written.
+#[tokio::test]
+async fn writes_in_flight_are_bounded_and_each_waits_its_turn() {
+    let (c, handle) = mock_cluster_with(true, WriteFence::new(), 2);
+    let c = Arc::new(c);
+    let binds: Vec<_> = (0..5)
+        .map(|i| {
+            let c = c.clone();
+            tokio::spawn(async move {
+                let pod = PodRef {
+                    name: format!("p{i}"),
+                    ..pod_ref()
+                };
+                c.bind(&pod, "n1").await
+            })
+        })
+        .collect();
+    let mut handle = pin!(handle);
+    let mut open = Vec::new();
+    for _ in 0..2 {
+        open.push(handle.next_request().await.expect("a request"));
+    }
+    let third = tokio::time::timeout(Duration::from_millis(300), handle.next_request()).await;
+    assert!(third.is_err(), "a third write went out with two in flight");
+    // Answer one at a time: each answer lets exactly one more out.
+    let mut received = 2;
+    let mut answered = 0;
+    while let Some((_, send)) = open.pop() {
+        send.send_response(respond(201, &status(201, "", "")));
+        answered += 1;
+        if received < 5 {
+            open.push(
+                handle
+                    .next_request()
+                    .await
+                    .expect("the next, once one is answered"),
+            );
+            received += 1;
+        }
+        assert!(open.len() <= 2, "more than two writes in flight");
+    }
+    assert_eq!(answered, 5);
+    for b in binds {
+        b.await.expect("task").expect("bound");
+    }
 }
 
 #[tokio::test]
