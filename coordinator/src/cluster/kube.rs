@@ -489,8 +489,11 @@ impl KubeCluster {
     /// token (no wait without a limit). Hold the permit until the answer is
     /// read.
     async fn throttle(&self) -> tokio::sync::SemaphorePermit<'_> {
-        // The semaphore is never closed.
-        let permit = self.in_flight.acquire().await.expect("never closed");
+        let permit = self
+            .in_flight
+            .acquire()
+            .await
+            .expect("the semaphore is never closed");
         ratelimit::acquire(self.limiter.as_ref()).await;
         permit
     }
