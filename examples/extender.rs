@@ -857,8 +857,8 @@ extenders:
 
     #[test]
     fn simulate_shows_the_extenders_verdicts_and_scores() {
-        use flotilla_loadtest::simulate::{Outcome, simulate_with};
         use flotilla_loadtest::workload::ClusterObjects;
+        use flotilla_scheduler::simulate::{Options, Outcome, simulate_with};
 
         let stats = Arc::new(Stats::default());
         let addr = serve(app_with_stats(stats.clone()));
@@ -873,7 +873,10 @@ extenders:
             &objects,
             &cfg.profiles,
             &flotilla_scheduler::Registry::in_tree(),
-            &cfg.extenders,
+            &Options {
+                extenders: &cfg.extenders,
+                seed: None,
+            },
         )
         .expect("the simulation runs");
         assert_eq!(sim.results.len(), 2, "{sim:?}");

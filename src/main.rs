@@ -38,10 +38,10 @@ use tokio_util::sync::CancellationToken;
 
 use flotilla_loadtest::report::{self, Report};
 use flotilla_loadtest::run::{self, RunConfig};
-use flotilla_loadtest::simulate;
 use flotilla_loadtest::workload::{self, OnBadInput, Workload, openb, synthetic};
 use flotilla_scheduler::Registry;
 use flotilla_scheduler::config::{self, ConfigError, SchedulerConfig};
+use flotilla_scheduler::simulate;
 use flotilla_scheduler::worker::{self as sched_worker, WorkerConfig, WorkerStats};
 use flotilla_shared::WorkloadClass;
 
@@ -149,6 +149,8 @@ struct SimulateArgs {
     /// Format on stdout.
     #[arg(long, value_enum, default_value_t = SimulateOutput::Table)]
     output: SimulateOutput,
+    #[command(flatten)]
+    seed: SeedArgs,
 }
 
 #[derive(Args, Debug)]
@@ -160,6 +162,8 @@ struct ExplainArgs {
     sched: ConfigArgs,
     #[command(flatten)]
     source: kube_cmd::ReadSourceArgs,
+    #[command(flatten)]
+    seed: SeedArgs,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
@@ -258,6 +262,17 @@ struct MetricsArgs {
     metrics_listen: Option<String>,
 }
 
+/// `--seed`, shared by the commands that run scheduling cycles.
+#[derive(Args, Debug, Clone, Copy, Default)]
+pub(crate) struct SeedArgs {
+    /// Seed the cycles' random choices (which of equally scored nodes wins,
+    /// where preemption's search starts), so runs repeat: `simulate` and a
+    /// one-worker `run` given the same seed and objects draw the same
+    /// numbers for each attempt. Default: random, as upstream.
+    #[arg(long, value_name = "N")]
+    seed: Option<u64>,
+}
+
 /// `--config`, shared by every command that schedules or dispatches.
 #[derive(Args, Debug)]
 pub(crate) struct ConfigArgs {
@@ -283,6 +298,8 @@ struct RunArgs {
     kube: kube_cmd::ClusterArgs,
     #[command(flatten)]
     metrics: MetricsArgs,
+    #[command(flatten)]
+    seed: SeedArgs,
 }
 
 #[derive(Args, Debug)]
@@ -327,6 +344,8 @@ struct WorkerArgs {
     connect_timeout: u64,
     #[command(flatten)]
     metrics: MetricsArgs,
+    #[command(flatten)]
+    seed: SeedArgs,
 }
 
 fn load(args: &WorkloadArgs) -> anyhow::Result<Workload> {
@@ -465,11 +484,9 @@ async fn worker(args: WorkerArgs, sched: SchedulerConfig) -> anyhow::Result<Exit
     let name = args
         .name
         .unwrap_or_else(|| format!("{class}-{}", std::process::id()));
-    let mut cfg = WorkerConfig::new(&addr, &name, class);
-    cfg.queue = sched.queue_config();
-    cfg.profiles = sched.profiles;
-    cfg.extenders = sched.extenders;
+    let mut cfg = WorkerConfig::new(&addr, &name, class).configured(&sched);
     cfg.connect_timeout = Duration::from_secs(args.connect_timeout);
+    cfg.seed = args.seed.seed;
     let token = CancellationToken::new();
     let t = token.clone();
     tokio::spawn(async move {
@@ -518,7 +535,7 @@ async fn load_cluster(
             let (client, url) = flotilla_coordinator::cluster::kube::client(&live)
                 .await
                 .context("connecting to the Kubernetes API server")?;
-            let read = simulate::live::read_cluster(&client, &url).await?;
+            let read = workload::live::read_cluster(&client, &url).await?;
             for note in &read.notes {
                 eprintln!("note: {note}");
             }
@@ -539,7 +556,10 @@ async fn simulate_cmd(args: &SimulateArgs, sched: &SchedulerConfig) -> anyhow::R
         &objects,
         &sched.profiles,
         &Registry::in_tree(),
-        &sched.extenders,
+        &simulate::Options {
+            extenders: &sched.extenders,
+            seed: args.seed.seed,
+        },
     )?;
     for note in &sim.notes {
         eprintln!("note: {note}");
@@ -560,7 +580,10 @@ async fn explain_cmd(args: &ExplainArgs, sched: &SchedulerConfig) -> anyhow::Res
         &objects,
         &sched.profiles,
         &Registry::in_tree(),
-        &sched.extenders,
+        &simulate::Options {
+            extenders: &sched.extenders,
+            seed: args.seed.seed,
+        },
         &args.pod,
     )?;
     let source = match &args.source.cluster {
@@ -680,6 +703,7 @@ fn main() -> ExitCode {
                     scheduler: sched,
                     grace_period: a.workload.grace_period,
                     metrics_listen: a.metrics.metrics_listen.clone(),
+                    seed: a.seed.seed,
                     ..RunConfig::default()
                 };
                 run_job(&a.workload, &a.report, cfg).await

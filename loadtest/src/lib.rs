@@ -6,9 +6,6 @@
 //! - [`run`]: one run on the embedded cluster (coordinator + workers over
 //!   loopback gRPC) until every pod is bound or unschedulable.
 //! - [`report`]: the end-of-run report (text and JSON) and placements file.
-//! - [`simulate`]: `flotilla simulate` / `flotilla explain`: the scheduler's
-//!   decisions for a cluster's pending pods, in-process, with per-node
-//!   filter results and per-plugin scores.
 //! - [`live`]: scheduling a live cluster (the `kube` backend) until a
 //!   signal, an idle spell or the loss of leadership.
 
@@ -17,5 +14,4 @@ pub mod live;
 pub mod procstat;
 pub mod report;
 pub mod run;
-pub mod simulate;
 pub mod workload;

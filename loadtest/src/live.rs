@@ -250,10 +250,8 @@ pub async fn serve(
         ] {
             for i in 0..count {
                 let name = worker::worker_name(class, i);
-                let mut wcfg = WorkerConfig::new(&format!("http://{}", running.addr), &name, class);
-                wcfg.profiles = cfg.scheduler.profiles.clone();
-                wcfg.queue = cfg.scheduler.queue_config();
-                wcfg.extenders = cfg.scheduler.extenders.clone();
+                let wcfg = WorkerConfig::new(&format!("http://{}", running.addr), &name, class)
+                    .configured(&cfg.scheduler);
                 let st = Arc::new(WorkerStats::default());
                 stats.push(st.clone());
                 let registry = registry.clone();

@@ -65,6 +65,9 @@ pub struct RunConfig {
     /// Keep a sample per Binding ([`Coordinator::set_bind_log`]), for
     /// [`RunOutput::coordinator`]'s `bind_log` (benchmarks).
     pub bind_log: bool,
+    /// Seed of the workers' random choices ([`WorkerConfig::seed`]);
+    /// `None`: from the OS.
+    pub seed: Option<u64>,
 }
 
 impl Default for RunConfig {
@@ -81,6 +84,7 @@ impl Default for RunConfig {
             metrics_listen: None,
             single_scheduler: false,
             bind_log: false,
+            seed: None,
         }
     }
 }
@@ -285,10 +289,9 @@ pub async fn run_embedded_full(
     ] {
         for i in 0..count {
             let name = worker::worker_name(class, i);
-            let mut wcfg = WorkerConfig::new(&format!("http://{}", running.addr), &name, class);
-            wcfg.profiles = cfg.scheduler.profiles.clone();
-            wcfg.queue = cfg.scheduler.queue_config();
-            wcfg.extenders = cfg.scheduler.extenders.clone();
+            let mut wcfg = WorkerConfig::new(&format!("http://{}", running.addr), &name, class)
+                .configured(&cfg.scheduler);
+            wcfg.seed = cfg.seed;
             let st = Arc::new(WorkerStats::default());
             stats.push((name.clone(), class, st.clone()));
             let registry = registry.clone();

@@ -18,16 +18,22 @@
 //!   `flotilla_shared::extender`.
 //! - [`webhook`]: the placement webhook a profile may delegate the choice
 //!   of node to.
+//! - [`cycle`]: one scheduling attempt for one pod as a value
+//!   ([`cycle::Decision`]): the cycle, the placement webhook, PostFilter
+//!   (preemption, gang release), assume and Permit. The two drivers below
+//!   only apply its decisions.
+//! - [`simulate`]: `flotilla simulate` / `flotilla explain`: the decisions
+//!   for a cluster's pending pods (or one pod), in-process, on a simulated
+//!   cluster, with per-node filter results and per-plugin scores.
 //! - [`worker`]: the worker process: coordinator stream → cache/queue →
-//!   scheduling thread → bind stream.
-//! - [`bind_stream`]: the worker's end of `BindStream` (proposals and
-//!   answers of a whole session on one gRPC stream).
+//!   scheduling thread → bind stream (the crate's one user of the wire
+//!   types).
 //! - [`window`]: how many placements a worker may keep unconfirmed
 //!   (additive increase, halved on a bind conflict).
 
-pub mod bind_stream;
 pub mod cache;
 pub mod config;
+pub mod cycle;
 pub mod extender;
 pub mod framework;
 pub mod gang;
@@ -35,6 +41,7 @@ pub mod pdbs;
 pub mod plugins;
 pub mod preemption;
 pub mod queue;
+pub mod simulate;
 pub mod webhook;
 pub mod window;
 pub mod worker;

@@ -51,6 +51,7 @@ pub mod metrics;
 pub mod node_hot;
 pub mod node_info;
 pub mod object_source;
+pub mod objects;
 pub mod pdb;
 pub mod pod_affinity;
 pub mod pod_group;

@@ -11,7 +11,7 @@ use flotilla_coordinator::cluster::{Cluster, EmbeddedCluster};
 use flotilla_proto::v1 as pb;
 use flotilla_proto::v1::WorkloadClass::{Batch, Online};
 use flotilla_proto::v1::watch_event::Event;
-use flotilla_scheduler::bind_stream::{Answer, BindStream};
+use flotilla_scheduler::worker::bind_stream::{Answer, BindStream};
 use flotilla_shared::testing::{NodeBuilder, PodBuilder};
 
 use crate::{FakeWorker, Harness, STEP, assigned_names, decode_pod, node_of, pod_ref, within};

@@ -36,35 +36,12 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::pod_group::{self, PodGroup};
-use super::{LoadError, LoadWarning, OnBadInput, Result, Workload, deterministic_uid, file_label};
+use super::{
+    ClusterObjects, LoadError, LoadWarning, OnBadInput, Result, Workload, deterministic_uid,
+    file_label,
+};
 
-/// Namespace given to namespaced objects that have none.
-pub const DEFAULT_NAMESPACE: &str = "default";
-
-/// Every object of a cluster dump that Flotilla reads, each kind in file
-/// order. The input of `simulate` / `explain`, whatever the source (a file,
-/// or a live cluster's lists through [`cluster_objects_from_documents`]).
-#[derive(Debug, Clone, Default)]
-pub struct ClusterObjects {
-    /// Human-readable name of the source (the file stem).
-    pub name: String,
-    /// Nodes.
-    pub nodes: Vec<Node>,
-    /// Pods, bound (`spec.nodeName` set) and pending, in file order.
-    pub pods: Vec<Pod>,
-    /// Namespaces (their labels feed `namespaceSelector`s).
-    pub namespaces: Vec<Namespace>,
-    /// PriorityClasses (resolve `spec.priorityClassName`).
-    pub priority_classes: Vec<PriorityClass>,
-    /// PodDisruptionBudgets (read and counted; for preemption, not yet used).
-    pub pod_disruption_budgets: Vec<PodDisruptionBudget>,
-    /// PodGroups (`scheduling.x-k8s.io/v1alpha1`; read and counted; for gang
-    /// scheduling, not yet used).
-    pub pod_groups: Vec<PodGroup>,
-    /// Bad objects skipped ([`OnBadInput::Skip`]) and objects of other kinds,
-    /// in input order.
-    pub warnings: Vec<LoadWarning>,
-}
+pub use flotilla_shared::objects::DEFAULT_NAMESPACE;
 
 /// Which kinds a load keeps; objects of other kinds become warnings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -13,7 +13,9 @@
 //! - [`k8s_list`]: a Kubernetes `List` or multi-document YAML/JSON dump, as
 //!   written by `kubectl get nodes,pods -A -o yaml` ([`k8s_list::load_k8s_list`];
 //!   [`k8s_list::load_cluster_objects`] also keeps Namespaces,
-//!   PriorityClasses, PodDisruptionBudgets and [`pod_group::PodGroup`]s).
+//!   PriorityClasses, PodDisruptionBudgets and [`pod_group::PodGroup`]s);
+//! - [`live`]: the same [`ClusterObjects`] read from a live API server,
+//!   read-only ([`live::read_cluster`]), for `simulate` / `explain`.
 //!
 //! Loaders that read files take an [`OnBadInput`] policy: either stop at the
 //! first bad row/object ([`OnBadInput::Fail`]) or skip it and record a
@@ -21,12 +23,12 @@
 
 pub mod dlrm;
 pub mod k8s_list;
+pub mod live;
 pub mod openb;
 pub mod pod_group;
 pub mod synthetic;
 
 use std::collections::{BTreeMap, HashSet};
-use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -36,7 +38,8 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-pub use k8s_list::{ClusterObjects, load_cluster_objects, load_k8s_list};
+pub use flotilla_shared::objects::{ClusterObjects, LoadWarning};
+pub use k8s_list::{load_cluster_objects, load_k8s_list};
 pub use openb::{default_openb_dir, load_openb};
 pub use synthetic::scheduling_basic;
 
@@ -323,22 +326,6 @@ impl OnBadInput {
                 Ok(())
             }
         }
-    }
-}
-
-/// A bad row or object that was skipped, or an object of an unsupported kind.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LoadWarning {
-    /// Where: file name and line (`openb_pod_list_default.csv line 17`) or
-    /// file name and object (`cluster.yaml: item 3 (Pod default/web-1)`).
-    pub location: String,
-    /// What was wrong, e.g. `field cpu_milli: invalid digit "12x00"`.
-    pub message: String,
-}
-
-impl fmt::Display for LoadWarning {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.location, self.message)
     }
 }
 

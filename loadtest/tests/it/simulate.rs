@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
-use flotilla_loadtest::simulate::{self, Outcome, output};
 use flotilla_loadtest::workload::{ClusterObjects, OnBadInput, load_cluster_objects};
 use flotilla_scheduler::plugins::names;
+use flotilla_scheduler::simulate::{self, Outcome, output};
 use flotilla_scheduler::{Profile, Registry};
 
 fn fixture(name: &str) -> PathBuf {

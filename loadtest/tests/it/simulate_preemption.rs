@@ -5,9 +5,9 @@
 
 use serde_json::Value;
 
-use flotilla_loadtest::simulate::{self, output};
 use flotilla_scheduler::framework::PluginRef;
 use flotilla_scheduler::plugins::names;
+use flotilla_scheduler::simulate::{self, output};
 use flotilla_scheduler::{Profile, Registry};
 
 use crate::simulate::load_text;

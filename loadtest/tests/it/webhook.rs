@@ -288,9 +288,9 @@ async fn batched_mode_decides_many_pods_per_call_and_rechecks_each_node() {
 
 #[test]
 fn simulate_asks_the_webhook_and_shows_what_it_changed() {
-    use flotilla_loadtest::simulate::{self, Outcome as SimOutcome};
     use flotilla_loadtest::workload::ClusterObjects;
     use flotilla_scheduler::Registry;
+    use flotilla_scheduler::simulate::{self, Outcome as SimOutcome};
 
     // The service sends every pod but `p1` to the node Flotilla would not
     // pick (the last candidate it lists); `p1` is declined.
@@ -318,8 +318,13 @@ fn simulate_asks_the_webhook_and_shows_what_it_changed() {
         pods: w.pods,
         ..ClusterObjects::default()
     };
-    let sim = simulate::simulate_with(&objects, &cfg.profiles, &Registry::in_tree(), &[])
-        .expect("simulate");
+    let sim = simulate::simulate_with(
+        &objects,
+        &cfg.profiles,
+        &Registry::in_tree(),
+        &simulate::Options::default(),
+    )
+    .expect("simulate");
     assert_eq!(sim.results.len(), 3);
     for r in &sim.results {
         let hook = r

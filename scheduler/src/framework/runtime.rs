@@ -37,7 +37,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use std::time::Instant;
 
-use rand::RngExt as _;
 use rayon::prelude::*;
 
 use flotilla_shared::extender::EXTENDER_NAME;
@@ -54,6 +53,7 @@ use super::metrics::ProfileMetrics;
 use super::profile::{Profile, num_feasible_nodes_to_find};
 use super::registry::{PluginHandle, Registry, RegistryError};
 use crate::cache::Snapshot;
+use crate::cycle::CycleRng;
 use crate::extender::Extenders;
 use crate::preemption::DefaultPreemptionArgs;
 
@@ -991,7 +991,8 @@ impl Framework {
 
     /// Schedules `pod` on the nodes of `snap`, searching the worker's
     /// partition first and falling back to every other node, so a partition
-    /// never makes a pod falsely unschedulable.
+    /// never makes a pod falsely unschedulable. Ties are broken at random
+    /// ([`Framework::run`] takes the random source).
     ///
     /// # Errors
     /// [`ScheduleError::Unschedulable`] when no node fits (after a search of
@@ -1001,7 +1002,7 @@ impl Framework {
         pod: &PodInfo,
         snap: &Snapshot,
     ) -> Result<ScheduleResult, ScheduleError> {
-        self.run_cycle(pod, snap, None, None)
+        self.run(pod, snap, &mut CycleRng::from_entropy(), None, None)
     }
 
     /// [`Framework::schedule`], also returning every feasible node that was
@@ -1017,7 +1018,13 @@ impl Framework {
         snap: &Snapshot,
     ) -> (Result<ScheduleResult, ScheduleError>, Candidates) {
         let mut candidates = Vec::new();
-        let r = self.run_cycle(pod, snap, None, Some(&mut candidates));
+        let r = self.run(
+            pod,
+            snap,
+            &mut CycleRng::from_entropy(),
+            None,
+            Some(&mut candidates),
+        );
         (r, candidates)
     }
 
@@ -1033,14 +1040,30 @@ impl Framework {
         snap: &Snapshot,
     ) -> (Result<ScheduleResult, ScheduleError>, CycleDetail) {
         let mut detail = CycleDetail::default();
-        let r = self.run_cycle(pod, snap, Some(&mut detail), None);
+        let r = self.run(
+            pod,
+            snap,
+            &mut CycleRng::from_entropy(),
+            Some(&mut detail),
+            None,
+        );
         (r, detail)
     }
 
-    fn run_cycle(
+    /// The cycle itself (PreFilter → nominated node → Filter → Score →
+    /// select), which every other entry point calls: equally scored nodes
+    /// are told apart by `rng`; `detail`, when given, receives every node's
+    /// Filter status and every plugin's score (a single feasible node is
+    /// then scored too); `candidates`, when given, every feasible node
+    /// scored with its total. The choice does not depend on either.
+    ///
+    /// # Errors
+    /// As [`Framework::schedule`].
+    pub fn run(
         &self,
         pod: &PodInfo,
         snap: &Snapshot,
+        rng: &mut CycleRng,
         mut detail: Option<&mut CycleDetail>,
         mut candidates: Option<&mut Candidates>,
     ) -> Result<ScheduleResult, ScheduleError> {
@@ -1131,8 +1154,16 @@ impl Framework {
             {
                 let score = match detail {
                     Some(d) => {
-                        self.score_and_select(&mut pre.state, pod, snap, &[idx], Some(d), None)?
-                            .score
+                        self.score_and_select(
+                            &mut pre.state,
+                            pod,
+                            snap,
+                            &[idx],
+                            rng,
+                            Some(d),
+                            None,
+                        )?
+                        .score
                     }
                     None => 0,
                 };
@@ -1343,7 +1374,15 @@ impl Framework {
                 alternatives: Vec::new(),
             }
         } else {
-            self.score_and_select(&mut pre.state, pod, snap, &feasible, detail, candidates)?
+            self.score_and_select(
+                &mut pre.state,
+                pod,
+                snap,
+                &feasible,
+                rng,
+                detail,
+                candidates,
+            )?
         };
         Ok(ScheduleResult {
             node: nodes[chosen.best].spec.name.clone(),
@@ -1444,6 +1483,7 @@ impl Framework {
         pod: &PodInfo,
         snap: &Snapshot,
         feasible: &[usize],
+        rng: &mut CycleRng,
         detail: Option<&mut CycleDetail>,
         candidates: Option<&mut Candidates>,
     ) -> Result<Selection, ScheduleError> {
@@ -1584,7 +1624,7 @@ impl Framework {
                     .map(|(&i, &t)| (nodes[i].spec.name.clone(), t)),
             );
         }
-        let best = pick_best(&totals, |ties| rand::rng().random_range(0..ties));
+        let best = pick_best(&totals, |ties| rng.below(ties));
         Ok(Selection {
             best: feasible[best],
             score: totals[best],

@@ -12,8 +12,8 @@
 //!   PodGroups (`scheduling.x-k8s.io/v1alpha1`, a CRD of
 //!   kubernetes-sigs/scheduler-plugins): first found by discovery
 //!   (`GET /apis/<group>/<version>`); when the server does not serve them,
-//!   or the caller may not list them (403), they are skipped with a note,
-//!   since `simulate` only counts them today.
+//!   or the caller may not list them (403), they are skipped with a note
+//!   (preemption then sees no budget; no pod forms a gang).
 //!
 //! Lists are read in pages of [`PAGE_SIZE`] with continue tokens, so every
 //! page of one resource comes from the same snapshot (the API server's

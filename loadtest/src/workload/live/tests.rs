@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use tower_test::mock;
 
 use super::*;
-use crate::simulate::{Outcome, explain, simulate};
+use flotilla_scheduler::simulate::{Outcome, explain, simulate};
 use flotilla_scheduler::{Profile, Registry};
 
 /// Requests seen by the mock server, as `(method, path?query)`.

@@ -1,12 +1,16 @@
 //! `simulate` and `explain`: what the scheduler would do with a cluster's
-//! pending pods, run with the very plugin code the workers run, in-process,
-//! without gRPC or a cluster.
+//! pending pods, in-process, without gRPC or a cluster.
 //!
-//! The input is a [`ClusterObjects`] from any source (a file through
-//! [`crate::workload::load_cluster_objects`], or a live cluster's lists
-//! through [`live::read_cluster`], read-only), and the profiles to run
-//! (`&[Profile]`, one [`Framework`] each, selected by the pods'
-//! `spec.schedulerName`).
+//! Each attempt is the workers' own: [`crate::cycle::Cycle::schedule_one`]
+//! (the profile's plugins, the placement webhook, PostFilter, assume and
+//! Permit) over a [`NodeCache`] built from the input. This module only
+//! applies the decisions to its simulated cluster, as the worker applies
+//! them through the coordinator.
+//!
+//! The input is a [`ClusterObjects`] from any source (a file, or a live
+//! cluster's lists read-only, both loaded by `flotilla_loadtest::workload`),
+//! and the profiles to run (`&[Profile]`, one [`Framework`] each, selected
+//! by the pods' `spec.schedulerName`).
 //!
 //! # The simulated cluster
 //! - Every Node goes into a [`NodeCache`]; every pod with `spec.nodeName` is
@@ -16,8 +20,8 @@
 //!   namespace); a namespace that pods use but the input does not list is
 //!   known with that label alone.
 //! - `spec.priority` is resolved from PriorityClasses as admission does
-//!   ([`priority`]); a pod naming a class that does not exist gets an
-//!   [`Outcome::Error`] result instead of a place in the queue.
+//!   ([`flotilla_shared::priority`]); a pod naming a class that does not
+//!   exist gets an [`Outcome::Error`] result instead of a place in the queue.
 //! - PodDisruptionBudgets feed preemption's victim choice; PodGroups feed
 //!   gang scheduling (profiles that enable `Coscheduling`).
 //!
@@ -34,12 +38,13 @@
 //! # Preemption
 //! A pod that fits nowhere in a profile with `DefaultPreemption` gets
 //! upstream's PostFilter: when evicting lower-priority pods somewhere makes
-//! room ([`flotilla_scheduler::preemption::preempt`], PodDisruptionBudgets
-//! respected), the victims are evicted from the simulated cluster, the pod
-//! is nominated there and its cycle runs again (its nominated node first, as
-//! upstream's next attempt would); the result carries `nominated_node` and
-//! `victims`, and the final status and node. When preemption cannot help,
-//! the FitError message ends with upstream's `preemption: ...` text.
+//! room ([`crate::preemption::preempt`], PodDisruptionBudgets
+//! respected), the victims are evicted from the simulated cluster at once
+//! (no grace period), and the pod's next attempt runs right away,
+//! nominated (its nominated node first, as upstream's next attempt would);
+//! the result carries `nominated_node` and `victims`, and the final status
+//! and node. When preemption cannot help, the FitError message ends with
+//! upstream's `preemption: ...` text.
 //!
 //! # Gangs
 //! Pods of a PodGroup (label `scheduling.x-k8s.io/pod-group`) in a profile
@@ -49,41 +54,50 @@
 //! releases its room and every member is `Unschedulable` with upstream's
 //! message: all or nothing.
 //!
-//! Ties between equally scored nodes are broken at random, as upstream's
-//! `selectHost` does, so runs over such clusters can differ.
+//! # Randomness, and a worker's decisions
+//! Ties between equally scored nodes, and where preemption's search
+//! starts, are drawn at random as upstream does, so runs over clusters with
+//! ties can differ; [`Options::seed`] fixes them. A seeded attempt draws
+//! the same numbers in a worker given the same seed
+//! ([`crate::cycle::CycleRng`]), so a one-worker `flotilla run` over the
+//! same objects makes the same decisions as long as its attempts see the
+//! same cluster: a worker's preemptor retries only once its victims are
+//! gone (other pods may be placed meanwhile), and with more than 100 nodes
+//! where each search starts depends on the cycles before it
+//! (`percentageOfNodesToScore`).
 //!
 //! # Explain
-//! [`explain`] runs one cycle for one pod against the cluster as the input
-//! shows it: bound pods only, no other pending pod placed first.
+//! [`explain`] runs one attempt for one pod against the cluster as the
+//! input shows it: bound pods only, no other pending pod placed first;
+//! nothing is evicted, and a gang member shows where it would wait at
+//! Permit.
 
-pub mod live;
 pub mod output;
-pub mod priority;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
 
-use flotilla_scheduler::cache::{NodeCache, Snapshot};
-use flotilla_scheduler::extender::Extenders;
-use flotilla_scheduler::framework::registry::coscheduling_factory;
-use flotilla_scheduler::framework::{CycleDetail, RegistryError, ScheduleError};
-use flotilla_scheduler::gang::{self, GangBook, PermitOutcome};
-use flotilla_scheduler::plugins::{coscheduling, names};
-use flotilla_scheduler::preemption::{self, PostFilterOutcome};
-use flotilla_scheduler::webhook::{Ask, Resolution, Shard, Webhook};
-use flotilla_scheduler::{Framework, Profile, Registry};
 use flotilla_shared::extender::ExtenderConfig;
-use flotilla_shared::framework::{Code, ExtensionPoint, FitError, Status};
+use flotilla_shared::framework::{Code, Status};
 use flotilla_shared::node_info::NodeError;
+use flotilla_shared::objects::{ClusterObjects, DEFAULT_NAMESPACE};
 use flotilla_shared::pdb::PdbInfo;
 use flotilla_shared::pod_info::PodError;
+use flotilla_shared::priority::PriorityClasses;
 use flotilla_shared::{NodeSpec, PodInfo, PodKey};
 
-use crate::workload::ClusterObjects;
-use crate::workload::k8s_list::DEFAULT_NAMESPACE;
-use priority::PriorityClasses;
+use crate::cache::{NodeCache, Snapshot};
+use crate::cycle::{Attempt, Cycle, Decision, WebhookVerdict};
+use crate::extender::Extenders;
+use crate::framework::registry::coscheduling_factory;
+use crate::framework::{CycleDetail, ProfileMap, RegistryError};
+use crate::gang::GangBook;
+use crate::plugins::names;
+use crate::webhook::Webhook;
+use crate::{Framework, Profile, Registry};
 
 /// Namespace label the apiserver sets on every namespace to its name.
 pub const LABEL_METADATA_NAME: &str = "kubernetes.io/metadata.name";
@@ -288,6 +302,22 @@ pub struct Explanation {
     pub bound_pods: usize,
 }
 
+/// How [`simulate_with`] and [`explain_with`] run besides the objects and
+/// profiles.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Options<'a> {
+    /// The configuration's `extenders`: their filter, prioritize and
+    /// preempt verbs are called over HTTP, as the workers would; calls
+    /// block until answered or timed out; failures are handled as in the
+    /// workers (ignorable extenders skipped).
+    pub extenders: &'a [ExtenderConfig],
+    /// Seed of the cycles' random choices (ties between equally scored
+    /// nodes, where preemption's search starts;
+    /// [`crate::cycle::CycleRng`]); `None`: from the OS, as upstream, so
+    /// runs over clusters with ties can differ.
+    pub seed: Option<u64>,
+}
+
 /// Simulates every pending pod of `objects` with `profiles` (plugins from
 /// `registry`), one at a time in queue order, each placement applied before
 /// the next (see the module docs).
@@ -301,14 +331,11 @@ pub fn simulate(
     profiles: &[Profile],
     registry: &Registry,
 ) -> Result<Simulation, SimulateError> {
-    simulate_with(objects, profiles, registry, &[])
+    simulate_with(objects, profiles, registry, &Options::default())
 }
 
-/// [`simulate`] calling `extenders` (the configuration's `extenders`: their
-/// filter, prioritize and preempt verbs, over HTTP, as the workers would)
-/// and each profile's placement webhook. Calls block until answered or
-/// timed out; failures are handled as in the workers (ignorable extenders
-/// skipped, the webhook's fallback).
+/// [`simulate`] with [`Options`]: extenders, and the seed. Each profile's
+/// placement webhook is called too.
 ///
 /// # Errors
 /// As [`simulate`], and an extender or webhook whose TLS settings cannot be
@@ -317,29 +344,15 @@ pub fn simulate_with(
     objects: &ClusterObjects,
     profiles: &[Profile],
     registry: &Registry,
-    extenders: &[ExtenderConfig],
+    opts: &Options<'_>,
 ) -> Result<Simulation, SimulateError> {
-    // Gangs: one book for the run, behind every profile's Coscheduling.
-    let book = Arc::new(GangBook::new());
-    let mut registry = registry.clone();
-    registry.replace(names::COSCHEDULING, coscheduling_factory(book.clone()));
-    let extenders = build_extenders(extenders)?;
-    let frameworks = frameworks(profiles, &registry, &extenders)?;
-    let webhooks = webhooks(profiles)?;
     let mut sim = Simulation::default();
     let cluster = Cluster::build(objects, None, &mut sim.notes)?;
+    let scheduler = Scheduler::new(objects, profiles, registry, opts, &mut sim.notes)?;
     let classes = PriorityClasses::new(&objects.priority_classes);
-    for g in &objects.pod_groups {
-        book.apply_group(Arc::new(g.clone()));
-    }
-    for pod in objects.pods.iter().filter(|p| is_bound(p)) {
-        book.pod_bound(&PodInfo::from_pod(Arc::new(pod.clone()))?);
-    }
-    let pdbs = compile_pdbs(objects, &mut sim.notes);
 
-    // (priority, input order, pod, its framework), then pods whose class
-    // is unknown.
-    let mut queue: Vec<(i32, usize, PodInfo, &Framework)> = Vec::new();
+    // (priority, input order, pod), then pods whose class is unknown.
+    let mut queue: Vec<(i32, usize, PodInfo)> = Vec::new();
     let mut refused: Vec<PodResult> = Vec::new();
     for (order, pod) in objects.pods.iter().enumerate() {
         if is_bound(pod) {
@@ -347,182 +360,111 @@ pub fn simulate_with(
         }
         let key = key_of(pod);
         if let Some(reason) = not_schedulable_reason(pod) {
-            // A gated pod still counts as a member of its PodGroup (upstream
-            // lists the group's pods by label, gates or not).
-            if is_gated(pod) {
-                book.pod_pending(&PodInfo::from_pod(Arc::new(pod.clone()))?);
-            }
             sim.skipped.push(SkippedPod { pod: key, reason });
             continue;
         }
-        let scheduler = scheduler_name(pod);
-        let Some(fw) = frameworks.get(scheduler) else {
+        let scheduler_name = scheduler_name(pod);
+        let Some(fw) = scheduler.profiles.get(scheduler_name) else {
             sim.skipped.push(SkippedPod {
                 pod: key,
-                reason: format!("spec.schedulerName {scheduler:?} has no profile"),
+                reason: format!("spec.schedulerName {scheduler_name:?} has no profile"),
             });
             continue;
         };
         let mut admitted = pod.clone();
         match classes.admit(&mut admitted) {
-            Ok(priority) => {
-                let info = PodInfo::from_pod(Arc::new(admitted))?;
-                book.pod_pending(&info);
-                queue.push((priority, order, info, fw));
-            }
+            Ok(priority) => queue.push((priority, order, PodInfo::from_pod(Arc::new(admitted))?)),
             Err(e) => {
                 // Still read the pod, so bad fields are reported as such.
                 PodInfo::from_pod(Arc::new(admitted))?;
-                refused.push(PodResult {
-                    pod: key,
-                    priority: None,
-                    profile: fw.profile_name().to_owned(),
-                    outcome: Outcome::Error {
-                        message: e.to_string(),
-                    },
-                    nodes: BTreeMap::new(),
-                    num_all_nodes: cluster.node_count,
-                    score_weights: fw.score_weights(),
-                    nominated_node: None,
-                    victims: Vec::new(),
-                    webhook: None,
-                });
+                refused.push(PodResult::refused(
+                    key,
+                    fw,
+                    cluster.node_count,
+                    e.to_string(),
+                ));
             }
         }
     }
     // PrioritySort: higher priority first; equal priority keeps input order.
-    queue.sort_by_key(|(priority, order, _, _)| (std::cmp::Reverse(*priority), *order));
+    queue.sort_by_key(|(priority, order, _)| (std::cmp::Reverse(*priority), *order));
 
-    // The simulation's clock: it does not advance, so gang timeouts happen
-    // only at the end of the queue.
-    let now = std::time::Instant::now();
+    // The simulation's clock does not advance: gang timeouts happen only
+    // at the end of the queue.
+    let now = Instant::now();
+    let cycle = scheduler.cycle(&cluster.cache);
     let mut snapshot = Snapshot::default();
     // Result index of each gang member waiting at Permit, by uid.
     let mut waiting: HashMap<Arc<str>, usize> = HashMap::new();
-    for (_, _, pod, fw) in queue {
+    for (_, _, pod) in queue {
         let pod = Arc::new(pod);
-        cluster.cache.update_snapshot(&mut snapshot);
-        let (mut result, fit) = run_cycle(fw, &pod, &snapshot);
-        ask_webhook(
-            webhooks.get(fw.profile_name()),
-            &pod,
-            &snapshot,
-            &mut result,
-        );
-        let gangs = fw
-            .enabled_at(ExtensionPoint::Permit)
-            .contains(&coscheduling::NAME);
-        if let Some(mut fit) = fit {
-            if let Some(args) = fw.preemption() {
-                match preemption::preempt(fw, &pod, &snapshot, &fit, &pdbs, args, 0) {
-                    Ok(PostFilterOutcome::Nominate(c)) => {
-                        for v in &c.victims {
-                            cluster.cache.remove_pod(&v.uid);
-                        }
-                        // The next attempt, nominated: its node first.
-                        let mut nominated = (*pod).clone();
-                        nominated.nominated_node_name = Some(c.node.clone());
-                        cluster.cache.update_snapshot(&mut snapshot);
-                        let (mut again, _) = run_cycle(fw, &nominated, &snapshot);
-                        ask_webhook(
-                            webhooks.get(fw.profile_name()),
-                            &nominated,
-                            &snapshot,
-                            &mut again,
-                        );
-                        result = PodResult {
-                            nominated_node: Some(c.node.to_string()),
-                            victims: c.victims.iter().map(|v| v.key.to_string()).collect(),
-                            ..again
-                        };
-                    }
-                    Ok(
-                        PostFilterOutcome::NotHelpful(msg) | PostFilterOutcome::NoCandidate(msg),
-                    ) => {
-                        fit.diagnosis.post_filter_msg = Some(msg);
-                        result.outcome = Outcome::Unschedulable {
-                            message: fit.to_string(),
-                        };
-                    }
-                    Err(e) => {
-                        result.outcome = Outcome::Error {
-                            message: e.to_string(),
-                        };
-                    }
+        let fw = scheduler
+            .profiles
+            .for_pod(&pod)
+            .expect("queued pods have a profile");
+        let mut attempt = cycle.schedule_one(&mut snapshot, &pod, 0, now);
+        let mut result = PodResult::of(&pod, fw, &attempt);
+        if let Decision::Unschedulable(u) = &attempt.decision
+            && let Some(c) = &u.nominate
+        {
+            // Preemption: the victims go, and the pod's next attempt runs
+            // at once, nominated (its node is tried first).
+            for v in &c.victims {
+                cluster.cache.remove_pod(&v.uid);
+            }
+            let mut nominated = (*pod).clone();
+            nominated.nominated_node_name = Some(c.node.clone());
+            let victims = c.victims.iter().map(|v| v.key.to_string()).collect();
+            let node = c.node.to_string();
+            attempt = cycle.schedule_one(&mut snapshot, &Arc::new(nominated), 1, now);
+            result = PodResult {
+                nominated_node: Some(node),
+                victims,
+                ..PodResult::of(&pod, fw, &attempt)
+            };
+        }
+        match attempt.decision {
+            Decision::Bind(r) => {
+                cluster.cache.forget(&pod.uid);
+                cluster.cache.add_bound_pod(Arc::new(bind(&pod, &r.node)?));
+            }
+            Decision::Wait(_) => {
+                waiting.insert(pod.uid.clone(), sim.results.len());
+            }
+            Decision::BindGang { members, .. } => {
+                for (m, n) in members {
+                    waiting.remove(&m.uid);
+                    cluster.cache.forget(&m.uid);
+                    cluster.cache.add_bound_pod(Arc::new(bind(&m, &n)?));
+                    scheduler.gangs.pod_bound(&m);
                 }
             }
-            if gangs && !matches!(result.outcome, Outcome::Scheduled { .. }) {
-                // A member that fits nowhere may doom its waiting siblings.
-                let (released, msg) = book.post_filter(&pod, now);
-                if let Some(m) = msg {
-                    for (sibling, _) in &released {
-                        cluster.cache.forget(&sibling.uid);
+            Decision::Unschedulable(u) => {
+                // A member that fits nowhere may doom its waiting siblings
+                // (the cycle forgot them).
+                if let Some(m) = &u.gang_message {
+                    for (sibling, _) in &u.released {
                         if let Some(i) = waiting.remove(&sibling.uid) {
                             sim.results[i].outcome = Outcome::Unschedulable { message: m.clone() };
                         }
                     }
-                    if let Outcome::Unschedulable { message } = &mut result.outcome {
-                        let sep = if fit.diagnosis.post_filter_msg.is_some() {
-                            ", "
-                        } else {
-                            " "
-                        };
-                        message.push_str(sep);
-                        message.push_str(&m);
-                    }
                 }
             }
-        }
-        if let Outcome::Scheduled { node } = &result.outcome {
-            let node: Arc<str> = Arc::from(node.as_str());
-            let permit = if gangs {
-                // Permit sees the pod assumed.
-                let _ = cluster.cache.assume(pod.clone(), &node);
-                book.permit(&pod, &node, now)
-            } else {
-                PermitOutcome::NotGang
-            };
-            match permit {
-                PermitOutcome::NotGang => {
-                    cluster.cache.forget(&pod.uid);
-                    cluster.cache.add_bound_pod(Arc::new(bind(&pod, &node)?));
-                }
-                PermitOutcome::Wait => {
-                    waiting.insert(pod.uid.clone(), sim.results.len());
-                }
-                PermitOutcome::Ready(_, members) => {
-                    for (m, n) in members {
-                        waiting.remove(&m.uid);
-                        cluster.cache.forget(&m.uid);
-                        cluster.cache.add_bound_pod(Arc::new(bind(&m, &n)?));
-                        book.pod_bound(&m);
-                    }
-                }
-                PermitOutcome::Reject(message) => {
-                    cluster.cache.forget(&pod.uid);
-                    result.outcome = Outcome::Unschedulable { message };
-                }
-            }
+            Decision::Pending { .. } | Decision::Error { .. } | Decision::NoProfile(_) => {}
         }
         sim.results.push(result);
     }
     // Gangs still short of minMember when the queue ran dry wait out their
-    // timeout: every member is released.
-    // Past any timeout: `scheduleTimeoutSeconds` is an int32.
+    // timeout (`scheduleTimeoutSeconds` is an int32): every member is
+    // released.
     let end = now
-        .checked_add(std::time::Duration::from_secs(u64::from(u32::MAX)))
+        .checked_add(Duration::from_secs(u64::from(u32::MAX)))
         .unwrap_or(now);
-    for (_, timeout, members) in book.take_expired(end) {
-        let message = format!(
-            "rejected due to timeout after waiting {} at plugin {}",
-            gang::go_duration(timeout),
-            coscheduling::NAME
-        );
-        for (m, _) in members {
-            cluster.cache.forget(&m.uid);
+    for gang in cycle.expire_gangs(end) {
+        for (m, _) in gang.members {
             if let Some(i) = waiting.remove(&m.uid) {
                 sim.results[i].outcome = Outcome::Unschedulable {
-                    message: message.clone(),
+                    message: gang.message.clone(),
                 };
             }
         }
@@ -546,11 +488,11 @@ pub fn explain(
     registry: &Registry,
     pod: &str,
 ) -> Result<Explanation, SimulateError> {
-    explain_with(objects, profiles, registry, &[], pod)
+    explain_with(objects, profiles, registry, &Options::default(), pod)
 }
 
-/// [`explain`] calling `extenders` and the pod's profile's placement
-/// webhook, as [`simulate_with`] does.
+/// [`explain`] with [`Options`], calling the pod's profile's placement
+/// webhook too, as [`simulate_with`] does.
 ///
 /// # Errors
 /// As [`explain`] and [`simulate_with`].
@@ -558,7 +500,7 @@ pub fn explain_with(
     objects: &ClusterObjects,
     profiles: &[Profile],
     registry: &Registry,
-    extenders: &[ExtenderConfig],
+    opts: &Options<'_>,
     pod: &str,
 ) -> Result<Explanation, SimulateError> {
     let key = parse_pod_key(pod)?;
@@ -568,13 +510,13 @@ pub fn explain_with(
             source_name: objects.name.clone(),
         });
     };
-    let frameworks = frameworks(profiles, registry, &build_extenders(extenders)?)?;
-    let webhooks = webhooks(profiles)?;
-    let scheduler = scheduler_name(target);
-    let Some(fw) = frameworks.get(scheduler) else {
+    let mut notes = Vec::new();
+    let scheduler = Scheduler::new(objects, profiles, registry, opts, &mut notes)?;
+    let scheduler_name = scheduler_name(target);
+    let Some(fw) = scheduler.profiles.get(scheduler_name) else {
         return Err(SimulateError::NoProfile {
             pod: key.to_string(),
-            scheduler: scheduler.to_owned(),
+            scheduler: scheduler_name.to_owned(),
             profiles: profiles
                 .iter()
                 .map(|p| p.scheduler_name.as_str())
@@ -582,7 +524,6 @@ pub fn explain_with(
                 .join(", "),
         });
     };
-    let mut notes = Vec::new();
     let uid = target.metadata.uid.as_deref();
     let cluster = Cluster::build(objects, uid, &mut notes)?;
     if let Some(node) = target.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
@@ -604,25 +545,23 @@ pub fn explain_with(
         spec.node_name = None;
     }
     let admission = classes.admit(&mut admitted);
-    let info = PodInfo::from_pod(Arc::new(admitted))?;
+    let info = Arc::new(PodInfo::from_pod(Arc::new(admitted))?);
     let result = match admission {
         Ok(_) => {
             let mut snapshot = Snapshot::default();
-            cluster.cache.update_snapshot(&mut snapshot);
-            let (mut result, fit) = run_cycle(fw, &info, &snapshot);
-            ask_webhook(
-                webhooks.get(fw.profile_name()),
+            let attempt = scheduler.cycle(&cluster.cache).schedule_one(
+                &mut snapshot,
                 &info,
-                &snapshot,
-                &mut result,
+                0,
+                Instant::now(),
             );
-            // The attempt's PostFilter, as upstream reports it: the
-            // preemption message, or the node it would nominate and the
-            // pods it would evict (nothing is evicted here).
-            if let (Some(mut fit), Some(args)) = (fit, fw.preemption()) {
-                let pdbs = compile_pdbs(objects, &mut notes);
-                match preemption::preempt(fw, &info, &snapshot, &fit, &pdbs, args, 0) {
-                    Ok(PostFilterOutcome::Nominate(c)) => {
+            let mut result = PodResult::of(&info, fw, &attempt);
+            match &attempt.decision {
+                // The attempt's PostFilter, as upstream reports it: the
+                // node it would nominate and the pods it would evict
+                // (nothing is evicted here).
+                Decision::Unschedulable(u) => {
+                    if let Some(c) = &u.nominate {
                         notes.push(format!(
                             "preemption would nominate node {} for pod {} and evict {}",
                             c.node,
@@ -636,33 +575,17 @@ pub fn explain_with(
                         result.nominated_node = Some(c.node.to_string());
                         result.victims = c.victims.iter().map(|v| v.key.to_string()).collect();
                     }
-                    Ok(
-                        PostFilterOutcome::NotHelpful(msg) | PostFilterOutcome::NoCandidate(msg),
-                    ) => {
-                        fit.diagnosis.post_filter_msg = Some(msg);
-                        result.outcome = Outcome::Unschedulable {
-                            message: fit.to_string(),
-                        };
-                    }
-                    Err(e) => notes.push(format!("preemption failed: {e}")),
                 }
+                Decision::Wait(r) => notes.push(format!(
+                    "pod {} would wait at Permit on node {} until its PodGroup has minMember \
+                     pods placed",
+                    info.key, r.node
+                )),
+                _ => {}
             }
             result
         }
-        Err(e) => PodResult {
-            pod: key,
-            priority: None,
-            profile: fw.profile_name().to_owned(),
-            outcome: Outcome::Error {
-                message: e.to_string(),
-            },
-            nodes: BTreeMap::new(),
-            num_all_nodes: cluster.node_count,
-            score_weights: fw.score_weights(),
-            nominated_node: None,
-            victims: Vec::new(),
-            webhook: None,
-        },
+        Err(e) => PodResult::refused(key, fw, cluster.node_count, e.to_string()),
     };
     Ok(Explanation {
         result,
@@ -684,121 +607,88 @@ fn compile_pdbs(objects: &ClusterObjects, notes: &mut Vec<String>) -> Vec<PdbInf
     pdbs
 }
 
-fn build_extenders(configs: &[ExtenderConfig]) -> Result<Arc<Extenders>, SimulateError> {
-    Extenders::new(configs)
-        .map(Arc::new)
-        .map_err(|source| SimulateError::Http {
-            what: "extenders".into(),
-            source,
-        })
+/// What simulated cycles run with besides the cluster: the profiles (one
+/// gang book behind every profile's Coscheduling), their webhooks, the
+/// PodDisruptionBudgets, the seed.
+struct Scheduler {
+    profiles: ProfileMap,
+    webhooks: HashMap<String, Arc<Webhook>>,
+    gangs: Arc<GangBook>,
+    pdbs: Vec<PdbInfo>,
+    seed: Option<u64>,
 }
 
-/// Each profile's placement webhook, by `schedulerName`.
-fn webhooks(profiles: &[Profile]) -> Result<HashMap<String, Webhook>, SimulateError> {
-    let mut out = HashMap::new();
-    for p in profiles {
-        if let Some(w) = &p.webhook {
-            let hook = Webhook::new(w.clone()).map_err(|source| SimulateError::Http {
-                what: format!("profile {:?}: placementWebhook", p.scheduler_name),
+impl Scheduler {
+    /// Builds the profiles and webhooks, and loads the input's PodGroups
+    /// and their members (bound, and pending: a gated pod still counts as
+    /// a member, as upstream lists the group's pods by label) into the
+    /// gang book.
+    fn new(
+        objects: &ClusterObjects,
+        profiles: &[Profile],
+        registry: &Registry,
+        opts: &Options<'_>,
+        notes: &mut Vec<String>,
+    ) -> Result<Self, SimulateError> {
+        let gangs = Arc::new(GangBook::new());
+        let mut registry = registry.clone();
+        registry.replace(names::COSCHEDULING, coscheduling_factory(gangs.clone()));
+        let mut seen = HashSet::new();
+        for p in profiles {
+            if !seen.insert(p.scheduler_name.as_str()) {
+                return Err(SimulateError::DuplicateProfile(p.scheduler_name.clone()));
+            }
+        }
+        let extenders = Extenders::new(opts.extenders)
+            .map(Arc::new)
+            .map_err(|source| SimulateError::Http {
+                what: "extenders".into(),
                 source,
             })?;
-            out.insert(p.scheduler_name.clone(), hook);
-        }
-    }
-    Ok(out)
-}
-
-/// For a pod the in-process cycle placed, in a profile with a placement
-/// webhook: asks the service (its scored nodes are the candidates) and
-/// applies its decision, or the fallback, to `result`.
-fn ask_webhook(hook: Option<&Webhook>, pod: &PodInfo, snapshot: &Snapshot, result: &mut PodResult) {
-    let Some(hook) = hook else {
-        return;
-    };
-    let Outcome::Scheduled { node } = &result.outcome else {
-        return;
-    };
-    let in_process: Arc<str> = Arc::from(node.as_str());
-    let candidates: Vec<(Arc<str>, i64)> = result
-        .nodes
-        .iter()
-        .filter_map(|(n, r)| r.total_score.map(|t| (Arc::from(n.as_str()), t)))
-        .collect();
-    let node_of = |n: &str| snapshot.get(n).map(|i| i.spec.node());
-    let ask = Ask {
-        pod,
-        candidates: &candidates,
-        in_process: &in_process,
-        node_of: &node_of,
-    };
-    let shard = Shard {
-        worker: "simulate".into(),
-        workload_class: pod.class.to_string(),
-        profile: result.profile.clone(),
-    };
-    let answer = hook.decide_one(&shard, &ask);
-    let feasible = |n: &str| {
-        candidates
-            .iter()
-            .find(|(c, _)| &**c == n)
-            .map(|(c, _)| c.clone())
-    };
-    let webhook = match hook.resolve(answer, feasible, &in_process) {
-        Resolution::Place {
-            node,
-            by_webhook,
-            reason,
-        } => {
-            result.outcome = Outcome::Scheduled {
-                node: node.to_string(),
-            };
-            WebhookResult {
-                in_process_choice: in_process.to_string(),
-                decided_by: if by_webhook { "webhook" } else { "fallback" },
-                message: reason,
+        let map = ProfileMap::with_extenders(profiles, &registry, &extenders)?;
+        let mut webhooks = HashMap::new();
+        for p in profiles {
+            if let Some(w) = &p.webhook {
+                let hook = Webhook::new(w.clone()).map_err(|source| SimulateError::Http {
+                    what: format!("profile {:?}: placementWebhook", p.scheduler_name),
+                    source,
+                })?;
+                webhooks.insert(p.scheduler_name.clone(), Arc::new(hook));
             }
         }
-        Resolution::Pending { message, declined } => {
-            // A decline is the service's decision (the pod waits, as one
-            // that fits nowhere); a failure is an error, as an extender's.
-            result.outcome = if declined {
-                Outcome::Unschedulable {
-                    message: message.clone(),
-                }
-            } else {
-                Outcome::Error {
-                    message: message.clone(),
-                }
-            };
-            WebhookResult {
-                in_process_choice: in_process.to_string(),
-                decided_by: "pending",
-                message,
+        for g in &objects.pod_groups {
+            gangs.apply_group(Arc::new(g.clone()));
+        }
+        for pod in &objects.pods {
+            if is_bound(pod) {
+                gangs.pod_bound(&PodInfo::from_pod(Arc::new(pod.clone()))?);
+            } else if not_schedulable_reason(pod).is_none() || is_gated(pod) {
+                gangs.pod_pending(&PodInfo::from_pod(Arc::new(pod.clone()))?);
             }
         }
-    };
-    result.webhook = Some(webhook);
-}
-
-/// One framework per profile, by `schedulerName`, each calling `extenders`.
-fn frameworks(
-    profiles: &[Profile],
-    registry: &Registry,
-    extenders: &Arc<Extenders>,
-) -> Result<HashMap<String, Framework>, SimulateError> {
-    let mut out = HashMap::new();
-    for profile in profiles {
-        if out.contains_key(&profile.scheduler_name) {
-            return Err(SimulateError::DuplicateProfile(
-                profile.scheduler_name.clone(),
-            ));
-        }
-        out.insert(
-            profile.scheduler_name.clone(),
-            Framework::new(profile, registry)?.with_extenders(extenders.clone()),
-        );
+        Ok(Scheduler {
+            profiles: map,
+            webhooks,
+            gangs,
+            pdbs: compile_pdbs(objects, notes),
+            seed: opts.seed,
+        })
     }
-    Ok(out)
+
+    /// The cycle over `cache`, with every node's detail recorded.
+    fn cycle<'a>(&'a self, cache: &'a NodeCache) -> Cycle<'a> {
+        Cycle {
+            profiles: &self.profiles,
+            webhooks: &self.webhooks,
+            worker: "simulate",
+            pool: None,
+            cache,
+            gangs: &self.gangs,
+            pdbs: &self.pdbs,
+            seed: self.seed,
+            detail: true,
+        }
+    }
 }
 
 /// The cache built from the input.
@@ -887,41 +777,72 @@ impl Cluster {
     }
 }
 
-/// Runs one cycle and turns its detail into a [`PodResult`], with the
-/// FitError when the pod fits nowhere (for the PostFilter step).
-fn run_cycle(
-    fw: &Framework,
-    pod: &PodInfo,
-    snapshot: &Snapshot,
-) -> (PodResult, Option<Box<FitError>>) {
-    let (result, detail) = fw.schedule_detailed(pod, snapshot);
-    let mut fit_error = None;
-    let outcome = match result {
-        Ok(r) => Outcome::Scheduled {
-            node: r.node.to_string(),
-        },
-        Err(ScheduleError::Unschedulable(fit)) => {
-            let message = fit.to_string();
-            fit_error = Some(fit);
-            Outcome::Unschedulable { message }
+impl PodResult {
+    /// The result of `attempt` for `pod` in profile `fw`.
+    fn of(pod: &PodInfo, fw: &Framework, attempt: &Attempt) -> Self {
+        let outcome = match &attempt.decision {
+            Decision::Bind(r) | Decision::Wait(r) | Decision::BindGang { result: r, .. } => {
+                Outcome::Scheduled {
+                    node: r.node.to_string(),
+                }
+            }
+            Decision::Unschedulable(u) => Outcome::Unschedulable {
+                message: u.message.clone(),
+            },
+            // A decline is the service's decision (the pod waits, as one
+            // that fits nowhere); a failure is an error, as an extender's.
+            Decision::Pending {
+                message,
+                declined: true,
+            } => Outcome::Unschedulable {
+                message: message.clone(),
+            },
+            Decision::Pending { message, .. }
+            | Decision::Error { message, .. }
+            | Decision::NoProfile(message) => Outcome::Error {
+                message: message.clone(),
+            },
+        };
+        PodResult {
+            pod: pod.key.clone(),
+            priority: Some(pod.priority),
+            profile: fw.profile_name().to_owned(),
+            outcome,
+            nodes: attempt.detail.clone().map(node_results).unwrap_or_default(),
+            num_all_nodes: attempt.num_all_nodes,
+            score_weights: fw.score_weights(),
+            nominated_node: None,
+            victims: Vec::new(),
+            webhook: attempt.webhook.as_ref().map(WebhookResult::from),
         }
-        Err(e @ ScheduleError::Internal { .. }) => Outcome::Error {
-            message: e.to_string(),
-        },
-    };
-    let result = PodResult {
-        pod: pod.key.clone(),
-        priority: Some(pod.priority),
-        profile: fw.profile_name().to_owned(),
-        outcome,
-        nodes: node_results(detail),
-        num_all_nodes: snapshot.len(),
-        score_weights: fw.score_weights(),
-        nominated_node: None,
-        victims: Vec::new(),
-        webhook: None,
-    };
-    (result, fit_error)
+    }
+
+    /// The result of a pod admission refused (its PriorityClass does not
+    /// exist): an error, no cycle.
+    fn refused(pod: PodKey, fw: &Framework, num_all_nodes: usize, message: String) -> Self {
+        PodResult {
+            pod,
+            priority: None,
+            profile: fw.profile_name().to_owned(),
+            outcome: Outcome::Error { message },
+            nodes: BTreeMap::new(),
+            num_all_nodes,
+            score_weights: fw.score_weights(),
+            nominated_node: None,
+            victims: Vec::new(),
+            webhook: None,
+        }
+    }
+}
+
+impl From<&WebhookVerdict> for WebhookResult {
+    fn from(v: &WebhookVerdict) -> Self {
+        WebhookResult {
+            in_process_choice: v.in_process.to_string(),
+            decided_by: v.decided_by.as_str(),
+            message: v.message.clone(),
+        }
+    }
 }
 
 fn node_results(detail: CycleDetail) -> BTreeMap<String, NodeResult> {
@@ -1064,7 +985,7 @@ pub fn code_name(code: Code) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flotilla_scheduler::plugins::names;
+    use crate::plugins::names;
     use flotilla_shared::framework::SharedLister as _;
     use flotilla_shared::testing::{NodeBuilder, PodBuilder};
     use k8s_openapi::api::core::v1::{Namespace, PodSchedulingGate};

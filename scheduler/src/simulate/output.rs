@@ -44,7 +44,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::{Explanation, NodeResult, Outcome, PodResult, Simulation, code_name};
-use crate::workload::ClusterObjects;
+use flotilla_shared::objects::ClusterObjects;
 
 #[derive(Serialize)]
 struct JsonDocument<'a> {
@@ -563,7 +563,7 @@ default/web-1: Scheduled on node-2  (priority 0, profile default-scheduler)
              0 PodDisruptionBudget(s), 0 PodGroup(s)"
         );
         o.pod_groups
-            .push(crate::workload::pod_group::PodGroup::default());
+            .push(flotilla_shared::pod_group::PodGroup::default());
         assert!(summary(&o).ends_with(", 1 PodGroup(s)"), "{}", summary(&o));
     }
 }

@@ -1,0 +1,292 @@
+//! A session with the coordinator: joining one of its replicas
+//! (`Register`, then `Watch`), the session's tasks and scheduling thread,
+//! and the drain at its end.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt as _;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tonic::transport::{Channel, Endpoint};
+use tracing::{debug, info, warn};
+
+use flotilla_proto::v1 as pb;
+use flotilla_proto::v1::coordinator_client::CoordinatorClient;
+use flotilla_shared::WorkloadClass;
+use flotilla_shared::framework::ExtensionPoint;
+
+use super::bind_stream::BindStream;
+use super::telemetry::WorkerMetrics;
+use super::{
+    MAX_BINDS_IN_FLIGHT, SCHEDULER_THREAD_JOIN, Shared, WorkerConfig, WorkerError, WorkerStats,
+    binding, events, housekeeping, scheduling,
+};
+use crate::cache::NodeCache;
+use crate::framework::ProfileMap;
+use crate::gang::GangBook;
+use crate::pdbs::PdbStore;
+use crate::plugins::names;
+use crate::queue::SchedulingQueue;
+use crate::webhook::Webhook;
+use crate::window::ProposalWindow;
+
+/// Whether a failed Register/Watch means "try another replica" (a standby
+/// coordinator, or one shutting down) rather than a broken request.
+fn try_elsewhere(status: &tonic::Status) -> bool {
+    matches!(
+        status.code(),
+        tonic::Code::Unavailable | tonic::Code::FailedPrecondition | tonic::Code::NotFound
+    )
+}
+
+/// Connects, registers and opens the watch stream, trying the coordinator
+/// addresses (`cfg.coordinator`, comma-separated) in turn until one accepts,
+/// for up to `connect_timeout` (with backoff between rounds).
+async fn join(
+    cfg: &WorkerConfig,
+    class: pb::WorkloadClass,
+) -> Result<
+    (
+        CoordinatorClient<Channel>,
+        pb::RegisterResponse,
+        tonic::Streaming<pb::WatchEvent>,
+    ),
+    WorkerError,
+> {
+    let mut endpoints = Vec::new();
+    for addr in cfg
+        .coordinator
+        .split(',')
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+    {
+        let ep = Endpoint::from_shared(addr.to_owned()).map_err(|source| WorkerError::Address {
+            addr: addr.to_owned(),
+            source,
+        })?;
+        endpoints.push((addr.to_owned(), ep));
+    }
+    if endpoints.is_empty() {
+        // No address at all: let the URI parser say what is wrong with it.
+        let ep = Endpoint::from_shared(cfg.coordinator.clone()).map_err(|source| {
+            WorkerError::Address {
+                addr: cfg.coordinator.clone(),
+                source,
+            }
+        })?;
+        endpoints.push((cfg.coordinator.clone(), ep));
+    }
+    let deadline = Instant::now() + cfg.connect_timeout;
+    let mut delay = Duration::from_millis(50);
+    loop {
+        let mut last = None;
+        for (addr, endpoint) in &endpoints {
+            let ch = match endpoint.connect().await {
+                Ok(ch) => ch,
+                Err(source) => {
+                    last = Some(WorkerError::Connect {
+                        addr: addr.clone(),
+                        source,
+                    });
+                    continue;
+                }
+            };
+            let mut client = CoordinatorClient::new(ch)
+                .max_decoding_message_size(64 * 1024 * 1024)
+                .max_encoding_message_size(64 * 1024 * 1024);
+            let rpc = |call: &'static str, s: tonic::Status| WorkerError::Rpc {
+                call,
+                status: Box::new(s),
+            };
+            let reg = match client
+                .register(pb::RegisterRequest {
+                    worker_name: cfg.name.clone(),
+                    workload_class: class.into(),
+                })
+                .await
+            {
+                Ok(r) => r.into_inner(),
+                Err(s) if try_elsewhere(&s) => {
+                    debug!(%addr, status = %s, "coordinator refused the registration; trying the next");
+                    last = Some(rpc("Register", s));
+                    continue;
+                }
+                Err(s) => return Err(rpc("Register", s)),
+            };
+            let stream = match client
+                .watch(pb::WatchRequest {
+                    worker_id: reg.worker_id.clone(),
+                })
+                .await
+            {
+                Ok(r) => r.into_inner(),
+                Err(s) if try_elsewhere(&s) => {
+                    last = Some(rpc("Watch", s));
+                    continue;
+                }
+                Err(s) => return Err(rpc("Watch", s)),
+            };
+            if endpoints.len() > 1 {
+                info!(worker = %cfg.name, coordinator = %addr, "joined");
+            }
+            return Ok((client, reg, stream));
+        }
+        // `endpoints` is not empty, so every round leaves an error.
+        if let Some(e) = last
+            && Instant::now() >= deadline
+        {
+            return Err(e);
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(1));
+    }
+}
+
+/// How a session with the coordinator ended.
+pub(super) enum SessionEnd {
+    /// Our shutdown signal fired.
+    Shutdown,
+    /// The coordinator ended the stream cleanly (it is shutting down).
+    Closed,
+    /// The stream broke (connection lost, coordinator crashed).
+    Failed(tonic::Status),
+}
+
+/// One session: join, replay the coordinator's view, schedule until the
+/// shutdown signal or the end of the stream, then drain.
+pub(super) async fn session(
+    cfg: &WorkerConfig,
+    profiles: ProfileMap,
+    gangs: Arc<GangBook>,
+    webhooks: HashMap<String, Arc<Webhook>>,
+    stats: Arc<WorkerStats>,
+    shutdown: CancellationToken,
+) -> Result<SessionEnd, WorkerError> {
+    let class = match cfg.class {
+        WorkloadClass::Online => pb::WorkloadClass::Online,
+        WorkloadClass::Batch => pb::WorkloadClass::Batch,
+    };
+    let (mut client, reg, mut stream) = join(cfg, class).await?;
+    info!(worker = %cfg.name, id = %reg.worker_id, epoch = reg.epoch, "registered");
+    let (bind_stream, answers) = match BindStream::open(&mut client, &reg.worker_id).await {
+        Ok((b, answers)) => (Some(b), Some(answers)),
+        Err(status) if status.code() == tonic::Code::Unimplemented => {
+            info!(worker = %cfg.name, "coordinator has no BindStream; proposing one call per pod");
+            (None, None)
+        }
+        Err(status) => {
+            return Err(WorkerError::Rpc {
+                call: "BindStream",
+                status: Box::new(status),
+            });
+        }
+    };
+
+    let interest = profiles.event_interest();
+    let mut queue_cfg = cfg.queue;
+    // Gates hold pods back only where the profile runs SchedulingGates
+    // (upstream: without the PreEnqueue plugin, gated pods are scheduled).
+    queue_cfg.honour_scheduling_gates &=
+        profiles.any_enables(ExtensionPoint::PreEnqueue, names::SCHEDULING_GATES);
+    let shared = Arc::new(Shared {
+        id: reg.worker_id,
+        client,
+        cache: NodeCache::new(cfg.assumed_pod_ttl),
+        queue: SchedulingQueue::new(queue_cfg, interest),
+        profiles,
+        stats,
+        tracker: TaskTracker::new(),
+        runtime: tokio::runtime::Handle::current(),
+        binds: Arc::new(tokio::sync::Semaphore::new(MAX_BINDS_IN_FLIGHT)),
+        bind_stream: bind_stream.clone(),
+        stopping: std::sync::atomic::AtomicBool::new(false),
+        gangs,
+        pdbs: PdbStore::new(),
+        name: cfg.name.clone(),
+        class: cfg.class,
+        webhooks,
+        seed: cfg.seed,
+        metrics: WorkerMetrics::new(&cfg.name, cfg.class),
+        window: ProposalWindow::default(),
+        traces: parking_lot::Mutex::new(HashMap::new()),
+    });
+
+    if let (Some(b), Some(answers)) = (bind_stream.clone(), answers) {
+        let s = shared.clone();
+        shared
+            .tracker
+            .spawn(b.run_answers(answers, move |p, answer| {
+                p.span.record("outcome", answer.outcome.as_str_name());
+                let _enter = p.span.enter();
+                binding::settle_binding(&s, &p.pod, &p.node, &answer, p.cycle, p.attempt);
+            }));
+    }
+    let stop = shutdown.child_token();
+    let mut scheduler_thread = None;
+    let housekeeping = tokio::spawn(housekeeping::housekeeping(shared.clone(), stop.clone()));
+    let end = loop {
+        let msg = tokio::select! {
+            () = stop.cancelled() => break SessionEnd::Shutdown,
+            m = stream.next() => m,
+        };
+        let (event, trace_context) = match msg {
+            Some(Ok(pb::WatchEvent {
+                event: Some(e),
+                trace_context,
+            })) => (e, trace_context),
+            Some(Ok(_)) => continue,
+            Some(Err(status)) => break SessionEnd::Failed(status),
+            None => {
+                info!(worker = %cfg.name, "coordinator closed the stream");
+                break SessionEnd::Closed;
+            }
+        };
+        if let pb::watch_event::Event::Synced(_) = event {
+            shared.stats.ready.store(true, Ordering::Release);
+            if scheduler_thread.is_none() {
+                let s = shared.clone();
+                let name = cfg.name.clone();
+                scheduler_thread = Some(
+                    std::thread::Builder::new()
+                        .name(format!("sched-{name}"))
+                        .spawn(move || scheduling::scheduling_loop(&s, &name))
+                        .expect("spawning the scheduling thread"),
+                );
+            }
+            continue;
+        }
+        if let Err(why) = events::apply_event(&shared, event, trace_context) {
+            warn!(worker = %cfg.name, %why, "out of step with the coordinator; registering again");
+            break SessionEnd::Failed(tonic::Status::aborted(why));
+        }
+    };
+
+    // Stop intake, let the cycle in progress finish, let bindings settle.
+    shared.stopping.store(true, Ordering::Release);
+    stop.cancel();
+    shared.queue.close();
+    if let Some(t) = scheduler_thread {
+        // A cycle blocked on a slow extender or webhook (up to its timeout)
+        // must not hold the shutdown: past a short wait the thread is left
+        // to end on its own (it places nothing once stopping is set).
+        let joined = tokio::task::spawn_blocking(move || t.join());
+        if tokio::time::timeout(SCHEDULER_THREAD_JOIN, joined)
+            .await
+            .is_err()
+        {
+            debug!(worker = %cfg.name, "the scheduling cycle in progress is still waiting; not waiting for it");
+        }
+    }
+    // No more proposals: the coordinator answers those in flight, then
+    // ends the stream, and its reader task ends.
+    if let Some(b) = &shared.bind_stream {
+        b.close();
+    }
+    shared.tracker.close();
+    let _ = tokio::time::timeout(Duration::from_secs(10), shared.tracker.wait()).await;
+    let _ = housekeeping.await;
+    Ok(end)
+}
