@@ -68,6 +68,13 @@ pub struct RunConfig {
     /// Seed of the workers' random choices ([`WorkerConfig::seed`]);
     /// `None`: from the OS.
     pub seed: Option<u64>,
+    /// The workload's first wave is a backlog: its pods are in the cluster
+    /// before the coordinator starts, as when a scheduler (re)starts with
+    /// pods pending, so each worker receives its share in its initial
+    /// replay and schedules them in queue order (priority, then creation),
+    /// not as they trickle in. Off: every wave is created once the workers
+    /// are ready.
+    pub backlog: bool,
 }
 
 impl Default for RunConfig {
@@ -85,6 +92,7 @@ impl Default for RunConfig {
             single_scheduler: false,
             bind_log: false,
             seed: None,
+            backlog: false,
         }
     }
 }
@@ -259,6 +267,21 @@ pub async fn run_embedded_full(
     for g in &workload.pod_groups {
         cluster.apply_pod_group(g.clone())?;
     }
+    let mut rejected = Vec::new();
+    let backlog = if cfg.backlog {
+        let first = wave_bounds(workload.pods.len(), &workload.barriers)
+            .into_iter()
+            .next()
+            .unwrap_or(0..0);
+        for pod in &workload.pods[first.clone()] {
+            if let Err(e) = cluster.create_pod(pod.clone()) {
+                rejected.push(e.to_string());
+            }
+        }
+        Some(first)
+    } else {
+        None
+    };
     let token = CancellationToken::new();
     let coordinator = Arc::new(Coordinator::with_profiles(
         cluster.clone(),
@@ -348,7 +371,6 @@ pub async fn run_embedded_full(
     }
 
     let submitted = Instant::now();
-    let mut rejected = Vec::new();
     // Waves of pods between barriers: the next wave is submitted once every
     // pod of the earlier ones is resolved; the timeline starts with the
     // last one.
@@ -402,7 +424,12 @@ pub async fn run_embedded_full(
     if waves.peek().is_none() {
         start_timeline(&mut timeline_task);
     }
-    let mut submitted_pods = first.map_or(0, |r| submit(r, &mut rejected));
+    let mut submitted_pods = match first {
+        // Created before the coordinator started.
+        Some(r) if backlog.as_ref() == Some(&r) => r.end,
+        Some(r) => submit(r, &mut rejected),
+        None => 0,
+    };
 
     let bar = if cfg.progress {
         let b = ProgressBar::new((pods.len() + timeline_pods) as u64);

@@ -12,6 +12,7 @@ mod openb;
 mod profiles;
 mod run_priorities_gangs;
 mod simulate;
+mod simulate_matches_run;
 mod simulate_preemption;
 mod webhook;
 
