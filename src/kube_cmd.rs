@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Args;
-use tokio_util::sync::CancellationToken;
 
 use flotilla_coordinator::cluster::kube::{
     self as kube_backend, ConfigSource, KubeCluster, KubeOptions, WriteFence,
@@ -175,39 +174,12 @@ pub struct LiveRun {
     pub metrics_listen: Option<String>,
 }
 
-fn signal_token() -> CancellationToken {
-    let token = CancellationToken::new();
-    let t = token.clone();
-    tokio::spawn(async move {
-        #[cfg(unix)]
-        {
-            use tokio::signal::unix::{SignalKind, signal};
-            let mut term = match signal(SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => {
-                    let _ = tokio::signal::ctrl_c().await;
-                    t.cancel();
-                    return;
-                }
-            };
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-        }
-        #[cfg(not(unix))]
-        let _ = tokio::signal::ctrl_c().await;
-        t.cancel();
-    });
-    token
-}
-
 /// Connects, elects (if asked), serves and reports.
 ///
 /// # Errors
 /// Connection, leader-election and listen failures, with context.
 pub async fn run(r: LiveRun) -> anyhow::Result<ExitCode> {
-    let stop = signal_token();
+    let stop = crate::signal_token();
     let telemetry = match &r.metrics_listen {
         None => None,
         Some(addr) => {

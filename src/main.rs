@@ -428,6 +428,14 @@ fn finish(report: &Report, args: &ReportArgs, placements: Option<&std::path::Pat
         eprintln!("error: safety check failed: {v}");
         return ExitCode::from(EXIT_SAFETY);
     }
+    if report.stopped_by_signal {
+        // Drained on SIGINT/SIGTERM, as asked: not a failure.
+        eprintln!(
+            "stopped by a signal with {} pod(s) still pending",
+            report.pending
+        );
+        return ExitCode::SUCCESS;
+    }
     if report.timed_out {
         eprintln!(
             "error: timed out with {} pod(s) still pending",
@@ -451,6 +459,7 @@ async fn run_job(
     }
     cfg.progress = !report_args.no_progress;
     cfg.timeout = Duration::from_secs(report_args.timeout);
+    cfg.stop = signal_token();
     let placements = report_args.placements.clone();
     let (report, cluster) = run::run_embedded_with_cluster(w, cfg).await?;
     if let Some(p) = &placements {
@@ -487,12 +496,7 @@ async fn worker(args: WorkerArgs, sched: SchedulerConfig) -> anyhow::Result<Exit
     let mut cfg = WorkerConfig::new(&addr, &name, class).configured(&sched);
     cfg.connect_timeout = Duration::from_secs(args.connect_timeout);
     cfg.seed = args.seed.seed;
-    let token = CancellationToken::new();
-    let t = token.clone();
-    tokio::spawn(async move {
-        let _ = tokio::signal::ctrl_c().await;
-        t.cancel();
-    });
+    let token = signal_token();
     let stats = Arc::new(WorkerStats::default());
     if let Some(addr) = &args.metrics.metrics_listen {
         let st = stats.clone();
@@ -592,6 +596,35 @@ async fn explain_cmd(args: &ExplainArgs, sched: &SchedulerConfig) -> anyhow::Res
     };
     print!("{}", simulate::output::explain_text(&e, &source));
     Ok(ExitCode::SUCCESS)
+}
+
+/// A token cancelled by the first SIGINT (Ctrl-C) or SIGTERM (what the
+/// kubelet sends a container it stops): every long-running command drains
+/// on it (stops taking work, lets what is in flight settle) and exits.
+pub(crate) fn signal_token() -> CancellationToken {
+    let token = CancellationToken::new();
+    let t = token.clone();
+    tokio::spawn(async move {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            match signal(SignalKind::terminate()) {
+                Ok(mut term) => {
+                    tokio::select! {
+                        _ = tokio::signal::ctrl_c() => {}
+                        _ = term.recv() => {}
+                    }
+                }
+                Err(_) => {
+                    let _ = tokio::signal::ctrl_c().await;
+                }
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+        t.cancel();
+    });
+    token
 }
 
 /// The error and its causes joined by ": ", skipping a cause whose text the

@@ -440,6 +440,10 @@ pub struct Report {
     pub checks: Checks,
     /// Whether the run hit its timeout.
     pub timed_out: bool,
+    /// Whether a signal (SIGINT, SIGTERM) stopped the run before every pod
+    /// was resolved: the rest are counted pending.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub stopped_by_signal: bool,
     /// The most frequent errors of pending pods' last attempts (an extender
     /// or webhook failing, a Binding rejected): `PodScheduled=False` with
     /// reason `SchedulerError`.
@@ -475,6 +479,8 @@ pub struct Inputs<'a> {
     pub started: Instant,
     /// Whether it timed out.
     pub timed_out: bool,
+    /// Whether a signal stopped it.
+    pub stopped_by_signal: bool,
     /// Per-worker figures (pods filled in by [`build`]).
     pub worker_reports: Vec<WorkerReport>,
     /// Extender and webhook figures ([`extension_reports`]).
@@ -732,6 +738,7 @@ pub fn build(i: &Inputs<'_>) -> Report {
             events_recorded: i.cluster.events_recorded(),
         },
         timed_out: i.timed_out,
+        stopped_by_signal: i.stopped_by_signal,
         extenders: i.extensions.0.clone(),
         webhooks: i.extensions.1.clone(),
     }
@@ -880,6 +887,13 @@ impl Report {
         }
         for n in &self.invalid_nodes {
             let _ = writeln!(s, "  invalid node: {n}");
+        }
+        if self.stopped_by_signal {
+            let _ = writeln!(
+                s,
+                "  STOPPED by a signal with {} pod(s) pending",
+                self.pending
+            );
         }
         if self.timed_out {
             let _ = writeln!(

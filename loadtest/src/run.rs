@@ -75,6 +75,11 @@ pub struct RunConfig {
     /// not as they trickle in. Off: every wave is created once the workers
     /// are ready.
     pub backlog: bool,
+    /// Cancelled to stop the run early (SIGINT/SIGTERM): no more pods are
+    /// submitted, in-flight bindings settle, the workers and the
+    /// coordinator drain, and the report counts unresolved pods as pending
+    /// ([`Report::stopped_by_signal`]).
+    pub stop: CancellationToken,
 }
 
 impl Default for RunConfig {
@@ -93,6 +98,7 @@ impl Default for RunConfig {
             bind_log: false,
             seed: None,
             backlog: false,
+            stop: CancellationToken::new(),
         }
     }
 }
@@ -358,7 +364,8 @@ pub async fn run_embedded_full(
             .iter()
             .all(|(_, _, st)| st.ready.load(Ordering::Acquire))
     };
-    while coordinator.live_workers() < cfg.expect_workers || !synced() {
+    while (coordinator.live_workers() < cfg.expect_workers || !synced()) && !cfg.stop.is_cancelled()
+    {
         if wait_from.elapsed() > wait_limit {
             token.cancel();
             return Err(RunError::Workers {
@@ -385,8 +392,13 @@ pub async fn run_embedded_full(
     }
     let mut waves = waves.into_iter().peekable();
     let pods = std::mem::take(&mut workload.pods);
+    // Submits a wave, up to where a stop interrupts it; returns how far it
+    // got.
     let submit = |range: std::ops::Range<usize>, rejected: &mut Vec<String>| {
-        for pod in &pods[range.clone()] {
+        for (i, pod) in pods[range.clone()].iter().enumerate() {
+            if cfg.stop.is_cancelled() {
+                return range.start + i;
+            }
             if let Err(e) = cluster.create_pod(pod.clone()) {
                 rejected.push(e.to_string());
             }
@@ -445,8 +457,16 @@ pub async fn run_embedded_full(
     };
     let deadline = submitted + cfg.timeout;
     let mut timed_out = false;
+    let mut stopped_by_signal = false;
     loop {
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_millis(100)) => {}
+            () = cfg.stop.cancelled() => {
+                stopped_by_signal = true;
+                info!("stopping: draining the workers and the coordinator");
+                break;
+            }
+        }
         let s = coordinator.summary();
         let invalid = s.invalid.len();
         let resolved = s.bound + s.unschedulable;
@@ -568,6 +588,7 @@ pub async fn run_embedded_full(
         scheduling_done,
         started,
         timed_out,
+        stopped_by_signal,
         worker_reports,
         extensions,
         ignored_resources: cfg

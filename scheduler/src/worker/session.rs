@@ -169,7 +169,10 @@ pub(super) async fn session(
         WorkloadClass::Online => pb::WorkloadClass::Online,
         WorkloadClass::Batch => pb::WorkloadClass::Batch,
     };
-    let (mut client, reg, mut stream) = join(cfg, class).await?;
+    let (mut client, reg, mut stream) = tokio::select! {
+        joined = join(cfg, class) => joined?,
+        () = shutdown.cancelled() => return Ok(SessionEnd::Shutdown),
+    };
     info!(worker = %cfg.name, id = %reg.worker_id, epoch = reg.epoch, "registered");
     let (bind_stream, answers) = match BindStream::open(&mut client, &reg.worker_id).await {
         Ok((b, answers)) => (Some(b), Some(answers)),
