@@ -1,14 +1,19 @@
-//! Nodes and the pods placed on them (orphans while their node is
-//! unknown), and the partition of the nodes among each pool's workers.
+//! Nodes and namespaces as the cluster shows them, the pods placed on each
+//! node (orphans while their node is unknown), and the partition of the
+//! nodes among each pool's workers.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use k8s_openapi::api::core::v1::{Namespace, Node};
+use tracing::warn;
+
 use flotilla_proto::v1 as pb;
+use flotilla_shared::node_info::{NodeInfo, NodeSpec};
 use flotilla_shared::pod_info::PodInfo;
 use flotilla_shared::{PodKey, WorkloadClass};
 
-use super::stream::ev;
+use super::stream::{ev, namespace_event, raw};
 use super::{Coordinator, Inner};
 use crate::arbiter;
 use crate::partition::{self, WorkerId};
@@ -93,6 +98,81 @@ impl Inner {
         };
         if removed.is_some_and(|p| arbiter::has_required_anti_affinity(&p)) {
             self.anti_affinity_pods -= 1;
+        }
+    }
+
+    /// A Node was created or changed (or listed): its spec is taken in
+    /// (a new node takes in its orphans) and the workers are told.
+    pub(super) fn node_applied(&mut self, node: Arc<Node>) {
+        let spec = match NodeSpec::from_node(node.clone()) {
+            Ok(s) => Arc::new(s),
+            Err(err) => {
+                warn!(error = %err, "ignoring node that cannot be read");
+                self.invalid_nodes.insert(err.node.clone(), err.to_string());
+                return;
+            }
+        };
+        let name = spec.name.clone();
+        match self.nodes.get_mut(&name) {
+            Some(n) => {
+                if n.spec.labels != spec.labels {
+                    self.kept.invalidate();
+                }
+                n.set_spec(spec);
+            }
+            None => {
+                self.kept.invalidate();
+                let mut info = NodeInfo::new(spec);
+                for pod in self.orphans.take(&name) {
+                    info.add_pod(pod);
+                }
+                self.nodes.insert(name, info);
+                self.partition_dirty = true;
+            }
+        }
+        self.broadcast(&ev(pb::watch_event::Event::NodeUpsert(raw(&*node))));
+    }
+
+    /// A Node was deleted: the pods bound to it become orphans and the
+    /// workers are told.
+    pub(super) fn node_deleted(&mut self, node: Arc<Node>) {
+        let Some(name) = node.metadata.name.as_deref() else {
+            return;
+        };
+        if let Some(info) = self.nodes.remove(name) {
+            self.kept.invalidate();
+            // Pods bound to it still hold its room (a deleted and
+            // re-created Node keeps them in Kubernetes).
+            self.orphans.park_all(&info);
+            self.partition_dirty = true;
+            self.broadcast(&ev(pb::watch_event::Event::NodeDeleted(pb::NodeDeleted {
+                name: name.to_owned(),
+            })));
+        }
+    }
+
+    /// A Namespace was created or changed: the workers are told when its
+    /// labels changed.
+    pub(super) fn namespace_applied(&mut self, ns: Arc<Namespace>) {
+        let Some(name) = ns.metadata.name.clone() else {
+            return;
+        };
+        let labels = ns.metadata.labels.clone().unwrap_or_default();
+        if self.namespaces.get(&name) != Some(&labels) {
+            let msg = namespace_event(&name, &labels);
+            self.namespaces.insert(name, labels);
+            self.broadcast(&msg);
+        }
+    }
+
+    /// A Namespace was deleted: the workers are told.
+    pub(super) fn namespace_deleted(&mut self, ns: Arc<Namespace>) {
+        if let Some(name) = ns.metadata.name.as_deref()
+            && self.namespaces.remove(name).is_some()
+        {
+            self.broadcast(&ev(pb::watch_event::Event::NamespaceDeleted(
+                name.to_owned(),
+            )));
         }
     }
 }

@@ -242,6 +242,49 @@ impl Inner {
             Coordinator::apply_pod(self, pod);
         }
     }
+
+    /// A pod was deleted (or left the watched set): its record, worker,
+    /// nomination and room go, and the workers are told.
+    pub(super) fn pod_deleted(&mut self, pod: Arc<Pod>) {
+        let Some(uid) = pod.metadata.uid.as_deref() else {
+            return;
+        };
+        self.foreign.remove(uid);
+        let Some((uid, _)) = self.pods.get_key_value(uid) else {
+            return;
+        };
+        let uid = uid.clone();
+        self.unassign(&uid);
+        self.unresolved.remove(&uid);
+        self.evicting.remove(&uid);
+        let rec = self.pods.remove(&uid).expect("present");
+        self.gangs.member_gone(&rec.info);
+        self.clear_nomination(&rec.info);
+        if let PodPhase::Granted(n) | PodPhase::Bound(n) = &rec.phase {
+            self.unplace(n, &uid);
+        }
+        self.undispatched.retain(|u| *u != uid);
+        self.broadcast(&ev(pb::watch_event::Event::PodDeleted(pb_pod_ref(
+            &rec.info,
+        ))));
+    }
+
+    /// A PriorityClass was created or changed.
+    pub(super) fn priority_class_applied(&mut self, pc: Arc<PriorityClass>) {
+        if let Some(name) = pc.metadata.name.clone() {
+            self.priority_classes.insert(name, pc);
+            self.classes_changed();
+        }
+    }
+
+    /// A PriorityClass was deleted.
+    pub(super) fn priority_class_deleted(&mut self, pc: Arc<PriorityClass>) {
+        if let Some(name) = pc.metadata.name.as_deref()
+            && self.priority_classes.remove(name).is_some()
+        {
+            self.classes_changed();
+        }
+    }
 }
 
 impl Coordinator {

@@ -5,13 +5,14 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use tracing::{debug, info, warn};
 
 use flotilla_proto::v1 as pb;
 use flotilla_shared::pod_info::PodInfo;
 
 use super::bind::fits_with;
-use super::stream::{ev, nominated_event, pb_pod_ref};
+use super::stream::{ev, nominated_event, pb_pod_ref, pdb_deleted_event, raw};
 use super::{Coordinator, Inner, PodPhase};
 use crate::cluster::{ClusterError, PodRef, SchedulingEvent};
 use crate::partition::WorkerId;
@@ -107,6 +108,22 @@ impl Inner {
             .or_default()
             .push(pod.uid.clone());
         self.broadcast(&nominated_event(pod, &node));
+    }
+
+    /// A PodDisruptionBudget was created or changed: kept and forwarded to
+    /// the workers (their preemption weighs it when choosing victims).
+    pub(super) fn pdb_applied(&mut self, pdb: Arc<PodDisruptionBudget>) {
+        let msg = ev(pb::watch_event::Event::PdbUpsert(raw(&*pdb)));
+        self.pdbs.insert(flotilla_shared::pdb::key_of(&pdb), pdb);
+        self.broadcast(&msg);
+    }
+
+    /// A PodDisruptionBudget was deleted: the workers are told.
+    pub(super) fn pdb_deleted(&mut self, pdb: Arc<PodDisruptionBudget>) {
+        let key = flotilla_shared::pdb::key_of(&pdb);
+        if self.pdbs.remove(&key).is_some() {
+            self.broadcast(&pdb_deleted_event(key));
+        }
     }
 }
 

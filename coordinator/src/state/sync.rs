@@ -9,10 +9,9 @@ use k8s_openapi::api::core::v1::Pod;
 use tracing::{info, warn};
 
 use flotilla_proto::v1 as pb;
-use flotilla_shared::node_info::{NodeInfo, NodeSpec};
 
-use super::stream::{ev, namespace_event, pb_pod_ref, pdb_deleted_event, raw};
-use super::{Coordinator, Inner, PodPhase};
+use super::stream::ev;
+use super::{Coordinator, Inner};
 use crate::cluster::{ClusterError, Kind, PodRef, SchedulingEvent, WatchEvent};
 
 /// A cluster write decided under the lock.
@@ -273,134 +272,22 @@ impl Coordinator {
         self.run_deferred(deferred);
     }
 
+    /// Applies one cluster change under the lock, each kind by its seam.
     fn apply_locked(inner: &mut Inner, e: WatchEvent) {
         match e {
-            WatchEvent::NodeApplied(node) => {
-                let spec = match NodeSpec::from_node(node.clone()) {
-                    Ok(s) => Arc::new(s),
-                    Err(err) => {
-                        warn!(error = %err, "ignoring node that cannot be read");
-                        inner
-                            .invalid_nodes
-                            .insert(err.node.clone(), err.to_string());
-                        return;
-                    }
-                };
-                let name = spec.name.clone();
-                match inner.nodes.get_mut(&name) {
-                    Some(n) => {
-                        if n.spec.labels != spec.labels {
-                            inner.kept.invalidate();
-                        }
-                        n.set_spec(spec);
-                    }
-                    None => {
-                        inner.kept.invalidate();
-                        let mut info = NodeInfo::new(spec);
-                        for pod in inner.orphans.take(&name) {
-                            info.add_pod(pod);
-                        }
-                        inner.nodes.insert(name, info);
-                        inner.partition_dirty = true;
-                    }
-                }
-                inner.broadcast(&ev(pb::watch_event::Event::NodeUpsert(raw(&*node))));
-            }
-            WatchEvent::NodeDeleted(node) => {
-                let Some(name) = node.metadata.name.as_deref() else {
-                    return;
-                };
-                if let Some(info) = inner.nodes.remove(name) {
-                    inner.kept.invalidate();
-                    // Pods bound to it still hold its room (a deleted and
-                    // re-created Node keeps them in Kubernetes).
-                    inner.orphans.park_all(&info);
-                    inner.partition_dirty = true;
-                    inner.broadcast(&ev(pb::watch_event::Event::NodeDeleted(pb::NodeDeleted {
-                        name: name.to_owned(),
-                    })));
-                }
-            }
-            WatchEvent::NamespaceApplied(ns) => {
-                let Some(name) = ns.metadata.name.clone() else {
-                    return;
-                };
-                let labels = ns.metadata.labels.clone().unwrap_or_default();
-                if inner.namespaces.get(&name) != Some(&labels) {
-                    let msg = namespace_event(&name, &labels);
-                    inner.namespaces.insert(name, labels);
-                    inner.broadcast(&msg);
-                }
-            }
-            WatchEvent::NamespaceDeleted(ns) => {
-                if let Some(name) = ns.metadata.name.as_deref()
-                    && inner.namespaces.remove(name).is_some()
-                {
-                    inner.broadcast(&ev(pb::watch_event::Event::NamespaceDeleted(
-                        name.to_owned(),
-                    )));
-                }
-            }
+            WatchEvent::NodeApplied(node) => inner.node_applied(node),
+            WatchEvent::NodeDeleted(node) => inner.node_deleted(node),
+            WatchEvent::NamespaceApplied(ns) => inner.namespace_applied(ns),
+            WatchEvent::NamespaceDeleted(ns) => inner.namespace_deleted(ns),
             WatchEvent::PodApplied(pod) => Self::apply_pod(inner, pod),
-            WatchEvent::PodGroupApplied(g) => {
-                if inner.gangs.apply_group(g.clone()) {
-                    inner.broadcast(&ev(pb::watch_event::Event::PodGroupUpsert(raw(&*g))));
-                }
-            }
-            WatchEvent::PodGroupDeleted(g) => {
-                let name = g.full_name();
-                if inner.gangs.delete_group(&name) {
-                    inner.broadcast(&ev(pb::watch_event::Event::PodGroupDeleted(name)));
-                }
-            }
+            WatchEvent::PodDeleted(pod) => inner.pod_deleted(pod),
+            WatchEvent::PodGroupApplied(g) => inner.pod_group_applied(g),
+            WatchEvent::PodGroupDeleted(g) => inner.pod_group_deleted(g),
             WatchEvent::Relisting(_) | WatchEvent::Listed(_) => {}
-            WatchEvent::PriorityClassApplied(pc) => {
-                if let Some(name) = pc.metadata.name.clone() {
-                    inner.priority_classes.insert(name, pc);
-                    inner.classes_changed();
-                }
-            }
-            WatchEvent::PriorityClassDeleted(pc) => {
-                if let Some(name) = pc.metadata.name.as_deref()
-                    && inner.priority_classes.remove(name).is_some()
-                {
-                    inner.classes_changed();
-                }
-            }
-            WatchEvent::PdbApplied(pdb) => {
-                let msg = ev(pb::watch_event::Event::PdbUpsert(raw(&*pdb)));
-                inner.pdbs.insert(flotilla_shared::pdb::key_of(&pdb), pdb);
-                inner.broadcast(&msg);
-            }
-            WatchEvent::PdbDeleted(pdb) => {
-                let key = flotilla_shared::pdb::key_of(&pdb);
-                if inner.pdbs.remove(&key).is_some() {
-                    inner.broadcast(&pdb_deleted_event(key));
-                }
-            }
-            WatchEvent::PodDeleted(pod) => {
-                let Some(uid) = pod.metadata.uid.as_deref() else {
-                    return;
-                };
-                inner.foreign.remove(uid);
-                let Some((uid, _)) = inner.pods.get_key_value(uid) else {
-                    return;
-                };
-                let uid = uid.clone();
-                inner.unassign(&uid);
-                inner.unresolved.remove(&uid);
-                inner.evicting.remove(&uid);
-                let rec = inner.pods.remove(&uid).expect("present");
-                inner.gangs.member_gone(&rec.info);
-                inner.clear_nomination(&rec.info);
-                if let PodPhase::Granted(n) | PodPhase::Bound(n) = &rec.phase {
-                    inner.unplace(n, &uid);
-                }
-                inner.undispatched.retain(|u| *u != uid);
-                inner.broadcast(&ev(pb::watch_event::Event::PodDeleted(pb_pod_ref(
-                    &rec.info,
-                ))));
-            }
+            WatchEvent::PriorityClassApplied(pc) => inner.priority_class_applied(pc),
+            WatchEvent::PriorityClassDeleted(pc) => inner.priority_class_deleted(pc),
+            WatchEvent::PdbApplied(pdb) => inner.pdb_applied(pdb),
+            WatchEvent::PdbDeleted(pdb) => inner.pdb_deleted(pdb),
         }
     }
 
