@@ -18,7 +18,7 @@ use crate::arbiter::{self, CrossNodeChecks};
 use crate::cluster::{ClusterError, PodRef, SchedulingEvent};
 use crate::partition::WorkerId;
 
-/// Outcome of a bind proposal (mirrors `pb::BindOutcome`).
+/// Outcome of a bind proposal (the wire's `BindOutcome`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
     /// Granted and bound.
@@ -261,9 +261,9 @@ impl Coordinator {
     /// binder falls back to the API Binding, any other failure fails the
     /// bind (the room is freed and the worker re-queues the pod). After the
     /// extender's success the backend is told
-    /// ([`Cluster::bound_by_extender`]): a real API server shows the
-    /// extender's Binding through the watch; the embedded cluster, which no
-    /// extender can reach, records it itself.
+    /// ([`Cluster::bound_by_extender`](crate::cluster::Cluster::bound_by_extender)):
+    /// a real API server shows the extender's Binding through the watch; the
+    /// embedded cluster, which no extender can reach, records it itself.
     ///
     /// # Errors
     /// The binder's TLS settings cannot be used.

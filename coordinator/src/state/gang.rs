@@ -36,11 +36,10 @@ use std::time::Instant;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tracing::{debug, info, warn};
 
-use flotilla_proto::v1 as pb;
 use flotilla_shared::pod_group::{self, PodGroup, PodGroupStatus};
 use flotilla_shared::pod_info::PodInfo;
 
-use super::stream::{ev, raw};
+use super::stream::{WorkerEvent, json};
 use super::{Coordinator, Decision, Inner, PodPhase};
 use crate::cluster::{ClusterError, PodRef, SchedulingEvent};
 use crate::partition::WorkerId;
@@ -226,7 +225,7 @@ impl Inner {
     /// spec or identity changed.
     pub(super) fn pod_group_applied(&mut self, g: Arc<PodGroup>) {
         if self.gangs.apply_group(g.clone()) {
-            self.broadcast(&ev(pb::watch_event::Event::PodGroupUpsert(raw(&*g))));
+            self.broadcast(&WorkerEvent::PodGroupUpsert(json(&*g)));
         }
     }
 
@@ -234,7 +233,7 @@ impl Inner {
     pub(super) fn pod_group_deleted(&mut self, g: Arc<PodGroup>) {
         let name = g.full_name();
         if self.gangs.delete_group(&name) {
-            self.broadcast(&ev(pb::watch_event::Event::PodGroupDeleted(name)));
+            self.broadcast(&WorkerEvent::PodGroupDeleted(name));
         }
     }
 }

@@ -21,9 +21,8 @@
 //!   (upstream's `addGENominatedPods`). A nomination ends when the pod binds,
 //!   is deleted, or is nominated elsewhere.
 //!
-//!
 //! # Layout
-//! [`Coordinator`] is one [`Inner`] behind one lock; each file adds the
+//! [`Coordinator`] is one `Inner` behind one lock; each file adds the
 //! `impl` blocks of one seam:
 //! - `sync.rs`: the cluster's change stream (lists, relists, each change
 //!   applied) and the cluster writes decided under the lock.
@@ -36,21 +35,29 @@
 //! - `gang.rs`: PodGroups and all-or-none gang grants.
 //! - `workers.rs`: workers registering, their streams opening and closing,
 //!   sends to them.
-//! - `stream.rs`: what a worker's stream carries.
+//! - `stream.rs`: what a worker's stream carries ([`WorkerEvent`]).
 //! - `report.rs`: failure reports, counters, the summary, records, the
 //!   bind log.
 //!
 //! # Data flow
 //! ```text
-//! Cluster watch ──▶ apply_event ──▶ nodes / pod records ──▶ per-worker streams
-//! worker ProposeBind ──▶ propose (check + grant under the lock) ──▶ Cluster::bind
+//! Cluster watch ──▶ apply ──▶ nodes / pod records ──▶ WorkerEvent per worker ──▶ grpc: WatchEvent
+//! grpc: BindProposal ──▶ propose (check + grant under the lock) ──▶ Cluster::bind
 //! ```
+//! Nothing here speaks proto: [`crate::grpc`] turns requests into the
+//! coordinator's types ([`PodRef`](crate::cluster::PodRef),
+//! [`NodeRejection`], ...) and each [`WorkerEvent`] into its wire form.
+//! Shared with the protocol is only its limit on the per-node reasons a
+//! report carries and a record keeps (`MAX_NODE_STATUSES`).
+//!
 //! # Locking
 //! One `parking_lot::Mutex` guards [`Inner`]. It is never held across an
 //! `.await`: `propose` grants under the lock, releases it for the Binding
 //! call, then re-takes it to settle. Sends to worker streams happen under the
 //! lock (unbounded channels never block), which keeps each worker's stream in
-//! the order the coordinator applied changes.
+//! the order the coordinator applied changes; an event is built once and
+//! cloned per worker cheaply (shared JSON and names), and made a wire
+//! message by each worker's stream, outside the lock.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -85,7 +92,7 @@ pub use gang::{GangDecision, desired_phase};
 pub use pods::{PodPhase, PodRecord};
 pub use preemption::PreemptionDecision;
 pub use report::{BindSample, Counters, NodeRejection, Summary};
-pub use stream::WorkerTx;
+pub use stream::{PodIdentity, WorkerEvent, WorkerTx};
 
 use sync::Deferred;
 

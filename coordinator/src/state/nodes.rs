@@ -8,12 +8,11 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{Namespace, Node};
 use tracing::warn;
 
-use flotilla_proto::v1 as pb;
 use flotilla_shared::node_info::{NodeInfo, NodeSpec};
 use flotilla_shared::pod_info::PodInfo;
 use flotilla_shared::{PodKey, WorkloadClass};
 
-use super::stream::{ev, namespace_event, raw};
+use super::stream::{WorkerEvent, json, namespace_event};
 use super::{Coordinator, Inner};
 use crate::arbiter;
 use crate::partition::{self, WorkerId};
@@ -45,10 +44,10 @@ impl Inner {
                 continue;
             }
             w.partition = names;
-            let msg = ev(pb::watch_event::Event::Partition(pb::Partition {
+            let msg = WorkerEvent::Partition {
                 epoch,
                 node_names: w.partition.iter().map(ToString::to_string).collect(),
-            }));
+            };
             if let Some(tx) = &w.tx {
                 let _ = tx.send(msg);
             }
@@ -130,7 +129,7 @@ impl Inner {
                 self.partition_dirty = true;
             }
         }
-        self.broadcast(&ev(pb::watch_event::Event::NodeUpsert(raw(&*node))));
+        self.broadcast(&WorkerEvent::NodeUpsert(json(&*node)));
     }
 
     /// A Node was deleted: the pods bound to it become orphans and the
@@ -139,15 +138,13 @@ impl Inner {
         let Some(name) = node.metadata.name.as_deref() else {
             return;
         };
-        if let Some(info) = self.nodes.remove(name) {
+        if let Some((name, info)) = self.nodes.remove_entry(name) {
             self.kept.invalidate();
             // Pods bound to it still hold its room (a deleted and
             // re-created Node keeps them in Kubernetes).
             self.orphans.park_all(&info);
             self.partition_dirty = true;
-            self.broadcast(&ev(pb::watch_event::Event::NodeDeleted(pb::NodeDeleted {
-                name: name.to_owned(),
-            })));
+            self.broadcast(&WorkerEvent::NodeDeleted(name));
         }
     }
 
@@ -170,9 +167,7 @@ impl Inner {
         if let Some(name) = ns.metadata.name.as_deref()
             && self.namespaces.remove(name).is_some()
         {
-            self.broadcast(&ev(pb::watch_event::Event::NamespaceDeleted(
-                name.to_owned(),
-            )));
+            self.broadcast(&WorkerEvent::NamespaceDeleted(name.to_owned()));
         }
     }
 }

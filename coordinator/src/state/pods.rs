@@ -8,13 +8,13 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use tracing::{info_span, warn};
 
-use flotilla_proto::v1 as pb;
 use flotilla_shared::WorkloadClass;
 use flotilla_shared::pod_info::PodInfo;
 use flotilla_shared::priority::PriorityClasses;
+use flotilla_shared::trace::Carrier;
 
 use super::report::NodeRejection;
-use super::stream::{ev, pb_pod_ref, raw_pod};
+use super::stream::{PodIdentity, WorkerEvent};
 use super::sync::Deferred;
 use super::{Coordinator, Inner, WorkerEntry, gang};
 use crate::partition::WorkerId;
@@ -107,24 +107,22 @@ fn bound_changed(old: &PodInfo, new: &PodInfo) -> bool {
 
 impl Inner {
     /// Tells every worker that `pod` is bound to `node`: the whole object
-    /// (serialized once), except to `confirm_to`, the worker whose grant
-    /// it is and which holds it assumed as is, which gets the short
-    /// `pod_bound` confirmation.
-    fn broadcast_bound(&self, info: &PodInfo, node: &str, confirm_to: Option<WorkerId>) {
+    /// (its JSON, shared by every worker's event), except to `confirm_to`,
+    /// the worker whose grant it is and which holds it assumed as is, which
+    /// gets the short `pod_bound` confirmation.
+    fn broadcast_bound(&self, info: &PodInfo, node: &Arc<str>, confirm_to: Option<WorkerId>) {
         let mut whole = None;
         for (id, w) in &self.workers {
             let Some(tx) = &w.tx else {
                 continue;
             };
             let e = if Some(*id) == confirm_to {
-                ev(pb::watch_event::Event::PodBound(pb::PodBound {
-                    pod: Some(pb_pod_ref(info)),
-                    node_name: node.to_owned(),
-                }))
+                WorkerEvent::PodBound {
+                    pod: PodIdentity::of(info),
+                    node: node.clone(),
+                }
             } else {
-                whole
-                    .get_or_insert_with(|| ev(pb::watch_event::Event::BoundPod(raw_pod(info))))
-                    .clone()
+                WorkerEvent::BoundPod(whole.get_or_insert_with(|| info.json()).clone())
             };
             let _ = tx.send(e);
         }
@@ -162,7 +160,8 @@ impl Inner {
             .copied()
             .flatten()
             .unwrap_or(rec.info.class);
-        let mut msg = ev(pb::watch_event::Event::AssignedPod(raw_pod(&rec.info)));
+        let pod = rec.info.json();
+        let mut trace_context = Carrier::new();
         let group = gang::group_of(&rec.info);
         let picked = if self.synced {
             // A gang goes whole to the worker already serving it.
@@ -193,7 +192,7 @@ impl Inner {
                 worker = %self.workers.get(&w).map_or("", |e| &*e.name),
                 class = %class,
             );
-            msg.trace_context = flotilla_shared::trace::inject(&span);
+            trace_context = flotilla_shared::trace::inject(&span);
         }
         if let Some(g) = group {
             self.gangs.route(g, w);
@@ -205,7 +204,7 @@ impl Inner {
             .dispatched_pods
             .with_label_values(&[class.as_str()])
             .inc();
-        if !self.send_to(w, msg) {
+        if !self.send_to(w, WorkerEvent::AssignedPod { pod, trace_context }) {
             warn!(worker = w, "worker stream closed while dispatching");
         }
     }
@@ -215,7 +214,7 @@ impl Inner {
             return;
         };
         if let PodPhase::Pending(Some(w)) = rec.phase {
-            let msg = ev(pb::watch_event::Event::UnassignedPod(pb_pod_ref(&rec.info)));
+            let msg = WorkerEvent::UnassignedPod(PodIdentity::of(&rec.info));
             if let Some(entry) = self.workers.get_mut(&w) {
                 entry.assigned.remove(uid);
             }
@@ -264,9 +263,7 @@ impl Inner {
             self.unplace(n, &uid);
         }
         self.undispatched.retain(|u| *u != uid);
-        self.broadcast(&ev(pb::watch_event::Event::PodDeleted(pb_pod_ref(
-            &rec.info,
-        ))));
+        self.broadcast(&WorkerEvent::PodDeleted(PodIdentity::of(&rec.info)));
     }
 
     /// A PriorityClass was created or changed.
@@ -377,7 +374,7 @@ impl Coordinator {
                 inner.unassign(&uid);
                 if let PodPhase::Granted(n) | PodPhase::Bound(n) = &rec.phase {
                     inner.unplace(n, &uid);
-                    inner.broadcast(&ev(pb::watch_event::Event::PodDeleted(pb_pod_ref(&info))));
+                    inner.broadcast(&WorkerEvent::PodDeleted(PodIdentity::of(&info)));
                 }
                 inner.pods.remove(&uid);
                 inner.gangs.member_gone(&rec.info);
@@ -473,7 +470,10 @@ impl Coordinator {
                         if changed && let PodPhase::Pending(Some(w)) = rec.phase {
                             inner.send_to(
                                 w,
-                                ev(pb::watch_event::Event::AssignedPod(raw_pod(&info))),
+                                WorkerEvent::AssignedPod {
+                                    pod: info.json(),
+                                    trace_context: Carrier::new(),
+                                },
                             );
                             if let Some(r) = inner.pods.get_mut(&uid) {
                                 r.sent = Some(info.clone());

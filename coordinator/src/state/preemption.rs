@@ -8,11 +8,10 @@ use std::time::Instant;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use tracing::{debug, info, warn};
 
-use flotilla_proto::v1 as pb;
 use flotilla_shared::pod_info::PodInfo;
 
 use super::bind::fits_with;
-use super::stream::{ev, nominated_event, pb_pod_ref, pdb_deleted_event, raw};
+use super::stream::{PodIdentity, WorkerEvent, json, nominated_event};
 use super::{Coordinator, Inner, PodPhase};
 use crate::cluster::{ClusterError, PodRef, SchedulingEvent};
 use crate::partition::WorkerId;
@@ -21,7 +20,7 @@ use crate::partition::WorkerId;
 /// key) and the victims as the coordinator holds them.
 type GrantedPreemption = (Arc<PodInfo>, Arc<str>, Vec<Arc<PodInfo>>);
 
-/// Outcome of a preemption proposal (mirrors `pb::PreemptionOutcome`).
+/// Outcome of a preemption proposal (the wire's `PreemptionOutcome`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PreemptionDecision {
     /// The pod is nominated to the node and its victims are being deleted.
@@ -75,9 +74,7 @@ impl Inner {
     /// Ends `pod`'s nomination, if any, and tells the workers.
     pub(super) fn clear_nomination(&mut self, pod: &PodInfo) {
         if self.unnominate(&pod.uid).is_some() {
-            self.broadcast(&ev(pb::watch_event::Event::NominationCleared(pb_pod_ref(
-                pod,
-            ))));
+            self.broadcast(&WorkerEvent::NominationCleared(PodIdentity::of(pod)));
         }
     }
 
@@ -90,7 +87,7 @@ impl Inner {
     pub(super) fn nominee_conflicted(&mut self, pod: &PodInfo, node: &str) {
         match self.nominated.get(&pod.uid) {
             Some(n) if &**n == node => {
-                let e = nominated_event(pod, node);
+                let e = nominated_event(pod, n);
                 self.broadcast(&e);
             }
             Some(_) => self.clear_nomination(pod),
@@ -113,7 +110,7 @@ impl Inner {
     /// A PodDisruptionBudget was created or changed: kept and forwarded to
     /// the workers (their preemption weighs it when choosing victims).
     pub(super) fn pdb_applied(&mut self, pdb: Arc<PodDisruptionBudget>) {
-        let msg = ev(pb::watch_event::Event::PdbUpsert(raw(&*pdb)));
+        let msg = WorkerEvent::PdbUpsert(json(&*pdb));
         self.pdbs.insert(flotilla_shared::pdb::key_of(&pdb), pdb);
         self.broadcast(&msg);
     }
@@ -122,7 +119,8 @@ impl Inner {
     pub(super) fn pdb_deleted(&mut self, pdb: Arc<PodDisruptionBudget>) {
         let key = flotilla_shared::pdb::key_of(&pdb);
         if self.pdbs.remove(&key).is_some() {
-            self.broadcast(&pdb_deleted_event(key));
+            let (namespace, name) = key;
+            self.broadcast(&WorkerEvent::PdbDeleted { namespace, name });
         }
     }
 }

@@ -1,71 +1,140 @@
-//! What a worker's event stream carries, built under the lock.
+//! What a worker's event stream carries: [`WorkerEvent`], the coordinator's
+//! own form of the `Watch` stream's messages, sent through a [`WorkerTx`].
+//! The gRPC edge ([`crate::grpc`]) turns each into its wire form as the
+//! stream sends it.
+//!
+//! An event is built once, under the lock, and cloned for every worker it
+//! goes to, so what it holds is cheap to clone. An object travels as its
+//! JSON in an `Arc<[u8]>`: encoded once (pods and nodes are kept as JSON,
+//! so not even that), shared by every worker's copy, and copied into each
+//! worker's wire message at the edge, outside the lock. A pod is named by
+//! its shared names ([`PodIdentity`]).
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
-use flotilla_proto::v1 as pb;
+use flotilla_shared::PodKey;
 use flotilla_shared::pod_info::PodInfo;
+use flotilla_shared::trace::Carrier;
 
 /// Sender half of a worker's event stream.
-pub type WorkerTx = mpsc::UnboundedSender<pb::WatchEvent>;
+pub type WorkerTx = mpsc::UnboundedSender<WorkerEvent>;
 
-pub(super) fn raw(obj: &impl serde::Serialize) -> pb::RawObject {
-    pb::RawObject {
-        // Serializing a k8s-openapi object to JSON cannot fail.
-        json: serde_json::to_vec(obj).unwrap_or_default(),
+/// A pod's identity on a worker's stream (the wire's `PodRef`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodIdentity {
+    /// `namespace/name`.
+    pub key: PodKey,
+    /// `metadata.uid`.
+    pub uid: Arc<str>,
+}
+
+impl PodIdentity {
+    /// The identity of `pod`, its names shared rather than copied.
+    #[must_use]
+    pub fn of(pod: &PodInfo) -> Self {
+        PodIdentity {
+            key: pod.key.clone(),
+            uid: pod.uid.clone(),
+        }
     }
 }
 
-/// The pod's JSON as the workers are sent it (the coordinator keeps pods as
-/// JSON, [`PodInfo::keep_json`]).
-pub(super) fn raw_pod(info: &PodInfo) -> pb::RawObject {
-    pb::RawObject {
-        json: info.json().to_vec(),
+/// One message of a worker's event stream: the wire's `WatchEvent`, each
+/// variant its event of the same name (the `.proto` says what a worker
+/// does with it). Objects are their JSON, shared between the workers'
+/// copies.
+#[derive(Debug, Clone)]
+pub enum WorkerEvent {
+    /// A Node was added or changed.
+    NodeUpsert(Arc<[u8]>),
+    /// A Node was deleted: its name.
+    NodeDeleted(Arc<str>),
+    /// A pod bound to a node (by anyone), as the cluster holds it.
+    BoundPod(Arc<[u8]>),
+    /// The Binding of a pod this worker proposed was written, and the pod
+    /// is otherwise the copy the worker was last sent (sent instead of
+    /// [`WorkerEvent::BoundPod`], to that worker only).
+    PodBound {
+        /// The pod.
+        pod: PodIdentity,
+        /// The node it is bound to.
+        node: Arc<str>,
+    },
+    /// A pod left the cluster or stopped holding resources.
+    PodDeleted(PodIdentity),
+    /// A pending pod this worker is to schedule (its priority resolved).
+    AssignedPod {
+        /// The pod.
+        pod: Arc<[u8]>,
+        /// The W3C trace context of the coordinator's `dispatch` span, which
+        /// the worker's scheduling cycle continues; empty when tracing is
+        /// off, and when the pod is sent again because it changed.
+        trace_context: Carrier,
+    },
+    /// A pending pod no longer assigned to this worker.
+    UnassignedPod(PodIdentity),
+    /// The nodes this worker searches first.
+    Partition {
+        /// The coordinator's epoch (it grows as workers come and go).
+        epoch: u64,
+        /// The nodes' names.
+        node_names: Vec<String>,
+    },
+    /// End of the replay that opens the stream.
+    Synced,
+    /// A Namespace was added or its labels changed.
+    NamespaceUpsert {
+        /// Its name.
+        name: String,
+        /// Its labels.
+        labels: HashMap<String, String>,
+    },
+    /// A Namespace was deleted: its name.
+    NamespaceDeleted(String),
+    /// A PodGroup was added or changed.
+    PodGroupUpsert(Arc<[u8]>),
+    /// A PodGroup was deleted: its `namespace/name`.
+    PodGroupDeleted(String),
+    /// A PodDisruptionBudget was added or changed.
+    PdbUpsert(Arc<[u8]>),
+    /// A PodDisruptionBudget was deleted.
+    PdbDeleted {
+        /// Its namespace.
+        namespace: String,
+        /// Its name.
+        name: String,
+    },
+    /// A pending pod was nominated to a node (preemption made room there).
+    NominatedPod {
+        /// The pod, as the coordinator holds it.
+        pod: Arc<[u8]>,
+        /// The node.
+        node: Arc<str>,
+    },
+    /// A pod's nomination ended.
+    NominationCleared(PodIdentity),
+}
+
+/// The JSON of an object the coordinator holds whole (PodGroups, PDBs, a
+/// Node as the watch gave it), encoded once for every worker it goes to.
+pub(super) fn json(obj: &impl serde::Serialize) -> Arc<[u8]> {
+    // Serializing a k8s-openapi object to JSON cannot fail.
+    Arc::from(serde_json::to_vec(obj).unwrap_or_default())
+}
+
+pub(super) fn namespace_event(name: &str, labels: &BTreeMap<String, String>) -> WorkerEvent {
+    WorkerEvent::NamespaceUpsert {
+        name: name.to_owned(),
+        labels: labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
     }
 }
 
-/// The node's JSON as the workers are sent it.
-pub(super) fn raw_node(spec: &flotilla_shared::NodeSpec) -> pb::RawObject {
-    pb::RawObject {
-        json: spec.json().to_vec(),
+pub(super) fn nominated_event(p: &PodInfo, node: &Arc<str>) -> WorkerEvent {
+    WorkerEvent::NominatedPod {
+        pod: p.json(),
+        node: node.clone(),
     }
-}
-
-pub(super) fn ev(e: pb::watch_event::Event) -> pb::WatchEvent {
-    pb::WatchEvent {
-        event: Some(e),
-        trace_context: HashMap::new(),
-    }
-}
-
-pub(super) fn namespace_event(name: &str, labels: &BTreeMap<String, String>) -> pb::WatchEvent {
-    ev(pb::watch_event::Event::NamespaceUpsert(
-        pb::NamespaceLabels {
-            name: name.to_owned(),
-            labels: labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-        },
-    ))
-}
-
-pub(super) fn pb_pod_ref(p: &PodInfo) -> pb::PodRef {
-    pb::PodRef {
-        namespace: p.key.namespace.to_string(),
-        name: p.key.name.to_string(),
-        uid: p.uid.to_string(),
-    }
-}
-
-pub(super) fn pdb_deleted_event((namespace, name): (String, String)) -> pb::WatchEvent {
-    ev(pb::watch_event::Event::PdbDeleted(pb::ObjectRef {
-        namespace,
-        name,
-    }))
-}
-
-pub(super) fn nominated_event(p: &PodInfo, node: &str) -> pb::WatchEvent {
-    ev(pb::watch_event::Event::NominatedPod(pb::NominatedPod {
-        pod: Some(raw_pod(p)),
-        node_name: node.to_owned(),
-    }))
 }

@@ -8,9 +8,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Pod;
 use tracing::{info, warn};
 
-use flotilla_proto::v1 as pb;
-
-use super::stream::ev;
+use super::stream::WorkerEvent;
 use super::{Coordinator, Inner};
 use crate::cluster::{ClusterError, Kind, PodRef, SchedulingEvent, WatchEvent};
 
@@ -168,7 +166,7 @@ impl Coordinator {
                     .collect();
                 for name in gone {
                     inner.namespaces.remove(&name);
-                    inner.broadcast(&ev(pb::watch_event::Event::NamespaceDeleted(name)));
+                    inner.broadcast(&WorkerEvent::NamespaceDeleted(name));
                 }
             }
             Kind::Node => {

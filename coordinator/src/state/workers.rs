@@ -7,15 +7,16 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
-use flotilla_proto::v1 as pb;
 use flotilla_shared::WorkloadClass;
 
-use super::stream::{ev, namespace_event, nominated_event, raw, raw_node, raw_pod};
+use super::stream::{WorkerEvent, json, namespace_event, nominated_event};
 use super::{Coordinator, Inner, PodPhase, WorkerEntry};
 use crate::partition::WorkerId;
 
 impl Inner {
-    pub(super) fn broadcast(&self, e: &pb::WatchEvent) {
+    /// Sends `e` to every worker with an open stream, a clone each (shared
+    /// JSON and names: no object is copied here).
+    pub(super) fn broadcast(&self, e: &WorkerEvent) {
         for w in self.workers.values() {
             if let Some(tx) = &w.tx {
                 let _ = tx.send(e.clone());
@@ -23,7 +24,8 @@ impl Inner {
         }
     }
 
-    pub(super) fn send_to(&self, worker: WorkerId, e: pb::WatchEvent) -> bool {
+    /// Sends `e` to `worker`; whether its stream took it.
+    pub(super) fn send_to(&self, worker: WorkerId, e: WorkerEvent) -> bool {
         self.workers
             .get(&worker)
             .and_then(|w| w.tx.as_ref())
@@ -59,7 +61,7 @@ impl Coordinator {
     ///
     /// # Errors
     /// The id is unknown (never registered, or already gone).
-    pub fn attach(&self, id: WorkerId) -> Result<mpsc::UnboundedReceiver<pb::WatchEvent>, String> {
+    pub fn attach(&self, id: WorkerId) -> Result<mpsc::UnboundedReceiver<WorkerEvent>, String> {
         let (tx, rx) = mpsc::unbounded_channel();
         let mut inner = self.inner.lock();
         if !inner.workers.contains_key(&id) {
@@ -69,18 +71,18 @@ impl Coordinator {
             let _ = tx.send(namespace_event(name, labels));
         }
         for n in inner.nodes.values() {
-            let _ = tx.send(ev(pb::watch_event::Event::NodeUpsert(raw_node(&n.spec))));
+            let _ = tx.send(WorkerEvent::NodeUpsert(n.spec.json()));
         }
         for g in inner.gangs.groups() {
-            let _ = tx.send(ev(pb::watch_event::Event::PodGroupUpsert(raw(&**g))));
+            let _ = tx.send(WorkerEvent::PodGroupUpsert(json(&**g)));
         }
         for rec in inner.pods.values() {
             if let PodPhase::Bound(_) = rec.phase {
-                let _ = tx.send(ev(pb::watch_event::Event::BoundPod(raw_pod(&rec.info))));
+                let _ = tx.send(WorkerEvent::BoundPod(rec.info.json()));
             }
         }
         for pdb in inner.pdbs.values() {
-            let _ = tx.send(ev(pb::watch_event::Event::PdbUpsert(raw(&**pdb))));
+            let _ = tx.send(WorkerEvent::PdbUpsert(json(&**pdb)));
         }
         for (uid, node) in &inner.nominated {
             if let Some(rec) = inner.pods.get(uid) {
@@ -96,7 +98,7 @@ impl Coordinator {
         for uid in &waiting {
             inner.dispatch(uid);
         }
-        let _ = tx.send(ev(pb::watch_event::Event::Synced(pb::SyncDone {})));
+        let _ = tx.send(WorkerEvent::Synced);
         Ok(rx)
     }
 
