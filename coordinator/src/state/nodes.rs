@@ -18,6 +18,8 @@ use crate::arbiter;
 use crate::partition::{self, WorkerId};
 
 impl Inner {
+    /// Splits the nodes among each pool's live workers again and sends
+    /// each worker whose partition changed its new one.
     pub(super) fn repartition(&mut self) {
         self.partition_dirty = false;
         // One partition per pool (online, batch): the pools overlap, so the
@@ -54,6 +56,7 @@ impl Inner {
         }
     }
 
+    /// Counts `info` on `node` (an orphan while the node is unknown).
     pub(super) fn place(&mut self, node: &Arc<str>, info: &Arc<PodInfo>) {
         let added = match self.nodes.get_mut(node) {
             Some(n) => {
@@ -86,6 +89,7 @@ impl Inner {
         }
     }
 
+    /// Stops counting pod `uid` on `node` (or among its orphans).
     pub(super) fn unplace(&mut self, node: &Arc<str>, uid: &str) {
         let removed = match self.orphans.remove(node, uid) {
             Some(p) => Some(p),

@@ -142,6 +142,10 @@ impl Inner {
         best(true).or_else(|| best(false))
     }
 
+    /// Sends pending pod `uid` to a worker (its gang's, else the one
+    /// `pick_worker` picks for its class), starting its trace; until the
+    /// caches are synced, or while no worker is live, it waits in
+    /// `undispatched`. A pod waiting for its PriorityClass is not sent.
     pub(super) fn dispatch(&mut self, uid: &Arc<str>) {
         if self.unresolved.contains_key(uid) {
             // Waits for its PriorityClass (retried when classes change).
@@ -209,6 +213,7 @@ impl Inner {
         }
     }
 
+    /// Takes pending pod `uid` back from the worker it was sent to.
     pub(super) fn unassign(&mut self, uid: &Arc<str>) {
         let Some(rec) = self.pods.get(uid) else {
             return;
@@ -343,6 +348,9 @@ impl Coordinator {
         }
     }
 
+    /// A pod was created or changed (or listed): its record follows it
+    /// (pending, bound, gone terminal), and the workers are told what
+    /// concerns them.
     pub(super) fn apply_pod(inner: &mut Inner, pod: Arc<Pod>) {
         let (pod, unresolved) = Self::resolve_priority(inner, pod);
         let info = match PodInfo::from_pod(pod.clone()) {

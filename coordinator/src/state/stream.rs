@@ -5,10 +5,10 @@
 //!
 //! An event is built once, under the lock, and cloned for every worker it
 //! goes to, so what it holds is cheap to clone. An object travels as its
-//! JSON in an `Arc<[u8]>`: encoded once (pods and nodes are kept as JSON,
-//! so not even that), shared by every worker's copy, and copied into each
-//! worker's wire message at the edge, outside the lock. A pod is named by
-//! its shared names ([`PodIdentity`]).
+//! JSON in an `Arc<[u8]>`: encoded once per event (a pod's is the JSON its
+//! record keeps, not encoded at all), shared by every worker's copy, and
+//! copied into each worker's wire message at the edge, outside the lock.
+//! A pod is named by its shared names ([`PodIdentity`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -118,13 +118,14 @@ pub enum WorkerEvent {
     NominationCleared(PodIdentity),
 }
 
-/// The JSON of an object the coordinator holds whole (PodGroups, PDBs, a
-/// Node as the watch gave it), encoded once for every worker it goes to.
+/// The JSON of an object the coordinator holds whole (a Node, a PodGroup,
+/// a PDB), encoded once for every worker it goes to.
 pub(super) fn json(obj: &impl serde::Serialize) -> Arc<[u8]> {
     // Serializing a k8s-openapi object to JSON cannot fail.
     Arc::from(serde_json::to_vec(obj).unwrap_or_default())
 }
 
+/// A namespace's labels, for workers' `namespaceSelector`s.
 pub(super) fn namespace_event(name: &str, labels: &BTreeMap<String, String>) -> WorkerEvent {
     WorkerEvent::NamespaceUpsert {
         name: name.to_owned(),
@@ -132,6 +133,7 @@ pub(super) fn namespace_event(name: &str, labels: &BTreeMap<String, String>) -> 
     }
 }
 
+/// `p`'s nomination to `node`.
 pub(super) fn nominated_event(p: &PodInfo, node: &Arc<str>) -> WorkerEvent {
     WorkerEvent::NominatedPod {
         pod: p.json(),
