@@ -1,6 +1,9 @@
 //! The `flotilla.v1.Coordinator` gRPC service: validates requests, converts
-//! wire types, and delegates to [`Coordinator`]. Nothing else speaks proto.
+//! wire types to the coordinator's (requests) and back (answers, and each
+//! [`WorkerEvent`] of a worker's stream), and delegates to [`Coordinator`].
+//! Nothing else speaks proto.
 
+use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -17,7 +20,9 @@ use flotilla_shared::WorkloadClass;
 
 use crate::cluster::PodRef;
 use crate::partition::WorkerId;
-use crate::state::{Arbitration, Coordinator, Decision, NodeRejection, PreemptionDecision};
+use crate::state::{
+    Arbitration, Coordinator, Decision, NodeRejection, PodIdentity, PreemptionDecision, WorkerEvent,
+};
 
 /// The service.
 #[derive(Debug, Clone)]
@@ -74,9 +79,10 @@ fn parse_pod(p: Option<pb::PodRef>) -> Result<PodRef, Status> {
     })
 }
 
-/// A worker's event stream; dropping it (client gone) detaches the worker.
+/// A worker's event stream, each event sent in its wire form; dropping it
+/// (client gone) detaches the worker.
 struct WorkerStream {
-    rx: mpsc::UnboundedReceiver<pb::WatchEvent>,
+    rx: mpsc::UnboundedReceiver<WorkerEvent>,
     coordinator: Arc<Coordinator>,
     id: WorkerId,
 }
@@ -84,7 +90,66 @@ struct WorkerStream {
 impl Stream for WorkerStream {
     type Item = Result<pb::WatchEvent, Status>;
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.rx.poll_recv(cx).map(|o| o.map(Ok))
+        self.rx.poll_recv(cx).map(|o| o.map(|e| Ok(watch_event(e))))
+    }
+}
+
+/// The wire form of a worker's event. An object's JSON, encoded once and
+/// shared by every worker's copy of the event, is copied into this
+/// worker's message; shared names become strings.
+fn watch_event(e: WorkerEvent) -> pb::WatchEvent {
+    use pb::watch_event::Event;
+    let raw = |json: &[u8]| pb::RawObject {
+        json: json.to_vec(),
+    };
+    let pod_ref = |p: PodIdentity| pb::PodRef {
+        namespace: p.key.namespace.to_string(),
+        name: p.key.name.to_string(),
+        uid: p.uid.to_string(),
+    };
+    let mut trace_context = HashMap::new();
+    let event = match e {
+        WorkerEvent::NodeUpsert(node) => Event::NodeUpsert(raw(&node)),
+        WorkerEvent::NodeDeleted(name) => Event::NodeDeleted(pb::NodeDeleted {
+            name: name.to_string(),
+        }),
+        WorkerEvent::BoundPod(pod) => Event::BoundPod(raw(&pod)),
+        WorkerEvent::PodBound { pod, node } => Event::PodBound(pb::PodBound {
+            pod: Some(pod_ref(pod)),
+            node_name: node.to_string(),
+        }),
+        WorkerEvent::PodDeleted(pod) => Event::PodDeleted(pod_ref(pod)),
+        WorkerEvent::AssignedPod {
+            pod,
+            trace_context: carrier,
+        } => {
+            trace_context = carrier;
+            Event::AssignedPod(raw(&pod))
+        }
+        WorkerEvent::UnassignedPod(pod) => Event::UnassignedPod(pod_ref(pod)),
+        WorkerEvent::Partition { epoch, node_names } => {
+            Event::Partition(pb::Partition { epoch, node_names })
+        }
+        WorkerEvent::Synced => Event::Synced(pb::SyncDone {}),
+        WorkerEvent::NamespaceUpsert { name, labels } => {
+            Event::NamespaceUpsert(pb::NamespaceLabels { name, labels })
+        }
+        WorkerEvent::NamespaceDeleted(name) => Event::NamespaceDeleted(name),
+        WorkerEvent::PodGroupUpsert(group) => Event::PodGroupUpsert(raw(&group)),
+        WorkerEvent::PodGroupDeleted(name) => Event::PodGroupDeleted(name),
+        WorkerEvent::PdbUpsert(pdb) => Event::PdbUpsert(raw(&pdb)),
+        WorkerEvent::PdbDeleted { namespace, name } => {
+            Event::PdbDeleted(pb::ObjectRef { namespace, name })
+        }
+        WorkerEvent::NominatedPod { pod, node } => Event::NominatedPod(pb::NominatedPod {
+            pod: Some(raw(&pod)),
+            node_name: node.to_string(),
+        }),
+        WorkerEvent::NominationCleared(pod) => Event::NominationCleared(pod_ref(pod)),
+    };
+    pb::WatchEvent {
+        event: Some(event),
+        trace_context,
     }
 }
 

@@ -4,9 +4,12 @@
 //! - [`cluster`]: the `Cluster` trait, the embedded simulated cluster and
 //!   the real API server through `kube`.
 //! - [`partition`]: rendezvous-hash node partitioning per worker pool.
-//! - [`state`]: the authoritative view, pod dispatch by workload class, and
-//!   bind arbitration (`Coordinator::propose`).
-//! - [`grpc`]: the `flotilla.v1.Coordinator` service over [`state`].
+//! - [`state`]: the authoritative view, pod dispatch by workload class,
+//!   bind arbitration (`Coordinator::propose`) and preemption; one file per
+//!   seam, in the coordinator's own types.
+//! - [`grpc`]: the `flotilla.v1.Coordinator` service over [`state`], the
+//!   one place wire types are converted (requests in, answers and each
+//!   worker's `WorkerEvent` out).
 //! - [`server`]: serving it on a TCP listener with graceful shutdown.
 //! - [`leader`]: leader election between coordinator replicas on a Lease.
 

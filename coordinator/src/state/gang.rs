@@ -39,6 +39,7 @@ use tracing::{debug, info, warn};
 use flotilla_shared::pod_group::{self, PodGroup, PodGroupStatus};
 use flotilla_shared::pod_info::PodInfo;
 
+use super::stream::{WorkerEvent, json};
 use super::{Coordinator, Decision, Inner, PodPhase};
 use crate::cluster::{ClusterError, PodRef, SchedulingEvent};
 use crate::partition::WorkerId;
@@ -218,6 +219,22 @@ impl Inner {
             out.push((g, status));
         }
         out
+    }
+
+    /// A PodGroup was created or changed: the workers are told when its
+    /// spec or identity changed.
+    pub(super) fn pod_group_applied(&mut self, g: Arc<PodGroup>) {
+        if self.gangs.apply_group(g.clone()) {
+            self.broadcast(&WorkerEvent::PodGroupUpsert(json(&*g)));
+        }
+    }
+
+    /// A PodGroup was deleted: the workers are told.
+    pub(super) fn pod_group_deleted(&mut self, g: Arc<PodGroup>) {
+        let name = g.full_name();
+        if self.gangs.delete_group(&name) {
+            self.broadcast(&WorkerEvent::PodGroupDeleted(name));
+        }
     }
 }
 

@@ -1,0 +1,495 @@
+//! Bind arbitration: a proposal checked against the authoritative view
+//! (the fit, the room nominated pods hold, the cross-node constraints),
+//! granted under the lock, its Binding written without it, then settled.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use tracing::{Instrument as _, debug, info_span, warn};
+
+use flotilla_shared::extender::{ExtenderConfig, HttpExtender};
+use flotilla_shared::fit::{self, IgnoredResources};
+use flotilla_shared::node_info::NodeInfo;
+use flotilla_shared::pod_info::PodInfo;
+
+use super::report::BindSample;
+use super::{Coordinator, Inner, PodPhase};
+use crate::arbiter::{self, CrossNodeChecks};
+use crate::cluster::{ClusterError, PodRef, SchedulingEvent};
+use crate::partition::WorkerId;
+
+/// Outcome of a bind proposal (the wire's `BindOutcome`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Granted and bound.
+    Bound,
+    /// Room taken or node changed; re-queue with backoff.
+    Conflict(String),
+    /// Pod gone or bound elsewhere; forget it.
+    PodGone(String),
+    /// Binding failed transiently; re-queue with backoff.
+    Error(String),
+}
+
+/// Most of a proposal's alternatives [`Coordinator::arbitrate`] checks
+/// (workers send at most three): a bound on the work one proposal can make
+/// the arbiter do under its lock.
+pub const MAX_ALTERNATIVES_CHECKED: usize = 8;
+
+/// What [`Coordinator::arbitrate`] decided.
+#[derive(Debug)]
+pub enum Arbitration {
+    /// Answered at once: refused, gone, or already bound there.
+    Decided(Decision),
+    /// Granted: the room is counted; [`Coordinator::settle`] writes the
+    /// Binding.
+    Granted(Grant),
+}
+
+/// A granted placement whose Binding is not written yet (see
+/// [`Coordinator::settle`]). Dropping it without settling leaves the pod
+/// `Granted` with its room counted, so every grant must be settled.
+#[derive(Debug)]
+#[must_use = "a grant holds room until it is settled"]
+pub struct Grant {
+    worker: WorkerId,
+    info: Arc<PodInfo>,
+    node: Arc<str>,
+}
+
+impl Grant {
+    /// The node granted: the proposed one, or the alternative that fit.
+    #[must_use]
+    pub fn node(&self) -> &Arc<str> {
+        &self.node
+    }
+}
+
+/// `Ok` when `pod` fits on `node` with `nominated` pods placed there too,
+/// not checking the extended resources its profile ignores.
+pub(super) fn fits_with(
+    node: &NodeInfo,
+    pod: &PodInfo,
+    nominated: &[Arc<PodInfo>],
+    ignored: &IgnoredResources,
+) -> Result<(), String> {
+    if nominated.is_empty() {
+        return fit::check_placement_ignoring(pod, node, ignored);
+    }
+    let mut n = node.clone();
+    for p in nominated {
+        n.add_pod(p.clone());
+    }
+    fit::check_placement_ignoring(pod, &n, ignored)
+}
+
+/// Why the arbiter refuses a placement, if it does.
+#[derive(Debug)]
+pub(super) enum Refusal {
+    /// The node is not known.
+    NoNode,
+    /// The pod does not fit the node (resources, ports, cordon).
+    Fit(String),
+    /// It fits only by eating room reserved for nominated pods of equal or
+    /// higher priority (named).
+    Reserved(String, Vec<String>),
+    /// A cross-node constraint (pod affinity, topology spread) fails.
+    CrossNode(&'static str),
+}
+
+impl Refusal {
+    /// The conflict reason for `node`, as workers and logs see it.
+    pub(super) fn reason(&self, node: &str) -> String {
+        match self {
+            Refusal::NoNode => format!("node {node} not found"),
+            Refusal::Fit(r) => format!("node {node}: {r}"),
+            Refusal::CrossNode(r) => format!("node {node}: {r}"),
+            Refusal::Reserved(r, names) => format!(
+                "node {node}: {r} (room reserved for nominated pods {})",
+                names.join(", ")
+            ),
+        }
+    }
+}
+
+impl Inner {
+    /// The Binding of `info` to `node`, granted to `worker`'s proposal, was
+    /// written: the record is bound (by that worker), no worker holds the
+    /// pod any more, its nomination ends.
+    pub(super) fn binding_written(&mut self, worker: WorkerId, info: &PodInfo, node: &Arc<str>) {
+        let worker_name = self.workers.get(&worker).map(|w| w.name.clone());
+        if let Some(w) = self.workers.get_mut(&worker) {
+            w.bound += 1;
+        }
+        flotilla_shared::metrics::metrics()
+            .pods_bound
+            .with_label_values(&[info.class.as_str()])
+            .inc();
+        if let Some(rec) = self.pods.get_mut(&info.uid) {
+            let now = Instant::now();
+            rec.bound_at = Some(now);
+            rec.bound_by = worker_name;
+            if let Some(log) = &mut self.bind_log {
+                log.push(BindSample {
+                    pod: info.key.clone(),
+                    first_seen: rec.first_seen,
+                    bound_at: now,
+                });
+            }
+            rec.unschedulable = None;
+            rec.failing = false;
+            if rec.phase == PodPhase::Granted(node.clone()) {
+                rec.phase = PodPhase::Bound(node.clone());
+            }
+        }
+        for w in self.workers.values_mut() {
+            w.assigned.remove(&info.uid);
+        }
+        self.clear_nomination(info);
+    }
+
+    /// The Binding granted to `worker`'s proposal failed at the cluster: the
+    /// grant's room is released and the pod is pending again with that
+    /// worker, or, if the worker left meanwhile (nobody would retry it),
+    /// dispatched to another.
+    pub(super) fn binding_failed(&mut self, worker: WorkerId, info: &PodInfo, node: &Arc<str>) {
+        self.counters.bind_errors += 1;
+        let granted_here = self
+            .pods
+            .get(&info.uid)
+            .is_some_and(|r| r.phase == PodPhase::Granted(node.clone()));
+        if !granted_here {
+            return;
+        }
+        self.unplace(node, &info.uid);
+        let alive = self.workers.get(&worker).is_some_and(|w| w.tx.is_some());
+        if let Some(rec) = self.pods.get_mut(&info.uid) {
+            rec.phase = PodPhase::Pending(alive.then_some(worker));
+            rec.granted_to = None;
+        }
+        if !alive {
+            self.dispatch(&info.uid);
+        }
+    }
+
+    /// The extended resources the pod's profile's NodeResourcesFit ignores.
+    pub(super) fn ignored_resources(&self, info: &PodInfo) -> &IgnoredResources {
+        static NONE: IgnoredResources = IgnoredResources::NONE;
+        self.ignored_resources
+            .get(&*info.scheduler_name)
+            .unwrap_or(&NONE)
+    }
+
+    /// The bind arbiter's check of one placement against the authoritative
+    /// view: the shared fit check, the room nominated pods hold, and the
+    /// cross-node constraints the pod's profile filters on. Returns the
+    /// node's interned name when granted.
+    pub(super) fn check_grant(&mut self, info: &PodInfo, node: &str) -> Result<Arc<str>, Refusal> {
+        let Some((name, ninfo)) = self.nodes.get_key_value(node) else {
+            return Err(Refusal::NoNode);
+        };
+        if self.unarbitrated {
+            return Ok(name.clone());
+        }
+        let ignored = self.ignored_resources(info);
+        fit::check_placement_ignoring(info, ninfo, ignored).map_err(Refusal::Fit)?;
+        // It fits alone; does it with the room reserved for nominees?
+        let nominated = self.nominated_on(node, info);
+        if !nominated.is_empty()
+            && let Err(reason) = fits_with(ninfo, info, &nominated, ignored)
+        {
+            let names = nominated.iter().map(|p| p.key.to_string()).collect();
+            return Err(Refusal::Reserved(reason, names));
+        }
+        let checks = self
+            .cross_node_checks
+            .get(&*info.scheduler_name)
+            .unwrap_or(&CrossNodeChecks::DEFAULT);
+        arbiter::check(
+            checks,
+            info,
+            ninfo,
+            &self.nodes,
+            &self.namespaces,
+            self.anti_affinity_pods,
+            &mut self.kept,
+        )
+        .map_err(Refusal::CrossNode)?;
+        Ok(name.clone())
+    }
+}
+
+impl Coordinator {
+    /// Turns bind arbitration off (`false`) or back on (the default): off,
+    /// every proposal for a node the coordinator knows is granted without
+    /// the fit, nomination and cross-node checks, as a lone kube-scheduler
+    /// binds whatever its cycle decided. Only sound with a single worker;
+    /// the benchmarks' "single scheduler" baseline uses it to measure what
+    /// arbitration costs.
+    pub fn set_arbitration(&self, on: bool) {
+        self.inner.lock().unarbitrated = !on;
+    }
+
+    /// Sets which cross-node constraints (inter-pod affinity, topology
+    /// spread) the bind arbiter re-checks for the pods of profile
+    /// `scheduler_name`: those its framework filters on. Profiles never set
+    /// get both, like the default profile.
+    pub fn set_cross_node_checks(&self, scheduler_name: &str, checks: CrossNodeChecks) {
+        self.inner
+            .lock()
+            .cross_node_checks
+            .insert(scheduler_name.to_owned(), checks);
+    }
+
+    /// Sets the extended resources the bind arbiter's fit check leaves out
+    /// for the pods of profile `scheduler_name`: those its NodeResourcesFit
+    /// ignores (`ignoredResources`, `ignoredResourceGroups`, and what
+    /// extenders manage with `ignoredByScheduler`), so the arbiter and the
+    /// worker's Filter agree. Profiles never set check every resource.
+    pub fn set_ignored_resources(&self, scheduler_name: &str, ignored: IgnoredResources) {
+        self.inner
+            .lock()
+            .ignored_resources
+            .insert(scheduler_name.to_owned(), ignored);
+    }
+
+    /// Delegates Bindings to the extender of `extenders` that has a
+    /// `bindVerb` (configuration validation allows at most one), as
+    /// upstream's `extendersBinding`: for a pod it is interested in, once
+    /// the arbiter granted the placement, the coordinator POSTs the bind
+    /// verb instead of writing the Binding; a failure of an `ignorable`
+    /// binder falls back to the API Binding, any other failure fails the
+    /// bind (the room is freed and the worker re-queues the pod). After the
+    /// extender's success the backend is told
+    /// ([`Cluster::bound_by_extender`](crate::cluster::Cluster::bound_by_extender)):
+    /// a real API server shows the extender's Binding through the watch; the
+    /// embedded cluster, which no extender can reach, records it itself.
+    ///
+    /// # Errors
+    /// The binder's TLS settings cannot be used.
+    pub fn set_extenders(
+        &self,
+        extenders: &[ExtenderConfig],
+    ) -> Result<(), flotilla_shared::http::HttpError> {
+        let binder = extenders
+            .iter()
+            .find(|e| !e.bind_verb.is_empty())
+            .map(|e| HttpExtender::new(e.clone()).map(Arc::new))
+            .transpose()?;
+        *self.binder.write() = binder;
+        Ok(())
+    }
+
+    /// The binder extender, if any (its counters).
+    #[must_use]
+    pub fn binder(&self) -> Option<Arc<HttpExtender>> {
+        self.binder.read().clone()
+    }
+
+    /// Writes the Binding of `pod` (granted on `node`): through the binder
+    /// extender when it is interested in the pod, else the API's
+    /// `pods/binding`.
+    pub(crate) async fn write_binding(
+        &self,
+        pod: &PodRef,
+        info: &PodInfo,
+        node: &str,
+    ) -> Result<(), ClusterError> {
+        let binder = self
+            .binder
+            .read()
+            .clone()
+            .filter(|b| b.is_interested(&info.pod()));
+        if let Some(b) = binder {
+            match b.bind(&pod.namespace, &pod.name, &pod.uid, node).await {
+                Ok(()) => return self.cluster.bound_by_extender(pod, node).await,
+                Err(e) if b.is_ignorable() => {
+                    b.stats().record_ignored();
+                    warn!(%pod, node, error = %e, "ignorable extender failed to bind; writing the Binding instead");
+                }
+                Err(e) => return Err(ClusterError::BindRejected(e.to_string())),
+            }
+        }
+        self.cluster.bind(pod, node).await
+    }
+
+    /// Bind arbitration. Checks the proposal against the authoritative view
+    /// (every grant counted, even those the cluster has not reflected yet)
+    /// with the shared fit check; on success records the grant, writes the
+    /// Binding, and settles. Idempotent: re-proposing a bound placement
+    /// answers `Bound`. The same as [`Coordinator::arbitrate`] followed by
+    /// [`Coordinator::settle`].
+    pub async fn propose(&self, worker: WorkerId, pod: &PodRef, node: &str) -> Decision {
+        self.propose_with_alternatives(worker, pod, node, &[])
+            .await
+            .0
+    }
+
+    /// [`Coordinator::propose`] with the worker's next best nodes (see
+    /// [`Coordinator::arbitrate`]); also returns the node decided on (the
+    /// granted alternative, else `node`).
+    pub async fn propose_with_alternatives(
+        &self,
+        worker: WorkerId,
+        pod: &PodRef,
+        node: &str,
+        alternatives: &[String],
+    ) -> (Decision, Arc<str>) {
+        match self.arbitrate(worker, pod, node, alternatives) {
+            Arbitration::Decided(d) => (d, Arc::from(node)),
+            Arbitration::Granted(grant) => {
+                let granted = grant.node.clone();
+                (self.settle(pod, grant).await, granted)
+            }
+        }
+    }
+
+    /// The synchronous half of [`Coordinator::propose`]: the check and, when
+    /// it passes, the grant (the room is counted from now on), under the
+    /// lock. Proposals arbitrated one after another are checked in that
+    /// order, each against the grants before it. A grant must be passed to
+    /// [`Coordinator::settle`], which writes its Binding.
+    ///
+    /// When `node` no longer fits (another worker's grant took the room
+    /// first, or the node changed), the first of `alternatives` (the
+    /// worker's next best feasible nodes, best first; at most
+    /// [`MAX_ALTERNATIVES_CHECKED`] are looked at) that passes the same
+    /// check is granted instead, as a scheduler whose view had been
+    /// current would have chosen its next best node; only when none does is
+    /// the answer a conflict. The grant's node says which it was.
+    pub fn arbitrate(
+        &self,
+        worker: WorkerId,
+        pod: &PodRef,
+        node: &str,
+        alternatives: &[String],
+    ) -> Arbitration {
+        let mut inner = self.inner.lock();
+        inner.counters.proposals += 1;
+        inner.last_activity = Some(Instant::now());
+        let Some(rec) = inner.pods.get(pod.uid.as_str()) else {
+            return Arbitration::Decided(Decision::PodGone(format!("pod {pod} is not pending")));
+        };
+        match &rec.phase {
+            PodPhase::Bound(n) | PodPhase::Granted(n) if &**n == node => {
+                return Arbitration::Decided(Decision::Bound);
+            }
+            PodPhase::Bound(n) | PodPhase::Granted(n) => {
+                return Arbitration::Decided(Decision::PodGone(format!(
+                    "pod {pod} is already bound to {n}"
+                )));
+            }
+            PodPhase::Pending(_) => {}
+        }
+        let info = rec.info.clone();
+        let name = match inner.check_grant(&info, node) {
+            Ok(name) => name,
+            Err(refusal) => {
+                let alternative = alternatives
+                    .iter()
+                    .take(MAX_ALTERNATIVES_CHECKED)
+                    .filter(|a| a.as_str() != node)
+                    .find_map(|a| inner.check_grant(&info, a).ok());
+                let reason = refusal.reason(node);
+                match alternative {
+                    Some(name) => {
+                        inner.counters.alternatives_granted += 1;
+                        debug!(%pod, node, granted = %name, %reason, "first choice taken; alternative granted");
+                        name
+                    }
+                    None => {
+                        inner.counters.conflicts += 1;
+                        inner.nominee_conflicted(&info, node);
+                        debug!(%pod, node, %reason, "bind conflict");
+                        return Arbitration::Decided(Decision::Conflict(reason));
+                    }
+                }
+            }
+        };
+        inner.counters.grants += 1;
+        inner.place(&name, &info);
+        if let Some(rec) = inner.pods.get_mut(&info.uid) {
+            rec.phase = PodPhase::Granted(name.clone());
+            rec.granted_to = Some(worker);
+        }
+        Arbitration::Granted(Grant {
+            worker,
+            info,
+            node: name,
+        })
+    }
+
+    /// The asynchronous half of [`Coordinator::propose`]: writes the
+    /// granted Binding (through the binder extender when it is interested),
+    /// then settles the record: bound, or, when the write failed, the room
+    /// released and the pod pending again.
+    pub async fn settle(&self, pod: &PodRef, grant: Grant) -> Decision {
+        let Grant {
+            worker,
+            info,
+            node: node_name,
+        } = grant;
+        let started = Instant::now();
+        let result = self
+            .write_binding(pod, &info, &node_name)
+            .instrument(info_span!("binding", pod = %pod, node = %node_name))
+            .await;
+        flotilla_shared::metrics::metrics()
+            .extension_point_duration
+            .with_label_values(&[
+                "Bind",
+                if result.is_ok() { "Success" } else { "Error" },
+                &info.scheduler_name,
+            ])
+            .observe(started.elapsed().as_secs_f64());
+
+        let written = {
+            let mut inner = self.inner.lock();
+            match &result {
+                Ok(()) => inner.binding_written(worker, &info, &node_name),
+                Err(_) => inner.binding_failed(worker, &info, &node_name),
+            }
+            result
+        };
+        match written {
+            Ok(()) => {
+                self.cluster
+                    .record_event(SchedulingEvent::scheduled(pod, &node_name));
+                Decision::Bound
+            }
+            Err(e) => {
+                self.binding_rejected(pod, &e).await;
+                match e {
+                    ClusterError::PodNotFound(m) => Decision::PodGone(m),
+                    ClusterError::AlreadyBound { pod, node } if node.is_empty() => {
+                        Decision::PodGone(format!("pod {pod} is already bound"))
+                    }
+                    ClusterError::AlreadyBound { pod, node } => {
+                        Decision::PodGone(format!("pod {pod} is already bound to {node}"))
+                    }
+                    ClusterError::NodeNotFound(n) => {
+                        Decision::Conflict(format!("node {n} not found"))
+                    }
+                    other => Decision::Error(other.to_string()),
+                }
+            }
+        }
+    }
+
+    /// A Binding failed for a reason other than the pod or node being gone
+    /// or the pod bound already: upstream's binding failure, a
+    /// `FailedScheduling` event and `PodScheduled=False` (SchedulerError)
+    /// saying why (`Binding rejected: ...`).
+    async fn binding_rejected(&self, pod: &PodRef, e: &ClusterError) {
+        if matches!(
+            e,
+            ClusterError::PodNotFound(_)
+                | ClusterError::AlreadyBound { .. }
+                | ClusterError::NodeNotFound(_)
+        ) {
+            return;
+        }
+        let message = format!("Binding rejected: {e}");
+        self.report_failure(pod, &message, Vec::new(), true).await;
+    }
+}

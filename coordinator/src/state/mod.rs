@@ -1,0 +1,254 @@
+//! The coordinator's authoritative view and its jobs: fan the cluster out
+//! to workers, dispatch pending pods by workload class, arbitrate bind
+//! proposals, and arbitrate preemption (nominations and victims).
+//!
+//! # Priority and preemption
+//! - A pod without `spec.priority` (no admission ran: the embedded cluster,
+//!   a dump) gets it from its PriorityClass as upstream's `Priority`
+//!   admission would ([`flotilla_shared::priority`]); workers receive the
+//!   resolved object. A pod naming a class that does not exist is not
+//!   dispatched: it gets a `FailedScheduling` Event and `PodScheduled=False`
+//!   with `spec.priorityClassName: no PriorityClass with name X was found`,
+//!   and is tried again whenever PriorityClasses change.
+//! - [`Coordinator::propose_preemption`] grants a worker's preemption under
+//!   the lock (victims still bound there, not terminating, lower in
+//!   priority, not evicted for someone else; the pod fits once they are
+//!   gone, counting other pods nominated there), then nominates the pod
+//!   (`status.nominatedNodeName`, broadcast to workers) and deletes the
+//!   victims gracefully with a `Preempted` Event on each.
+//! - A nominated pod's room is reserved: [`Coordinator::propose`] counts the
+//!   pods nominated to the node with a priority at least the proposer's
+//!   (upstream's `addGENominatedPods`). A nomination ends when the pod binds,
+//!   is deleted, or is nominated elsewhere.
+//!
+//! # Layout
+//! [`Coordinator`] is one `Inner` behind one lock; each file adds the
+//! `impl` blocks of one seam:
+//! - `sync.rs`: the cluster's change stream (lists, relists, each change
+//!   applied) and the cluster writes decided under the lock.
+//! - `pods.rs`: pod records, priority resolution, dispatch to workers.
+//! - `nodes.rs`: nodes and the pods placed on them, orphans, namespaces,
+//!   partitions.
+//! - `bind.rs`: bind arbitration: the check, the grant, the Binding, the
+//!   settling.
+//! - `preemption.rs`: preemption arbitration, nominations, evictions.
+//! - `gang.rs`: PodGroups and all-or-none gang grants.
+//! - `workers.rs`: workers registering, their streams opening and closing,
+//!   sends to them.
+//! - `stream.rs`: what a worker's stream carries ([`WorkerEvent`]).
+//! - `report.rs`: failure reports, counters, the summary, records, the
+//!   bind log.
+//!
+//! # Data flow
+//! ```text
+//! Cluster watch ──▶ apply ──▶ nodes / pod records ──▶ WorkerEvent per worker ──▶ grpc: WatchEvent
+//! grpc: BindProposal ──▶ propose (check + grant under the lock) ──▶ Cluster::bind
+//! ```
+//! Nothing here speaks proto: [`crate::grpc`] turns requests into the
+//! coordinator's types ([`PodRef`](crate::cluster::PodRef),
+//! [`NodeRejection`], ...) and each [`WorkerEvent`] into its wire form.
+//! Shared with the protocol is only its limit on the per-node reasons a
+//! report carries and a record keeps (`MAX_NODE_STATUSES`).
+//!
+//! # Locking
+//! One `parking_lot::Mutex` guards [`Inner`]. It is never held across an
+//! `.await`: `propose` grants under the lock, releases it for the Binding
+//! call, then re-takes it to settle. Sends to worker streams happen under the
+//! lock (unbounded channels never block), which keeps each worker's stream in
+//! the order the coordinator applied changes; an event is built once and
+//! cloned per worker cheaply (shared JSON and names), and made a wire
+//! message by each worker's stream, outside the lock.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::Instant;
+
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use parking_lot::Mutex;
+
+use flotilla_shared::WorkloadClass;
+use flotilla_shared::extender::HttpExtender;
+use flotilla_shared::fit::IgnoredResources;
+use flotilla_shared::node_info::{NodeInfo, Orphans};
+use flotilla_shared::priority::PriorityClasses;
+
+use crate::arbiter::{self, CrossNodeChecks};
+use crate::cluster::Cluster;
+use crate::partition::WorkerId;
+
+mod bind;
+mod gang;
+mod nodes;
+mod pods;
+mod preemption;
+mod report;
+mod stream;
+mod sync;
+mod workers;
+
+pub use bind::{Arbitration, Decision, Grant, MAX_ALTERNATIVES_CHECKED};
+pub use gang::{GangDecision, desired_phase};
+pub use pods::{PodPhase, PodRecord};
+pub use preemption::PreemptionDecision;
+pub use report::{BindSample, Counters, NodeRejection, Summary};
+pub use stream::{PodIdentity, WorkerEvent, WorkerTx};
+
+use sync::Deferred;
+
+#[derive(Debug)]
+struct WorkerEntry {
+    name: Arc<str>,
+    class: WorkloadClass,
+    tx: Option<WorkerTx>,
+    assigned: HashSet<Arc<str>>,
+    partition: Vec<Arc<str>>,
+    bound: u64,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    nodes: HashMap<Arc<str>, NodeInfo>,
+    /// Keyed by uid; foldhash, not SipHash: a growing map rehashes every
+    /// key under the lock, which SipHash made a 5-20 ms stall of every
+    /// bind at each doubling.
+    /// Boxed: the table moves 24 bytes per pod, not a whole record, when it
+    /// grows.
+    pods: foldhash::HashMap<Arc<str>, Box<PodRecord>>,
+    workers: BTreeMap<WorkerId, WorkerEntry>,
+    next_worker_id: WorkerId,
+    epoch: u64,
+    undispatched: VecDeque<Arc<str>>,
+    counters: Counters,
+    last_activity: Option<Instant>,
+    partition_dirty: bool,
+    /// Workers that left, for the final report.
+    departed: Vec<(Arc<str>, WorkloadClass, u64)>,
+    /// Bound pods whose node is not known (yet, or any more), by node: they
+    /// are counted again when the node (re)appears.
+    orphans: Orphans,
+    /// `spec.schedulerName`s this coordinator serves, each with the
+    /// profile's `workloadClass` override (None: classify the pod).
+    scheduler_names: HashMap<String, Option<WorkloadClass>>,
+    /// Cross-node constraints re-checked at bind time, per profile (absent:
+    /// all of them).
+    cross_node_checks: HashMap<String, CrossNodeChecks>,
+    /// Extended resources the fit check leaves out, per profile (its
+    /// NodeResourcesFit `ignoredResources` / `ignoredResourceGroups`).
+    ignored_resources: HashMap<String, IgnoredResources>,
+    /// Placed pods (bound, granted or orphaned) with required anti-affinity.
+    anti_affinity_pods: usize,
+    /// Spread and affinity counts for the arbiter, fed by `place` /
+    /// `unplace` over `nodes`, reset when a node comes, goes or relabels.
+    kept: arbiter::KeptCounts,
+    /// [`Coordinator::set_arbitration`]`(false)`: grant every proposal for
+    /// a known node unchecked (the single-scheduler baseline).
+    unarbitrated: bool,
+    /// Every Binding written, when on ([`Coordinator::set_bind_log`]).
+    bind_log: Option<Vec<BindSample>>,
+    /// Set by `close_streams`: workers leaving now is expected.
+    closing: bool,
+    /// Pods that could not be read, by `namespace/name`: the error.
+    invalid: BTreeMap<String, String>,
+    /// Nodes that could not be read, by name: the error.
+    invalid_nodes: BTreeMap<String, String>,
+    /// Pending pods of other schedulers, by uid.
+    foreign: HashSet<Arc<str>>,
+    /// Every kind was listed once: pods may be dispatched.
+    synced: bool,
+    /// Namespace name → labels (forwarded to workers for `namespaceSelector`).
+    namespaces: BTreeMap<String, BTreeMap<String, String>>,
+    /// Gang scheduling state (PodGroups, sticky routing, members).
+    gangs: gang::Gangs,
+    /// PriorityClasses by name.
+    priority_classes: BTreeMap<String, Arc<PriorityClass>>,
+    /// `priority_classes` ready to resolve pods.
+    classes: PriorityClasses,
+    /// PriorityClasses were listed once (before that a missing class may
+    /// only be late, so it is not reported).
+    classes_listed: bool,
+    /// Pending pods whose `spec.priorityClassName` names no class, by uid:
+    /// whether that was reported to the cluster yet. Not dispatched.
+    unresolved: HashMap<Arc<str>, bool>,
+    /// PodDisruptionBudgets by (namespace, name), forwarded to workers.
+    pdbs: BTreeMap<(String, String), Arc<PodDisruptionBudget>>,
+    /// Nominated pods: uid → node.
+    nominated: HashMap<Arc<str>, Arc<str>>,
+    /// Node → the uids nominated to it.
+    nominations: HashMap<Arc<str>, Vec<Arc<str>>>,
+    /// Victims being evicted: victim uid → preemptor uid.
+    evicting: HashMap<Arc<str>, Arc<str>>,
+    /// Cluster writes decided under the lock, made after it is released.
+    deferred: Vec<Deferred>,
+}
+
+/// The coordinator. Share it as `Arc<Coordinator>`.
+pub struct Coordinator {
+    cluster: Arc<dyn Cluster>,
+    /// The same backend, typed: its write counter.
+    counted: Arc<crate::cluster::counted::Counted>,
+    inner: Mutex<Inner>,
+    /// The extender with a `bindVerb`, if any: it writes the Bindings of
+    /// the pods it is interested in.
+    binder: parking_lot::RwLock<Option<Arc<HttpExtender>>>,
+    /// Cancelled by [`Coordinator::close_streams`]: bind streams stop
+    /// taking proposals.
+    closing: tokio_util::sync::CancellationToken,
+}
+
+impl std::fmt::Debug for Coordinator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Coordinator").finish_non_exhaustive()
+    }
+}
+
+impl Coordinator {
+    /// A coordinator over `cluster` scheduling pods whose `spec.schedulerName`
+    /// is one of `scheduler_names`.
+    #[must_use]
+    pub fn new(cluster: Arc<dyn Cluster>, scheduler_names: &[&str]) -> Self {
+        let profiles: Vec<(&str, Option<WorkloadClass>)> =
+            scheduler_names.iter().map(|s| (*s, None)).collect();
+        Self::with_profiles(cluster, &profiles)
+    }
+
+    /// A coordinator over `cluster` serving the profiles `(schedulerName,
+    /// workloadClass)`: pods whose `spec.schedulerName` is one of them; a
+    /// profile's `Some(class)` dispatches all its pods to that pool,
+    /// overriding their label / owner / QoS class.
+    #[must_use]
+    pub fn with_profiles(
+        cluster: Arc<dyn Cluster>,
+        profiles: &[(&str, Option<WorkloadClass>)],
+    ) -> Self {
+        let counted = Arc::new(crate::cluster::counted::Counted::new(cluster));
+        Coordinator {
+            cluster: counted.clone(),
+            counted,
+            binder: parking_lot::RwLock::new(None),
+            closing: tokio_util::sync::CancellationToken::new(),
+            inner: Mutex::new(Inner {
+                next_worker_id: 1,
+                scheduler_names: profiles
+                    .iter()
+                    .map(|(name, class)| ((*name).to_owned(), *class))
+                    .collect(),
+                ..Inner::default()
+            }),
+        }
+    }
+
+    /// Writes this coordinator made to its cluster so far (Bindings, status
+    /// patches, events, evictions, nominations...; as
+    /// `flotilla_api_writes_total`, which is process-wide).
+    #[must_use]
+    pub fn api_writes(&self) -> u64 {
+        self.counted.writes()
+    }
+
+    /// The backend.
+    #[must_use]
+    pub fn cluster(&self) -> &Arc<dyn Cluster> {
+        &self.cluster
+    }
+}

@@ -1,0 +1,163 @@
+//! Workers registering, their event streams opening (with the replay of
+//! the view) and closing, and the sends to them.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+use tracing::{info, warn};
+
+use flotilla_shared::WorkloadClass;
+
+use super::stream::{WorkerEvent, json, namespace_event, nominated_event};
+use super::{Coordinator, Inner, PodPhase, WorkerEntry};
+use crate::partition::WorkerId;
+
+impl Inner {
+    /// Sends `e` to every worker with an open stream, a clone each (shared
+    /// JSON and names: no object is copied here).
+    pub(super) fn broadcast(&self, e: &WorkerEvent) {
+        for w in self.workers.values() {
+            if let Some(tx) = &w.tx {
+                let _ = tx.send(e.clone());
+            }
+        }
+    }
+
+    /// Sends `e` to `worker`; whether its stream took it.
+    pub(super) fn send_to(&self, worker: WorkerId, e: WorkerEvent) -> bool {
+        self.workers
+            .get(&worker)
+            .and_then(|w| w.tx.as_ref())
+            .is_some_and(|tx| tx.send(e).is_ok())
+    }
+}
+
+impl Coordinator {
+    /// Registers a worker of `class`; returns (id, epoch). It receives work
+    /// once it opens its stream with [`Coordinator::attach`].
+    pub fn register(&self, name: &str, class: WorkloadClass) -> (WorkerId, u64) {
+        let mut inner = self.inner.lock();
+        let id = inner.next_worker_id;
+        inner.next_worker_id += 1;
+        inner.epoch += 1;
+        inner.workers.insert(
+            id,
+            WorkerEntry {
+                name: Arc::from(name),
+                class,
+                tx: None,
+                assigned: HashSet::new(),
+                partition: Vec::new(),
+                bound: 0,
+            },
+        );
+        info!(worker = id, name, %class, "worker registered");
+        (id, inner.epoch)
+    }
+
+    /// Opens worker `id`'s event stream: replays nodes, bound pods and its
+    /// partition, dispatches waiting pods, then sends `SyncDone`.
+    ///
+    /// # Errors
+    /// The id is unknown (never registered, or already gone).
+    pub fn attach(&self, id: WorkerId) -> Result<mpsc::UnboundedReceiver<WorkerEvent>, String> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut inner = self.inner.lock();
+        if !inner.workers.contains_key(&id) {
+            return Err(format!("worker {id} is not registered"));
+        }
+        for (name, labels) in &inner.namespaces {
+            let _ = tx.send(namespace_event(name, labels));
+        }
+        for n in inner.nodes.values() {
+            let _ = tx.send(WorkerEvent::NodeUpsert(n.spec.json()));
+        }
+        for g in inner.gangs.groups() {
+            let _ = tx.send(WorkerEvent::PodGroupUpsert(json(&**g)));
+        }
+        for rec in inner.pods.values() {
+            if let PodPhase::Bound(_) = rec.phase {
+                let _ = tx.send(WorkerEvent::BoundPod(rec.info.json()));
+            }
+        }
+        for pdb in inner.pdbs.values() {
+            let _ = tx.send(WorkerEvent::PdbUpsert(json(&**pdb)));
+        }
+        for (uid, node) in &inner.nominated {
+            if let Some(rec) = inner.pods.get(uid) {
+                let _ = tx.send(nominated_event(&rec.info, node));
+            }
+        }
+        if let Some(w) = inner.workers.get_mut(&id) {
+            w.tx = Some(tx.clone());
+        }
+        inner.epoch += 1;
+        inner.repartition();
+        let waiting: Vec<Arc<str>> = inner.undispatched.drain(..).collect();
+        for uid in &waiting {
+            inner.dispatch(uid);
+        }
+        let _ = tx.send(WorkerEvent::Synced);
+        Ok(rx)
+    }
+
+    /// Worker `id` went away: its pending pods go to other workers and the
+    /// nodes are repartitioned.
+    pub fn detach(&self, id: WorkerId) {
+        let mut inner = self.inner.lock();
+        let Some(w) = inner.workers.remove(&id) else {
+            return;
+        };
+        if inner.closing {
+            info!(worker = id, name = %w.name, "worker stream closed at shutdown");
+        } else {
+            warn!(worker = id, name = %w.name, pods = w.assigned.len(), "worker left; re-dispatching its pods");
+        }
+        inner.departed.push((w.name.clone(), w.class, w.bound));
+        inner.gangs.forget_worker(id);
+        inner.epoch += 1;
+        inner.repartition();
+        for uid in &w.assigned {
+            if let Some(rec) = inner.pods.get_mut(uid)
+                && rec.phase == PodPhase::Pending(Some(id))
+            {
+                rec.phase = PodPhase::Pending(None);
+            }
+        }
+        let mut uids: Vec<&Arc<str>> = w.assigned.iter().collect();
+        uids.sort();
+        for uid in uids {
+            inner.dispatch(uid);
+        }
+    }
+
+    /// Ends every worker stream (shutdown): workers see the stream close and
+    /// stop, so the gRPC server's graceful shutdown does not wait on them.
+    pub fn close_streams(&self) {
+        let mut inner = self.inner.lock();
+        inner.closing = true;
+        for w in inner.workers.values_mut() {
+            w.tx = None;
+        }
+        self.closing.cancel();
+    }
+
+    /// Fires once [`Coordinator::close_streams`] was called: bind streams
+    /// then stop taking proposals, answer those in flight, and end.
+    #[must_use]
+    pub fn closing(&self) -> tokio_util::sync::CancellationToken {
+        self.closing.clone()
+    }
+
+    /// Number of workers with an open stream.
+    #[must_use]
+    pub fn live_workers(&self) -> usize {
+        self.inner
+            .lock()
+            .workers
+            .values()
+            .filter(|w| w.tx.is_some())
+            .count()
+    }
+}
