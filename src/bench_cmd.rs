@@ -214,6 +214,7 @@ async fn api_bench(
                     .unwrap_or_else(|| kubeconfig.to_path_buf()),
             }),
         progress: !args.no_progress,
+        flotilla: crate::live::bench_starter(),
     };
     let report = api::run_api_bench(scenario, &cfg).await?;
     match args.output {

@@ -13,7 +13,9 @@ use flotilla_coordinator::cluster::kube::{
     self as kube_backend, ConfigSource, KubeCluster, KubeOptions, WriteFence,
 };
 use flotilla_coordinator::leader::{self, DEFAULT_LEASE_NAME, LeaderConfig};
-use flotilla_loadtest::live::{self, LiveConfig, StopReason};
+use flotilla_loadtest::live::StopReason;
+
+use crate::live::{self, LiveConfig};
 use flotilla_scheduler::config::SchedulerConfig;
 
 /// Exit code when the lease was lost (writes stopped at once).
@@ -172,6 +174,8 @@ pub struct LiveRun {
     /// `--metrics-listen`: served from the start (a standby replica is live
     /// but not ready until it leads).
     pub metrics_listen: Option<String>,
+    /// `--seed` for in-process workers.
+    pub seed: Option<u64>,
 }
 
 /// Connects, elects (if asked), serves and reports.
@@ -256,6 +260,7 @@ pub async fn run(r: LiveRun) -> anyhow::Result<ExitCode> {
         exit_when_idle: r.exit_when_idle,
         scheduler: r.scheduler,
         telemetry,
+        seed: r.seed,
     };
     let result = live::serve(cluster, cfg, stop, leadership.as_ref()).await;
     let lost = leadership.as_ref().is_some_and(leader::Leadership::is_lost);

@@ -13,11 +13,14 @@
 //! (`flotilla_scheduler::config`); a bad one stops the process with exit 1.
 //!
 //! `run` and `coordinator` schedule a real cluster instead with
-//! `--kubeconfig FILE`, `--in-cluster` or `--kube` (see `kube_cmd`);
+//! `--kubeconfig FILE`, `--in-cluster` or `--kube`: `kube_cmd` connects and
+//! elects, `live` assembles the deployed process (the coordinator over the
+//! `kube` backend, its gRPC service, workers in process for `run`).
 //! `simulate` and `explain` read one with the same flags, read-only.
 
 mod bench_cmd;
 mod kube_cmd;
+mod live;
 
 /// mimalloc instead of glibc malloc: per-thread heaps, no arena lock
 /// shared by the coordinator, the workers and the tokio threads. Built
@@ -709,6 +712,7 @@ fn main() -> ExitCode {
                     json: a.report.output == Output::Json,
                     scheduler: sched,
                     metrics_listen: a.metrics.metrics_listen.clone(),
+                    seed: a.seed.seed,
                 })
                 .await
             }
@@ -724,6 +728,7 @@ fn main() -> ExitCode {
                     json: a.report.output == Output::Json,
                     scheduler: sched,
                     metrics_listen: a.metrics.metrics_listen.clone(),
+                    seed: None,
                 })
                 .await
             }

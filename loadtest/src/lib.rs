@@ -6,8 +6,8 @@
 //! - [`run`]: one run on the embedded cluster (coordinator + workers over
 //!   loopback gRPC) until every pod is bound or unschedulable.
 //! - [`report`]: the end-of-run report (text and JSON) and placements file.
-//! - [`live`]: scheduling a live cluster (the `kube` backend) until a
-//!   signal, an idle spell or the loss of leadership.
+//! - [`live`]: the report of scheduling a live cluster (the process itself
+//!   is the `flotilla` binary's).
 
 pub mod bench;
 pub mod live;

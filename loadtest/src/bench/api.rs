@@ -58,7 +58,7 @@ use flotilla_shared::quantity::milli_value;
 use super::LatencyMs;
 use super::measure::{self, Throughput};
 use super::scenarios::Scenario;
-use crate::live::{self, LiveConfig};
+use crate::live;
 use crate::workload::LABEL_HOSTNAME;
 
 /// Label on every Node and Pod a run creates; its value is the run id.
@@ -105,7 +105,32 @@ pub struct ApiBenchConfig {
     pub upstream: Option<UpstreamScheduler>,
     /// Progress lines on stderr.
     pub progress: bool,
+    /// How Flotilla is started against the server: the `flotilla` binary
+    /// passes its deployed process (what `run --kubeconfig` runs).
+    pub flotilla: StartFlotilla,
 }
+
+/// What [`StartFlotilla`] is given for one run.
+pub struct FlotillaStart {
+    /// The backend, connected with the run's write limits.
+    pub cluster: Arc<KubeCluster>,
+    /// Workers in process.
+    pub workers: usize,
+    /// The configuration.
+    pub scheduler: SchedulerConfig,
+    /// Cancelled when the bench has seen every pod bound (or gave up):
+    /// Flotilla drains, stops and reports.
+    pub stop: CancellationToken,
+}
+
+/// Runs Flotilla against [`FlotillaStart::cluster`] until
+/// [`FlotillaStart::stop`], then its report; `Err` names why it could not
+/// run.
+pub type StartFlotilla = Arc<
+    dyn Fn(FlotillaStart) -> futures::future::BoxFuture<'static, Result<live::LiveReport, String>>
+        + Send
+        + Sync,
+>;
 
 /// Why an API benchmark could not run.
 #[derive(Debug, thiserror::Error)]
@@ -128,9 +153,9 @@ pub enum ApiBenchError {
         #[source]
         source: kube::Error,
     },
-    /// The coordinator could not start.
-    #[error(transparent)]
-    Live(#[from] live::LiveError),
+    /// Flotilla could not start or stopped with an error.
+    #[error("Flotilla: {0}")]
+    Flotilla(String),
     /// Flotilla could not reach the server.
     #[error("connecting: {0}")]
     Connect(String),
@@ -911,13 +936,8 @@ async fn run_one(
                 };
                 let c = client.clone();
                 let url = cfg.url.clone();
-                let live_cfg = LiveConfig {
-                    in_process_workers: cfg.workers,
-                    listen: "127.0.0.1:0".into(),
-                    exit_when_idle: None,
-                    scheduler: cfg.scheduler.clone(),
-                    telemetry: None,
-                };
+                let (workers, scheduler) = (cfg.workers, cfg.scheduler.clone());
+                let start_flotilla = cfg.flotilla.clone();
                 let t = stop.clone();
                 let task = tokio::spawn(async move {
                     let cluster = Arc::new(
@@ -925,7 +945,14 @@ async fn run_one(
                             .await
                             .map_err(|e| ApiBenchError::Connect(e.to_string()))?,
                     );
-                    Ok(live::serve(cluster, live_cfg, t, None).await?)
+                    start_flotilla(FlotillaStart {
+                        cluster,
+                        workers,
+                        scheduler,
+                        stop: t,
+                    })
+                    .await
+                    .map_err(ApiBenchError::Flotilla)
                 });
                 Running::Flotilla { stop, task }
             }
