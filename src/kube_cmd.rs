@@ -283,6 +283,7 @@ pub async fn run(r: LiveRun) -> anyhow::Result<ExitCode> {
         listen: r.listen.clone(),
         exit_when_idle: r.exit_when_idle,
         scheduler: r.scheduler,
+        registry: flotilla_scheduler::Registry::in_tree(),
         telemetry,
     };
     let result = live::serve(cluster, cfg, stop, leadership.as_ref()).await;

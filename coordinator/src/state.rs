@@ -46,13 +46,13 @@ use tracing::{Instrument as _, debug, info, info_span, warn};
 
 use flotilla_proto::v1 as pb;
 use flotilla_shared::extender::{ExtenderConfig, HttpExtender};
-use flotilla_shared::fit::{self, IgnoredResources};
+use flotilla_shared::framework::{BindCheck, BindView, KeptCounts, ServedProfile};
 use flotilla_shared::node_info::{NodeInfo, NodeSpec, Orphans};
 use flotilla_shared::pod_info::PodInfo;
 use flotilla_shared::priority::PriorityClasses;
 use flotilla_shared::{PodKey, WorkloadClass};
 
-use crate::arbiter::{self, CrossNodeChecks};
+use crate::arbiter::{self, Refusal};
 use crate::cluster::{Cluster, ClusterError, Kind, PodRef, SchedulingEvent, WatchEvent};
 use crate::partition::{self, WorkerId};
 
@@ -249,17 +249,18 @@ struct Inner {
     /// `spec.schedulerName`s this coordinator serves, each with the
     /// profile's `workloadClass` override (None: classify the pod).
     scheduler_names: HashMap<String, Option<WorkloadClass>>,
-    /// Cross-node constraints re-checked at bind time, per profile (absent:
-    /// all of them).
-    cross_node_checks: HashMap<String, CrossNodeChecks>,
-    /// Extended resources the fit check leaves out, per profile (its
-    /// NodeResourcesFit `ignoredResources` / `ignoredResourceGroups`).
-    ignored_resources: HashMap<String, IgnoredResources>,
+    /// The bind checks of each profile served, by `schedulerName` (its
+    /// enabled Filters', in Filter order): the arbiter runs exactly these
+    /// for the profile's pods, and refuses a pod whose profile is absent.
+    bind_checks: foldhash::HashMap<String, Vec<Arc<dyn BindCheck>>>,
+    /// `(profile, plugin)` of each enabled Filter without a bind check (not
+    /// re-checked at bind time).
+    unchecked_filters: Vec<(String, String)>,
     /// Placed pods (bound, granted or orphaned) with required anti-affinity.
     anti_affinity_pods: usize,
     /// Spread and affinity counts for the arbiter, fed by `place` /
     /// `unplace` over `nodes`, reset when a node comes, goes or relabels.
-    kept: arbiter::KeptCounts,
+    kept: KeptCounts,
     /// [`Coordinator::set_arbitration`]`(false)`: grant every proposal for
     /// a known node unchecked (the single-scheduler baseline).
     unarbitrated: bool,
@@ -493,53 +494,6 @@ fn is_terminating(p: &PodInfo) -> bool {
     p.terminating
 }
 
-/// `Ok` when `pod` fits on `node` with `nominated` pods placed there too,
-/// not checking the extended resources its profile ignores.
-fn fits_with(
-    node: &NodeInfo,
-    pod: &PodInfo,
-    nominated: &[Arc<PodInfo>],
-    ignored: &IgnoredResources,
-) -> Result<(), String> {
-    if nominated.is_empty() {
-        return fit::check_placement_ignoring(pod, node, ignored);
-    }
-    let mut n = node.clone();
-    for p in nominated {
-        n.add_pod(p.clone());
-    }
-    fit::check_placement_ignoring(pod, &n, ignored)
-}
-
-/// Why the arbiter refuses a placement, if it does.
-#[derive(Debug)]
-enum Refusal {
-    /// The node is not known.
-    NoNode,
-    /// The pod does not fit the node (resources, ports, cordon).
-    Fit(String),
-    /// It fits only by eating room reserved for nominated pods of equal or
-    /// higher priority (named).
-    Reserved(String, Vec<String>),
-    /// A cross-node constraint (pod affinity, topology spread) fails.
-    CrossNode(&'static str),
-}
-
-impl Refusal {
-    /// The conflict reason for `node`, as workers and logs see it.
-    fn reason(&self, node: &str) -> String {
-        match self {
-            Refusal::NoNode => format!("node {node} not found"),
-            Refusal::Fit(r) => format!("node {node}: {r}"),
-            Refusal::CrossNode(r) => format!("node {node}: {r}"),
-            Refusal::Reserved(r, names) => format!(
-                "node {node}: {r} (room reserved for nominated pods {})",
-                names.join(", ")
-            ),
-        }
-    }
-}
-
 impl Inner {
     /// The Binding of `info` to `node`, granted to `worker`'s proposal, was
     /// written: the record is bound (by that worker), no worker holds the
@@ -600,18 +554,10 @@ impl Inner {
         }
     }
 
-    /// The extended resources the pod's profile's NodeResourcesFit ignores.
-    fn ignored_resources(&self, info: &PodInfo) -> &IgnoredResources {
-        static NONE: IgnoredResources = IgnoredResources::NONE;
-        self.ignored_resources
-            .get(&*info.scheduler_name)
-            .unwrap_or(&NONE)
-    }
-
     /// The bind arbiter's check of one placement against the authoritative
-    /// view: the shared fit check, the room nominated pods hold, and the
-    /// cross-node constraints the pod's profile filters on. Returns the
-    /// node's interned name when granted.
+    /// view: [`arbiter::check`] with the bind checks of the pod's profile
+    /// and the pods nominated to the node. Returns the node's interned name
+    /// when granted.
     fn check_grant(&mut self, info: &PodInfo, node: &str) -> Result<Arc<str>, Refusal> {
         let Some((name, ninfo)) = self.nodes.get_key_value(node) else {
             return Err(Refusal::NoNode);
@@ -619,30 +565,17 @@ impl Inner {
         if self.unarbitrated {
             return Ok(name.clone());
         }
-        let ignored = self.ignored_resources(info);
-        fit::check_placement_ignoring(info, ninfo, ignored).map_err(Refusal::Fit)?;
-        // It fits alone; does it with the room reserved for nominees?
+        let Some(checks) = self.bind_checks.get(&*info.scheduler_name) else {
+            return Err(Refusal::NoProfile(info.scheduler_name.clone()));
+        };
         let nominated = self.nominated_on(node, info);
-        if !nominated.is_empty()
-            && let Err(reason) = fits_with(ninfo, info, &nominated, ignored)
-        {
-            let names = nominated.iter().map(|p| p.key.to_string()).collect();
-            return Err(Refusal::Reserved(reason, names));
-        }
-        let checks = self
-            .cross_node_checks
-            .get(&*info.scheduler_name)
-            .unwrap_or(&CrossNodeChecks::DEFAULT);
-        arbiter::check(
-            checks,
-            info,
-            ninfo,
+        let mut view = BindView::new(
             &self.nodes,
             &self.namespaces,
             self.anti_affinity_pods,
             &mut self.kept,
-        )
-        .map_err(Refusal::CrossNode)?;
+        );
+        arbiter::check(checks, info, ninfo, &nominated, &mut view)?;
         Ok(name.clone())
     }
 
@@ -947,24 +880,32 @@ impl Inner {
 }
 
 impl Coordinator {
-    /// A coordinator over `cluster` scheduling pods whose `spec.schedulerName`
-    /// is one of `scheduler_names`.
+    /// A coordinator over `cluster` serving `profiles` (built from the
+    /// scheduler configuration and plugin registry the workers use:
+    /// `SchedulerConfig::served_profiles`): pods whose `spec.schedulerName`
+    /// names one of them; a profile's `Some(workload_class)` dispatches all
+    /// its pods to that pool, overriding their label / owner / QoS class;
+    /// the bind arbiter runs the profile's bind checks for its pods. Each
+    /// enabled Filter without a bind check is logged here, once, as not
+    /// re-checked ([`Coordinator::unchecked_filters`]).
     #[must_use]
-    pub fn new(cluster: Arc<dyn Cluster>, scheduler_names: &[&str]) -> Self {
-        let profiles: Vec<(&str, Option<WorkloadClass>)> =
-            scheduler_names.iter().map(|s| (*s, None)).collect();
-        Self::with_profiles(cluster, &profiles)
-    }
-
-    /// A coordinator over `cluster` serving the profiles `(schedulerName,
-    /// workloadClass)`: pods whose `spec.schedulerName` is one of them; a
-    /// profile's `Some(class)` dispatches all its pods to that pool,
-    /// overriding their label / owner / QoS class.
-    #[must_use]
-    pub fn with_profiles(
-        cluster: Arc<dyn Cluster>,
-        profiles: &[(&str, Option<WorkloadClass>)],
-    ) -> Self {
+    pub fn with_profiles(cluster: Arc<dyn Cluster>, profiles: Vec<ServedProfile>) -> Self {
+        let mut scheduler_names = HashMap::with_capacity(profiles.len());
+        let mut bind_checks = foldhash::HashMap::default();
+        let mut unchecked_filters = Vec::new();
+        for p in profiles {
+            for plugin in &p.unchecked_filters {
+                warn!(
+                    plugin = %plugin,
+                    profile = %p.scheduler_name,
+                    "Filter plugin provides no bind check: the bind arbiter does not re-check it, \
+                     so workers deciding at the same time may together break what it guards"
+                );
+                unchecked_filters.push((p.scheduler_name.clone(), plugin.clone()));
+            }
+            scheduler_names.insert(p.scheduler_name.clone(), p.workload_class);
+            bind_checks.insert(p.scheduler_name, p.bind_checks);
+        }
         let counted = Arc::new(crate::cluster::counted::Counted::new(cluster));
         Coordinator {
             cluster: counted.clone(),
@@ -973,18 +914,24 @@ impl Coordinator {
             closing: tokio_util::sync::CancellationToken::new(),
             inner: Mutex::new(Inner {
                 next_worker_id: 1,
-                scheduler_names: profiles
-                    .iter()
-                    .map(|(name, class)| ((*name).to_owned(), *class))
-                    .collect(),
+                scheduler_names,
+                bind_checks,
+                unchecked_filters,
                 ..Inner::default()
             }),
         }
     }
 
+    /// `(profile, plugin)` of each enabled Filter plugin that provides no
+    /// bind check: the arbiter does not re-check it (logged at start).
+    #[must_use]
+    pub fn unchecked_filters(&self) -> Vec<(String, String)> {
+        self.inner.lock().unchecked_filters.clone()
+    }
+
     /// Turns bind arbitration off (`false`) or back on (the default): off,
     /// every proposal for a node the coordinator knows is granted without
-    /// the fit, nomination and cross-node checks, as a lone kube-scheduler
+    /// the bind checks (nor the room of nominated pods), as a lone kube-scheduler
     /// binds whatever its cycle decided. Only sound with a single worker;
     /// the benchmarks' "single scheduler" baseline uses it to measure what
     /// arbitration costs.
@@ -1017,29 +964,6 @@ impl Coordinator {
     #[must_use]
     pub fn bind_log(&self) -> Vec<BindSample> {
         self.inner.lock().bind_log.clone().unwrap_or_default()
-    }
-
-    /// Sets which cross-node constraints (inter-pod affinity, topology
-    /// spread) the bind arbiter re-checks for the pods of profile
-    /// `scheduler_name`: those its framework filters on. Profiles never set
-    /// get both, like the default profile.
-    pub fn set_cross_node_checks(&self, scheduler_name: &str, checks: CrossNodeChecks) {
-        self.inner
-            .lock()
-            .cross_node_checks
-            .insert(scheduler_name.to_owned(), checks);
-    }
-
-    /// Sets the extended resources the bind arbiter's fit check leaves out
-    /// for the pods of profile `scheduler_name`: those its NodeResourcesFit
-    /// ignores (`ignoredResources`, `ignoredResourceGroups`, and what
-    /// extenders manage with `ignoredByScheduler`), so the arbiter and the
-    /// worker's Filter agree. Profiles never set check every resource.
-    pub fn set_ignored_resources(&self, scheduler_name: &str, ignored: IgnoredResources) {
-        self.inner
-            .lock()
-            .ignored_resources
-            .insert(scheduler_name.to_owned(), ignored);
     }
 
     /// The backend.
@@ -1779,8 +1703,8 @@ impl Coordinator {
 
     /// Bind arbitration. Checks the proposal against the authoritative view
     /// (every grant counted, even those the cluster has not reflected yet)
-    /// with the shared fit check; on success records the grant, writes the
-    /// Binding, and settles. Idempotent: re-proposing a bound placement
+    /// with the bind checks of the pod's profile ([`crate::arbiter`]); on
+    /// success records the grant, writes the Binding, and settles. Idempotent: re-proposing a bound placement
     /// answers `Bound`. The same as [`Coordinator::arbitrate`] followed by
     /// [`Coordinator::settle`].
     pub async fn propose(&self, worker: WorkerId, pod: &PodRef, node: &str) -> Decision {
@@ -2098,8 +2022,21 @@ impl Coordinator {
             without.remove_pod(&v.uid);
         }
         let nominated = inner.nominated_on(node, &preemptor);
-        let ignored = inner.ignored_resources(&preemptor);
-        if let Err(reason) = fits_with(&without, &preemptor, &nominated, ignored) {
+        let Some(checks) = inner.bind_checks.get(&*preemptor.scheduler_name) else {
+            let refusal = Refusal::NoProfile(preemptor.scheduler_name.clone());
+            return Err(Conflict(refusal.reason(node)));
+        };
+        // Only the node-local checks run here, and they read no counts:
+        // an empty set stands in for the kept ones (`inner` is shared).
+        let mut scratch = KeptCounts::default();
+        let mut view = BindView::new(
+            &inner.nodes,
+            &inner.namespaces,
+            inner.anti_affinity_pods,
+            &mut scratch,
+        );
+        if let Err(reason) = arbiter::fits_with(checks, &preemptor, &without, &nominated, &mut view)
+        {
             return Err(Conflict(format!(
                 "node {node}: {reason} even without the victims"
             )));

@@ -916,6 +916,7 @@ async fn run_one(
                     listen: "127.0.0.1:0".into(),
                     exit_when_idle: None,
                     scheduler: cfg.scheduler.clone(),
+                    registry: flotilla_scheduler::Registry::in_tree(),
                     telemetry: None,
                 };
                 let t = stop.clone();

@@ -98,10 +98,11 @@ use std::time::Duration;
 
 use flotilla_shared::WorkloadClass;
 use flotilla_shared::extender::ExtenderConfig;
+use flotilla_shared::framework::ServedProfile;
 
 pub use error::ConfigError;
 
-use crate::framework::{Profile, Registry};
+use crate::framework::{Framework, Profile, Registry, RegistryError};
 use crate::queue::{BackoffConfig, QueueConfig};
 
 /// The only accepted `apiVersion`.
@@ -278,6 +279,37 @@ impl SchedulerConfig {
         self.profiles
             .iter()
             .map(|p| (p.scheduler_name.as_str(), p.workload_class))
+            .collect()
+    }
+
+    /// Each profile as the coordinator serves it: its scheduler name, its
+    /// `workloadClass`, and the bind checks of its enabled Filter plugins
+    /// (in Filter order) with the names of those that provide none, built
+    /// from `registry` exactly as the workers build the profile's
+    /// framework, so the bind arbiter re-checks what the workers filter on.
+    ///
+    /// # Errors
+    /// A profile that does not make a framework with `registry` (an
+    /// unknown plugin, bad args: [`Framework::new`]'s errors).
+    pub fn served_profiles(
+        &self,
+        registry: &Registry,
+    ) -> Result<Vec<ServedProfile>, RegistryError> {
+        self.profiles
+            .iter()
+            .map(|p| {
+                let fw = Framework::new(p, registry)?;
+                Ok(ServedProfile {
+                    scheduler_name: p.scheduler_name.clone(),
+                    workload_class: p.workload_class,
+                    bind_checks: fw.bind_checks().to_vec(),
+                    unchecked_filters: fw
+                        .unchecked_filters()
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect(),
+                })
+            })
             .collect()
     }
 

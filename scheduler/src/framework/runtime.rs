@@ -41,6 +41,7 @@ use rand::RngExt as _;
 use rayon::prelude::*;
 
 use flotilla_shared::extender::EXTENDER_NAME;
+use flotilla_shared::framework::BindCheck;
 use flotilla_shared::framework::{
     ClusterEvent, Code, CycleState, Diagnosis, ExtensionPoint, FilterPlugin, FitError,
     PreFilterPlugin, PreScorePlugin, REASON_FILTERED_BY_PREFILTER, ScorePlugin, SharedLister,
@@ -136,6 +137,11 @@ pub struct Framework {
     profile_name: String,
     pre_filters: Vec<Arc<dyn PreFilterPlugin>>,
     filters: Vec<Arc<dyn FilterPlugin>>,
+    /// The bind checks of the enabled Filters that provide one, in Filter
+    /// order (the coordinator's arbiter runs them; the cycle does not).
+    bind_checks: Vec<Arc<dyn BindCheck>>,
+    /// Enabled Filters that provide no bind check, in Filter order.
+    unchecked_filters: Vec<&'static str>,
     pre_scores: Vec<Arc<dyn PreScorePlugin>>,
     scores: Vec<(Arc<dyn ScorePlugin>, i64)>,
     /// Names enabled per extension point, in run order (for `explain` and
@@ -536,6 +542,8 @@ impl Framework {
             profile_name: profile.scheduler_name.clone(),
             pre_filters: Vec::new(),
             filters: Vec::new(),
+            bind_checks: Vec::new(),
+            unchecked_filters: Vec::new(),
             pre_scores: Vec::new(),
             scores: Vec::new(),
             enabled: BTreeMap::new(),
@@ -553,6 +561,10 @@ impl Framework {
                     ExtensionPoint::PreFilter => fw.pre_filters.extend(h.pre_filter.clone()),
                     ExtensionPoint::Filter => {
                         fw.filters.extend(h.filter.clone());
+                        match &h.bind_check {
+                            Some(c) => fw.bind_checks.push(c.clone()),
+                            None => fw.unchecked_filters.push(name),
+                        }
                         // Only plugins that can reject decide requeueing.
                         for ev in h.plugin.events_to_register() {
                             fw.interest.entry(*ev).or_default().insert(name);
@@ -612,6 +624,21 @@ impl Framework {
     #[must_use]
     pub fn enabled_at(&self, point: ExtensionPoint) -> &[&'static str] {
         self.enabled.get(&point).map_or(&[], Vec::as_slice)
+    }
+
+    /// The bind-time re-checks of the enabled Filter plugins that provide
+    /// one, in Filter order: what the coordinator's bind arbiter runs for
+    /// this profile's pods ([`BindCheck`]).
+    #[must_use]
+    pub fn bind_checks(&self) -> &[Arc<dyn BindCheck>] {
+        &self.bind_checks
+    }
+
+    /// The enabled Filter plugins that provide no bind check, in Filter
+    /// order: the arbiter does not re-check them.
+    #[must_use]
+    pub fn unchecked_filters(&self) -> &[&'static str] {
+        &self.unchecked_filters
     }
 
     /// Score plugins with their effective weights, in run order.
