@@ -143,3 +143,118 @@ pub fn fits_with(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, HashMap};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use flotilla_shared::framework::{BindResult, KeptCounts, Plugin, refuse_if};
+    use flotilla_shared::testing::{NodeBuilder, PodBuilder};
+
+    use super::*;
+
+    /// Refuses a node holding more than `max` pods; counts its calls.
+    struct AtMost {
+        name: &'static str,
+        max: usize,
+        local: bool,
+        calls: AtomicUsize,
+    }
+
+    impl AtMost {
+        fn new(name: &'static str, max: usize, local: bool) -> Arc<Self> {
+            Arc::new(AtMost {
+                name,
+                max,
+                local,
+                calls: AtomicUsize::new(0),
+            })
+        }
+    }
+
+    impl Plugin for AtMost {
+        fn name(&self) -> &'static str {
+            self.name
+        }
+    }
+
+    impl BindCheck for AtMost {
+        fn check_bind(&self, _: &PodInfo, node: &NodeInfo, _: &mut BindView<'_>) -> BindResult {
+            self.calls.fetch_add(1, Ordering::Relaxed);
+            refuse_if(node.pods.len() + 1 > self.max, self.name)
+        }
+
+        fn node_local(&self) -> bool {
+            self.local
+        }
+    }
+
+    fn run(
+        checks: &[Arc<dyn BindCheck>],
+        on_node: usize,
+        nominated: &[Arc<PodInfo>],
+    ) -> Result<(), Refusal> {
+        let node = NodeBuilder::new("n1")
+            .pods(110)
+            .build_info_with((0..on_node).map(|i| PodBuilder::new(&format!("p{i}")).build_info()));
+        let nodes: HashMap<Arc<str>, NodeInfo> = [(node.spec.name.clone(), node)].into();
+        let (namespaces, mut kept) = (BTreeMap::new(), KeptCounts::default());
+        let mut view = BindView::new(&nodes, &namespaces, 0, &mut kept);
+        let pod = PodBuilder::new("incoming").build_info();
+        check(checks, &pod, &nodes["n1"], nominated, &mut view)
+    }
+
+    #[test]
+    fn checks_run_in_order_and_the_first_refusal_is_the_reason() {
+        let (a, b) = (AtMost::new("a", 1, true), AtMost::new("b", 1, true));
+        let checks: [Arc<dyn BindCheck>; 2] = [a.clone(), b.clone()];
+        assert_eq!(run(&checks, 0, &[]), Ok(()));
+        let r = run(&checks, 1, &[]).expect_err("refused");
+        assert_eq!(r, Refusal::Check("a".into()));
+        assert_eq!(r.reason("n1"), "node n1: a");
+        assert_eq!(
+            b.calls.load(Ordering::Relaxed),
+            1,
+            "not called after a refusal"
+        );
+    }
+
+    #[test]
+    fn only_node_local_checks_also_run_with_the_nominees() {
+        let nominee = Arc::new(PodBuilder::new("nominee").build_info());
+        let (local, counts) = (
+            AtMost::new("local", 2, true),
+            AtMost::new("counts", 2, false),
+        );
+        let checks: [Arc<dyn BindCheck>; 2] = [counts.clone(), local.clone()];
+        // 1 pod + the incoming fit; with the nominee they do not.
+        let r = run(&checks, 1, std::slice::from_ref(&nominee)).expect_err("reserved");
+        assert_eq!(
+            r.reason("n1"),
+            "node n1: local (room reserved for nominated pods default/nominee)"
+        );
+        assert_eq!(
+            counts.calls.load(Ordering::Relaxed),
+            1,
+            "once, on the node alone"
+        );
+        assert_eq!(
+            local.calls.load(Ordering::Relaxed),
+            2,
+            "alone, then with the nominee"
+        );
+        // Without nominees each check runs once.
+        assert_eq!(run(&checks, 1, &[]), Ok(()));
+        assert_eq!(local.calls.load(Ordering::Relaxed), 3);
+    }
+
+    #[test]
+    fn a_pod_of_a_profile_not_served_is_refused_with_its_scheduler_name() {
+        assert_eq!(
+            Refusal::NoProfile("other".into()).reason("n1"),
+            "node n1: schedulerName \"other\" is not a profile this coordinator serves"
+        );
+        assert_eq!(Refusal::NoNode.reason("n9"), "node n9 not found");
+    }
+}

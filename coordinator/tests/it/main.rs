@@ -10,6 +10,7 @@ mod dispatch;
 mod extender_bind;
 mod failover;
 mod gang;
+mod node_checks;
 mod preemption;
 mod priority_classes;
 mod real_workers;
