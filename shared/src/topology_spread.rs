@@ -4,8 +4,10 @@
 //! (`pkg/scheduler/framework/plugins/podtopologyspread/{common,filtering,scoring}.go`).
 //!
 //! The functions take plain iterators of [`NodeInfo`], so the worker's
-//! plugin and the coordinator's bind arbiter ([`check_placement`]) judge a
-//! placement with the same code.
+//! plugin, in its Filter and its bind check (run by the coordinator's bind
+//! arbiter over its own view, with counts kept in
+//! [`crate::spread_counts::SpreadCounts`]), judges a placement with the same
+//! code.
 //!
 //! # Terms
 //! - A **domain** is one value of a constraint's `topologyKey` (one zone, one
@@ -548,8 +550,9 @@ pub fn hard_constraints(pod: &PodInfo) -> Vec<TopologySpreadConstraint> {
 
 /// One-shot check of placing `pod` on `target` in a cluster made of `nodes`
 /// (which may include `target`): counts the pod's hard constraints over
-/// `nodes`, then checks `target`. For the coordinator's bind arbiter, which
-/// re-checks a worker's choice against its own view.
+/// `nodes`, then checks `target`. The reference the kept counts
+/// ([`crate::spread_counts::SpreadCounts::check_placement`]) must agree
+/// with.
 ///
 /// # Errors
 /// The first [`SpreadViolation`] on `target`.

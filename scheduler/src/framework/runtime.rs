@@ -102,8 +102,8 @@ pub struct ScheduleResult {
 }
 
 /// Most nodes a placement offers the arbiter after its choice
-/// ([`ScheduleResult::alternatives`]). Each costs the arbiter one fit check,
-/// only when the nodes before it were taken.
+/// ([`ScheduleResult::alternatives`]). Each costs the arbiter one run of the
+/// profile's bind checks, only when the nodes before it were taken.
 pub const MAX_BIND_ALTERNATIVES: usize = 3;
 
 /// What Score chose: the best node, its total, and the runners-up.

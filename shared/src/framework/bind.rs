@@ -77,7 +77,7 @@ pub fn refuse_if(refused: bool, reason: &'static str) -> BindResult {
     }
 }
 
-/// A Filter plugin's bind-time re-check (see the [module docs](self)).
+/// A Filter plugin's bind-time re-check (see the [module docs](crate::framework::bind)).
 ///
 /// # Contract
 /// - **It agrees with the plugin's Filter.** On the same view,

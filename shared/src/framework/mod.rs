@@ -25,7 +25,7 @@
 //! ([`Plugin::events_to_register`]), upstream's queueing hints in their
 //! simplest form.
 
-mod bind;
+pub mod bind;
 mod cycle_state;
 mod fit_error;
 mod status;
