@@ -931,8 +931,8 @@ impl Coordinator {
 
     /// Turns bind arbitration off (`false`) or back on (the default): off,
     /// every proposal for a node the coordinator knows is granted without
-    /// the bind checks (nor the room of nominated pods), as a lone kube-scheduler
-    /// binds whatever its cycle decided. Only sound with a single worker;
+    /// the bind checks (nor the room of nominated pods), as a lone
+    /// kube-scheduler binds whatever its cycle decided. Only sound with a single worker;
     /// the benchmarks' "single scheduler" baseline uses it to measure what
     /// arbitration costs.
     pub fn set_arbitration(&self, on: bool) {
@@ -1704,9 +1704,9 @@ impl Coordinator {
     /// Bind arbitration. Checks the proposal against the authoritative view
     /// (every grant counted, even those the cluster has not reflected yet)
     /// with the bind checks of the pod's profile ([`crate::arbiter`]); on
-    /// success records the grant, writes the Binding, and settles. Idempotent: re-proposing a bound placement
-    /// answers `Bound`. The same as [`Coordinator::arbitrate`] followed by
-    /// [`Coordinator::settle`].
+    /// success records the grant, writes the Binding, and settles.
+    /// Idempotent: re-proposing a bound placement answers `Bound`. The same
+    /// as [`Coordinator::arbitrate`] followed by [`Coordinator::settle`].
     pub async fn propose(&self, worker: WorkerId, pod: &PodRef, node: &str) -> Decision {
         self.propose_with_alternatives(worker, pod, node, &[])
             .await
