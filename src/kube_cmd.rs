@@ -259,6 +259,7 @@ pub async fn run(r: LiveRun) -> anyhow::Result<ExitCode> {
         listen: r.listen.clone(),
         exit_when_idle: r.exit_when_idle,
         scheduler: r.scheduler,
+        registry: flotilla_scheduler::Registry::in_tree(),
         telemetry,
         seed: r.seed,
     };

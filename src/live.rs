@@ -25,6 +25,7 @@ use flotilla_loadtest::report::{self, Latency};
 use flotilla_loadtest::run::pools;
 use flotilla_scheduler::Registry;
 use flotilla_scheduler::config::SchedulerConfig;
+use flotilla_scheduler::framework::RegistryError;
 use flotilla_scheduler::worker::{self, WorkerConfig, WorkerStats};
 use flotilla_shared::WorkloadClass;
 
@@ -42,6 +43,11 @@ pub struct LiveConfig {
     /// The scheduler configuration: the coordinator serves its profiles'
     /// `schedulerName`s, in-process workers run its profiles and backoffs.
     pub scheduler: SchedulerConfig,
+    /// The plugins the profiles name: the in-process workers' frameworks
+    /// and the coordinator's bind checks are built from it
+    /// ([`SchedulerConfig::served_profiles`]); usually
+    /// [`Registry::in_tree`].
+    pub registry: Registry,
     /// The `/metrics`, `/healthz`, `/readyz` endpoint, if one is served:
     /// its readiness becomes the coordinator's (synced, and every
     /// in-process worker registered) once it runs.
@@ -59,6 +65,10 @@ pub enum LiveError {
     /// The binder extender's client could not be built (TLS).
     #[error("extenders: {0}")]
     Extender(#[from] flotilla_shared::http::HttpError),
+    /// A profile does not make a framework with the registry (an unknown
+    /// plugin, bad args).
+    #[error("profiles: {0}")]
+    Profiles(#[from] RegistryError),
 }
 
 /// Serves `cluster` until `stop` fires, the run is idle for
@@ -75,11 +85,8 @@ pub async fn serve(
 ) -> Result<LiveReport, LiveError> {
     let started = Instant::now();
     let token = stop.child_token();
-    let coordinator = Arc::new(Coordinator::with_profiles(
-        cluster.clone(),
-        &cfg.scheduler.dispatch_classes(),
-    ));
-    flotilla_loadtest::run::configure_arbiter(&coordinator, &cfg.scheduler);
+    let served = cfg.scheduler.served_profiles(&cfg.registry)?;
+    let coordinator = Arc::new(Coordinator::with_profiles(cluster.clone(), served));
     coordinator.set_extenders(&cfg.scheduler.extenders)?;
     let running = server::start(coordinator.clone(), &cfg.listen, token.clone()).await?;
     eprintln!("coordinator listening on {}", running.addr);
@@ -108,7 +115,6 @@ pub async fn serve(
         info!("caches synced; scheduling");
     }
 
-    let registry = Registry::in_tree();
     let (online, batch) = pools(cfg.in_process_workers);
     let mut workers = Vec::new();
     let mut stats = Vec::new();
@@ -124,7 +130,7 @@ pub async fn serve(
                 wcfg.seed = cfg.seed;
                 let st = Arc::new(WorkerStats::default());
                 stats.push(st.clone());
-                let registry = registry.clone();
+                let registry = cfg.registry.clone();
                 let t = token.clone();
                 workers.push(tokio::spawn(async move {
                     if let Err(e) = worker::run(wcfg, &registry, st, t).await {
@@ -238,6 +244,7 @@ pub fn bench_starter() -> StartFlotilla {
                 listen: "127.0.0.1:0".into(),
                 exit_when_idle: None,
                 scheduler: start.scheduler,
+                registry: Registry::in_tree(),
                 telemetry: None,
                 seed: None,
             };

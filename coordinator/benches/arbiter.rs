@@ -16,12 +16,13 @@
 //! next node; creating it and deleting it afterwards (so the cluster stays
 //! the same) are outside the timing.
 //!
-//! `check/*`: the pure functions the arbiter runs under its lock, over the
-//! same 5,000 nodes: `fit` (`flotilla_shared::fit::check_placement` on one
-//! node), `cross_node_spread` and `cross_node_anti_affinity`
-//! (`flotilla_coordinator::arbiter::check` for a pod with a hard zone spread
-//! constraint, or with required zone anti-affinity: both look at every
-//! node).
+//! `check/*`: `flotilla_coordinator::arbiter::check`, what the arbiter
+//! runs under its lock, with the default profile's bind checks (its eight
+//! Filters', in order), over the same 5,000 nodes: `basic_pod` (every
+//! check looks at the pod and the node only), `cross_node_spread` and
+//! `cross_node_anti_affinity` (a pod with a hard zone spread constraint, or
+//! with required zone anti-affinity: both count over every node, cold or
+//! from the kept counts).
 //!
 //! Run with `cargo bench -p flotilla-coordinator --bench arbiter`.
 
@@ -35,13 +36,16 @@ use criterion::{
 };
 use k8s_openapi::api::core::v1::Pod;
 
-use flotilla_coordinator::arbiter::{self, CrossNodeChecks, KeptCounts};
+use flotilla_coordinator::arbiter;
 use flotilla_coordinator::cluster::{EmbeddedCluster, PodRef, WatchEvent};
 use flotilla_coordinator::{Coordinator, Decision};
+use flotilla_scheduler::Registry;
+use flotilla_scheduler::config::SchedulerConfig;
+use flotilla_shared::framework::{BindView, KeptCounts, ServedProfile};
 use flotilla_shared::testing::{
     NodeBuilder, PodAffinityKind, PodBuilder, hard_spread, pod_affinity_term,
 };
-use flotilla_shared::{NodeInfo, WorkloadClass, fit};
+use flotilla_shared::{NodeInfo, WorkloadClass};
 
 const NODES: usize = 5_000;
 
@@ -91,7 +95,7 @@ fn basic_pod(name: &str) -> PodBuilder {
 /// the running pods.
 fn coordinator() -> (Arc<EmbeddedCluster>, Coordinator) {
     let cluster = Arc::new(EmbeddedCluster::new());
-    let coord = Coordinator::new(cluster.clone(), &["default-scheduler"]);
+    let coord = Coordinator::with_profiles(cluster.clone(), default_profiles());
     for i in 0..NODES {
         let n = node(i).build();
         cluster.apply_node(n.clone()).expect("node");
@@ -101,6 +105,13 @@ fn coordinator() -> (Arc<EmbeddedCluster>, Coordinator) {
         }
     }
     (cluster, coord)
+}
+
+/// The default configuration's profile as the coordinator serves it.
+fn default_profiles() -> Vec<ServedProfile> {
+    SchedulerConfig::default()
+        .served_profiles(&Registry::in_tree())
+        .expect("the default profile builds")
 }
 
 fn pod_ref(pod: &Pod) -> PodRef {
@@ -192,8 +203,14 @@ fn bench_checks(c: &mut Criterion) {
     g.measurement_time(Duration::from_secs(3));
     g.warm_up_time(Duration::from_secs(1));
     g.throughput(Throughput::Elements(1));
-    g.bench_function("check/fit", |b| {
-        b.iter(|| fit::check_placement(black_box(&basic), target).expect("fits"));
+    let profile = default_profiles().remove(0);
+    let checks = &profile.bind_checks;
+    let mut kept = KeptCounts::default();
+    g.bench_function("check/basic_pod", |b| {
+        b.iter(|| {
+            let mut view = BindView::new(&nodes, &namespaces, 0, &mut kept);
+            arbiter::check(checks, black_box(&basic), target, &[], &mut view).expect("fits");
+        });
     });
     g.sampling_mode(SamplingMode::Flat);
     // Cold: every check counts the whole view (a fresh index each time,
@@ -208,16 +225,9 @@ fn bench_checks(c: &mut Criterion) {
         g.bench_function(BenchmarkId::new(id, NODES), |b| {
             b.iter(|| {
                 let mut cold = KeptCounts::default();
-                arbiter::check(
-                    &CrossNodeChecks::DEFAULT,
-                    black_box(pod),
-                    target,
-                    &nodes,
-                    &namespaces,
-                    0,
-                    if warm { &mut kept } else { &mut cold },
-                )
-                .expect("fits");
+                let kept = if warm { &mut kept } else { &mut cold };
+                let mut view = BindView::new(&nodes, &namespaces, 0, kept);
+                arbiter::check(checks, black_box(pod), target, &[], &mut view).expect("fits");
             });
         });
     }

@@ -1,65 +1,48 @@
-//! Cross-node checks of the bind arbiter.
+//! The bind arbiter's decision: does a proposed placement pass the bind
+//! checks of the pod's profile against the coordinator's view?
 //!
-//! Workers decide on their own snapshot, which lags the grants other workers
-//! just received. Per-node resources are re-checked by [`flotilla_shared::fit`];
-//! constraints that depend on pods on *other* nodes need the whole view:
-//! - **InterPodAffinity**: the pod's required affinity / anti-affinity, and
-//!   existing pods' required anti-affinity against the pod (two workers must
-//!   never place two mutually anti-affine pods in one topology domain);
-//! - **PodTopologySpread**: the pod's `DoNotSchedule` constraints (two
-//!   workers must never break a `maxSkew` together);
-//! - **MaxInstancesPerNode**: the pod's
-//!   `scheduling.flotilla.dev/max-instances-per-node` cap on its app's pods
-//!   on the target node (a per-node count, but two workers granted the same
-//!   node would break it together just the same).
+//! Workers decide on their own snapshot, which lags the grants other
+//! workers just received. For each proposal, and each alternative node it
+//! tries, the arbiter runs [`check`]: the [`BindCheck`]s of the enabled
+//! Filter plugins of the pod's profile ([`ServedProfile::bind_checks`],
+//! built from the configuration and plugin registry the workers use), in
+//! Filter order, each calling the pure function its Filter calls. For the
+//! default profile that is the cordon, `spec.nodeName`, taints and
+//! tolerations, `nodeSelector` and required node affinity (with the
+//! profile's `addedAffinity`), host ports, resources (minus the profile's
+//! ignored ones), topology spread and inter-pod affinity; a profile also
+//! enabling MaxInstancesPerNode or an out-of-tree Filter with a check (a
+//! vendor's devices) is held to those too, and a profile without a plugin
+//! is not held to it. The view counts every grant, even those the cluster
+//! has not reflected yet, so a placement that became infeasible meanwhile
+//! (the room taken by another worker's grant, the node tainted or
+//! relabelled) is refused, and the worker re-queues the pod.
 //!
-//! The arbiter's view counts every grant, even those the cluster has not
-//! reflected yet, so a proposal that became infeasible meanwhile is a
-//! conflict and the worker re-queues the pod. The same pure functions the
-//! Filter plugins use decide ([`flotilla_shared::pod_affinity::check_placement`],
-//! [`flotilla_shared::topology_spread::check_placement`],
-//! [`flotilla_shared::max_instances::check_placement`]).
+//! Pods nominated to the node with a priority at least the pod's hold
+//! their room: the checks that read only the node
+//! ([`BindCheck::node_local`]) must also pass with them placed there
+//! ([`Refusal::Reserved`]). Filters without a bind check are not
+//! re-checked (the coordinator warns once at start; see
+//! [`flotilla_shared::framework::BindCheck`]).
+//!
+//! Cost: one dynamic call per check, each returning after a look at the pod
+//! when it does not concern it; cross-node checks read the counts the
+//! coordinator keeps ([`KeptCounts`]), O(domains) rather than a pass over
+//! every pod. Nothing is allocated for a granted pod without spread
+//! constraints.
+//!
+//! [`ServedProfile::bind_checks`]: flotilla_shared::framework::ServedProfile::bind_checks
+//! [`KeptCounts`]: flotilla_shared::framework::KeptCounts
 
-use std::collections::{BTreeMap, HashMap};
+use std::borrow::Cow;
 use std::sync::Arc;
 
-use flotilla_shared::affinity_counts::AffinityCounts;
-use flotilla_shared::pod_affinity::RequiredAffinityState;
-use flotilla_shared::spread_counts::SpreadCounts;
-use flotilla_shared::{NodeInfo, PodInfo, max_instances, pod_affinity};
-
-/// Which inter-pod Filter plugins a profile runs, so the arbiter enforces
-/// exactly those for its pods. Unknown profiles get what the default
-/// profile enables ([`CrossNodeChecks::DEFAULT`]: affinity and spread, not
-/// the instance cap).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CrossNodeChecks {
-    /// `InterPodAffinity` is enabled at `filter`.
-    pub pod_affinity: bool,
-    /// `PodTopologySpread` is enabled at `filter`.
-    pub topology_spread: bool,
-    /// `MaxInstancesPerNode` is enabled at `filter`, with this app label
-    /// key (`None`: not enabled).
-    pub max_instances_label: Option<Arc<str>>,
-}
-
-impl CrossNodeChecks {
-    /// The default profile's: InterPodAffinity and PodTopologySpread.
-    pub const DEFAULT: CrossNodeChecks = CrossNodeChecks {
-        pod_affinity: true,
-        topology_spread: true,
-        max_instances_label: None,
-    };
-}
-
-impl Default for CrossNodeChecks {
-    fn default() -> Self {
-        Self::DEFAULT
-    }
-}
+use flotilla_shared::framework::{BindCheck, BindView};
+use flotilla_shared::{NodeInfo, PodInfo};
 
 /// Whether a pod has required anti-affinity terms (then it constrains every
-/// later pod, and the arbiter must look at the whole cluster for any pod).
+/// later pod, and InterPodAffinity's check must look at the whole view for
+/// any pod: the coordinator counts such pods for [`BindView`]).
 #[must_use]
 pub fn has_required_anti_affinity(pod: &PodInfo) -> bool {
     pod.pod_affinity
@@ -67,78 +50,211 @@ pub fn has_required_anti_affinity(pod: &PodInfo) -> bool {
         .is_some_and(|a| !a.required_anti_affinity.is_empty())
 }
 
-/// Counts the arbiter keeps over its view so a check costs O(domains)
-/// instead of a pass over every pod: hard spread constraints per domain
-/// and required inter-pod (anti-)affinity per topology pair. Feed it every
-/// placement and removal; invalidate it when a node comes, goes or
-/// relabels.
-#[derive(Debug, Default)]
-pub struct KeptCounts {
-    /// Hard topology spread counts.
-    pub spread: SpreadCounts,
-    /// Required inter-pod (anti-)affinity counts.
-    pub affinity: AffinityCounts,
+/// Why the arbiter refuses a placement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// The node is not known.
+    NoNode,
+    /// The pod's `spec.schedulerName` names no profile the coordinator
+    /// serves: it has no checks, so it is never granted.
+    NoProfile(Arc<str>),
+    /// A bind check refused: its Filter's reason.
+    Check(Cow<'static, str>),
+    /// It passes alone but not with the pods nominated to the node (named,
+    /// `namespace/name`): their room is reserved.
+    Reserved(Cow<'static, str>, Vec<String>),
 }
 
-impl KeptCounts {
-    /// `pod` was just placed on `node`.
-    pub fn pod_placed(&mut self, pod: &PodInfo, node: &NodeInfo) {
-        self.spread.pod_placed(pod, node);
-        self.affinity.pod_placed(pod, node);
-    }
-
-    /// `pod` was just removed from `node`.
-    pub fn pod_removed(&mut self, pod: &PodInfo, node: &NodeInfo) {
-        self.spread.pod_removed(pod, node);
-        self.affinity.pod_removed(pod, node);
-    }
-
-    /// Forgets every count (a node added or removed, or relabelled).
-    pub fn invalidate(&mut self) {
-        self.spread.invalidate();
-        self.affinity.invalidate();
+impl Refusal {
+    /// The conflict reason for `node`, as workers and logs see it:
+    /// `node <name>: <reason>`.
+    #[must_use]
+    pub fn reason(&self, node: &str) -> String {
+        match self {
+            Refusal::NoNode => format!("node {node} not found"),
+            Refusal::NoProfile(name) => {
+                format!(
+                    "node {node}: schedulerName {name:?} is not a profile this coordinator serves"
+                )
+            }
+            Refusal::Check(r) => format!("node {node}: {r}"),
+            Refusal::Reserved(r, names) => format!(
+                "node {node}: {r} (room reserved for nominated pods {})",
+                names.join(", ")
+            ),
+        }
     }
 }
 
-/// Re-checks placing `pod` on `node` against every node of the arbiter's
-/// view. `anti_affinity_pods` is how many placed pods carry required
-/// anti-affinity (0 lets a pod without terms skip the cluster-wide pass);
-/// `kept` holds the view's spread and affinity counts (made on first use,
-/// kept current by the caller).
+/// The arbiter's check of placing `pod` on `node` (a node of `view`):
+/// every one of `checks` (the pod's profile's, in Filter order) on the
+/// node, then the node-local ones with the pods of `nominated` (those
+/// holding room on the node against `pod`) placed there too.
 ///
 /// # Errors
-/// The upstream Filter reason of the first violated constraint.
+/// [`Refusal::Check`] with the first refusing check's reason, or
+/// [`Refusal::Reserved`] when the node fits only without the nominees.
 pub fn check(
-    checks: &CrossNodeChecks,
+    checks: &[Arc<dyn BindCheck>],
     pod: &PodInfo,
     node: &NodeInfo,
-    nodes: &HashMap<std::sync::Arc<str>, NodeInfo>,
-    namespaces: &BTreeMap<String, BTreeMap<String, String>>,
-    anti_affinity_pods: usize,
-    kept: &mut KeptCounts,
-) -> Result<(), &'static str> {
-    if let Some(label) = checks.max_instances_label.as_deref() {
-        max_instances::check_placement(pod, node, label).map_err(|v| v.reason())?;
+    nominated: &[Arc<PodInfo>],
+    view: &mut BindView<'_>,
+) -> Result<(), Refusal> {
+    for c in checks {
+        c.check_bind(pod, node, view).map_err(Refusal::Check)?;
     }
-    if checks.topology_spread && pod.topology_spread_constraints.iter().any(|c| c.is_hard()) {
-        kept.spread
-            .check_placement(pod, || nodes.values(), node)
-            .map_err(|v| v.reason())?;
-    }
-    let pod_terms = pod
-        .pod_affinity
-        .as_ref()
-        .is_some_and(|a| !a.required_affinity.is_empty() || !a.required_anti_affinity.is_empty());
-    if checks.pod_affinity && (pod_terms || anti_affinity_pods > 0) {
-        kept.affinity
-            .required_state(
-                pod,
-                namespaces,
-                || nodes.values(),
-                || RequiredAffinityState::of_nodes(pod, nodes.values(), namespaces),
-            )
-            .check_placement(pod, node)
-            .map_err(pod_affinity::AffinityViolation::reason)?;
+    if !nominated.is_empty() {
+        fits_with(checks, pod, node, nominated, view).map_err(|reason| {
+            let names = nominated.iter().map(|p| p.key.to_string()).collect();
+            Refusal::Reserved(reason, names)
+        })?;
     }
     Ok(())
+}
+
+/// Whether `pod` passes the node-local `checks` on `node` with the pods of
+/// `nominated` placed there too (on a copy; `node` alone when there are
+/// none): the room nominated pods hold, for [`check`] and for preemption
+/// proposals (`node` then without the victims).
+///
+/// # Errors
+/// The first refusing check's reason.
+pub fn fits_with(
+    checks: &[Arc<dyn BindCheck>],
+    pod: &PodInfo,
+    node: &NodeInfo,
+    nominated: &[Arc<PodInfo>],
+    view: &mut BindView<'_>,
+) -> Result<(), Cow<'static, str>> {
+    let with;
+    let node = if nominated.is_empty() {
+        node
+    } else {
+        let mut n = node.clone();
+        for p in nominated {
+            n.add_pod(p.clone());
+        }
+        with = n;
+        &with
+    };
+    for c in checks.iter().filter(|c| c.node_local()) {
+        c.check_bind(pod, node, view)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, HashMap};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use flotilla_shared::framework::{BindResult, KeptCounts, Plugin, refuse_if};
+    use flotilla_shared::testing::{NodeBuilder, PodBuilder};
+
+    use super::*;
+
+    /// Refuses a node holding more than `max` pods; counts its calls.
+    struct AtMost {
+        name: &'static str,
+        max: usize,
+        local: bool,
+        calls: AtomicUsize,
+    }
+
+    impl AtMost {
+        fn new(name: &'static str, max: usize, local: bool) -> Arc<Self> {
+            Arc::new(AtMost {
+                name,
+                max,
+                local,
+                calls: AtomicUsize::new(0),
+            })
+        }
+    }
+
+    impl Plugin for AtMost {
+        fn name(&self) -> &'static str {
+            self.name
+        }
+    }
+
+    impl BindCheck for AtMost {
+        fn check_bind(&self, _: &PodInfo, node: &NodeInfo, _: &mut BindView<'_>) -> BindResult {
+            self.calls.fetch_add(1, Ordering::Relaxed);
+            refuse_if(node.pods.len() + 1 > self.max, self.name)
+        }
+
+        fn node_local(&self) -> bool {
+            self.local
+        }
+    }
+
+    fn run(
+        checks: &[Arc<dyn BindCheck>],
+        on_node: usize,
+        nominated: &[Arc<PodInfo>],
+    ) -> Result<(), Refusal> {
+        let node = NodeBuilder::new("n1")
+            .pods(110)
+            .build_info_with((0..on_node).map(|i| PodBuilder::new(&format!("p{i}")).build_info()));
+        let nodes: HashMap<Arc<str>, NodeInfo> = [(node.spec.name.clone(), node)].into();
+        let (namespaces, mut kept) = (BTreeMap::new(), KeptCounts::default());
+        let mut view = BindView::new(&nodes, &namespaces, 0, &mut kept);
+        let pod = PodBuilder::new("incoming").build_info();
+        check(checks, &pod, &nodes["n1"], nominated, &mut view)
+    }
+
+    #[test]
+    fn checks_run_in_order_and_the_first_refusal_is_the_reason() {
+        let (a, b) = (AtMost::new("a", 1, true), AtMost::new("b", 1, true));
+        let checks: [Arc<dyn BindCheck>; 2] = [a.clone(), b.clone()];
+        assert_eq!(run(&checks, 0, &[]), Ok(()));
+        let r = run(&checks, 1, &[]).expect_err("refused");
+        assert_eq!(r, Refusal::Check("a".into()));
+        assert_eq!(r.reason("n1"), "node n1: a");
+        assert_eq!(
+            b.calls.load(Ordering::Relaxed),
+            1,
+            "not called after a refusal"
+        );
+    }
+
+    #[test]
+    fn only_node_local_checks_also_run_with_the_nominees() {
+        let nominee = Arc::new(PodBuilder::new("nominee").build_info());
+        let (local, counts) = (
+            AtMost::new("local", 2, true),
+            AtMost::new("counts", 2, false),
+        );
+        let checks: [Arc<dyn BindCheck>; 2] = [counts.clone(), local.clone()];
+        // 1 pod + the incoming fit; with the nominee they do not.
+        let r = run(&checks, 1, std::slice::from_ref(&nominee)).expect_err("reserved");
+        assert_eq!(
+            r.reason("n1"),
+            "node n1: local (room reserved for nominated pods default/nominee)"
+        );
+        assert_eq!(
+            counts.calls.load(Ordering::Relaxed),
+            1,
+            "once, on the node alone"
+        );
+        assert_eq!(
+            local.calls.load(Ordering::Relaxed),
+            2,
+            "alone, then with the nominee"
+        );
+        // Without nominees each check runs once.
+        assert_eq!(run(&checks, 1, &[]), Ok(()));
+        assert_eq!(local.calls.load(Ordering::Relaxed), 3);
+    }
+
+    #[test]
+    fn a_pod_of_a_profile_not_served_is_refused_with_its_scheduler_name() {
+        assert_eq!(
+            Refusal::NoProfile("other".into()).reason("n1"),
+            "node n1: schedulerName \"other\" is not a profile this coordinator serves"
+        );
+        assert_eq!(Refusal::NoNode.reason("n9"), "node n9 not found");
+    }
 }

@@ -14,15 +14,14 @@ use indicatif::{ProgressBar, ProgressStyle};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use flotilla_coordinator::arbiter::CrossNodeChecks;
 use flotilla_coordinator::cluster::EmbeddedCluster;
 use flotilla_coordinator::{Coordinator, server};
+use flotilla_scheduler::Registry;
 use flotilla_scheduler::config::SchedulerConfig;
-use flotilla_scheduler::plugins::{max_instances_per_node, names, node_resources_fit};
+use flotilla_scheduler::framework::RegistryError;
+use flotilla_scheduler::plugins::node_resources_fit;
 use flotilla_scheduler::worker::{self, WorkerConfig, WorkerStats};
-use flotilla_scheduler::{Framework, Registry};
 use flotilla_shared::WorkloadClass;
-use flotilla_shared::framework::ExtensionPoint;
 
 use crate::report::{self, Report, WorkerReport};
 use crate::workload::Workload;
@@ -48,6 +47,11 @@ pub struct RunConfig {
     /// run and the coordinator serves (with their `workloadClass`
     /// overrides), and the queue backoffs.
     pub scheduler: SchedulerConfig,
+    /// The plugins the profiles name: the in-process workers build their
+    /// frameworks from it, and the coordinator its profiles' bind checks
+    /// ([`SchedulerConfig::served_profiles`]). Default
+    /// [`Registry::in_tree`]; add out-of-tree plugins to run them here.
+    pub registry: Registry,
     /// Grace period, seconds, of every pod the embedded cluster deletes
     /// (preemption's victims), overriding the pods' own
     /// `terminationGracePeriodSeconds` (default 30 s). No kubelet runs
@@ -92,6 +96,7 @@ impl Default for RunConfig {
             timeout: Duration::from_secs(600),
             settle: Duration::from_millis(1000),
             scheduler: SchedulerConfig::default(),
+            registry: Registry::in_tree(),
             grace_period: None,
             metrics_listen: None,
             single_scheduler: false,
@@ -115,6 +120,10 @@ pub enum RunError {
     /// The binder extender's client could not be built (TLS).
     #[error("extenders: {0}")]
     Extender(#[from] flotilla_shared::http::HttpError),
+    /// A profile does not make a framework with the run's registry (an
+    /// unknown plugin, bad args).
+    #[error("profiles: {0}")]
+    Profiles(#[from] RegistryError),
     /// The metrics endpoint could not listen.
     #[error("--metrics-listen {addr}: {source}")]
     Metrics {
@@ -289,11 +298,8 @@ pub async fn run_embedded_full(
         None
     };
     let token = CancellationToken::new();
-    let coordinator = Arc::new(Coordinator::with_profiles(
-        cluster.clone(),
-        &cfg.scheduler.dispatch_classes(),
-    ));
-    configure_arbiter(&coordinator, &cfg.scheduler);
+    let served = cfg.scheduler.served_profiles(&cfg.registry)?;
+    let coordinator = Arc::new(Coordinator::with_profiles(cluster.clone(), served));
     coordinator.set_arbitration(!cfg.single_scheduler);
     coordinator.set_bind_log(cfg.bind_log);
     coordinator.set_extenders(&cfg.scheduler.extenders)?;
@@ -308,7 +314,6 @@ pub async fn run_embedded_full(
         );
     }
 
-    let registry = Registry::in_tree();
     let (online, batch) = pools(cfg.in_process_workers);
     let mut workers = Vec::new();
     let mut stats = Vec::new();
@@ -323,7 +328,7 @@ pub async fn run_embedded_full(
             wcfg.seed = cfg.seed;
             let st = Arc::new(WorkerStats::default());
             stats.push((name.clone(), class, st.clone()));
-            let registry = registry.clone();
+            let registry = cfg.registry.clone();
             let t = token.clone();
             workers.push(tokio::spawn(async move {
                 if let Err(e) = worker::run(wcfg, &registry, st, t).await {
@@ -658,38 +663,6 @@ fn wave_bounds(len: usize, barriers: &[usize]) -> Vec<std::ops::Range<usize>> {
         out.push(start..len);
     }
     out
-}
-
-/// Tells the coordinator's bind arbiter which inter-pod constraints each
-/// profile filters on (InterPodAffinity, PodTopologySpread,
-/// MaxInstancesPerNode at `filter`), so
-/// it re-checks exactly those for the profile's pods, and which extended
-/// resources its NodeResourcesFit ignores.
-pub fn configure_arbiter(coordinator: &Coordinator, config: &SchedulerConfig) {
-    let registry = Registry::in_tree();
-    for p in &config.profiles {
-        // The configuration was validated; a profile that does not build
-        // keeps the default (check everything).
-        if let Ok(fw) = Framework::new(p, &registry) {
-            let filters = fw.enabled_at(ExtensionPoint::Filter);
-            coordinator.set_cross_node_checks(
-                &p.scheduler_name,
-                CrossNodeChecks {
-                    pod_affinity: filters.contains(&names::INTER_POD_AFFINITY),
-                    topology_spread: filters.contains(&names::POD_TOPOLOGY_SPREAD),
-                    max_instances_label: filters
-                        .contains(&names::MAX_INSTANCES_PER_NODE)
-                        .then(|| max_instances_per_node::label_key(p).into()),
-                },
-            );
-            if filters.contains(&names::NODE_RESOURCES_FIT) {
-                coordinator.set_ignored_resources(
-                    &p.scheduler_name,
-                    node_resources_fit::ignored_resources(p),
-                );
-            }
-        }
-    }
 }
 
 #[cfg(test)]

@@ -1,14 +1,16 @@
-//! The one pure fit check, shared by the worker's Filter plugins
-//! (NodeResourcesFit, NodePorts, NodeUnschedulable) and the coordinator's bind
-//! arbiter, so the two can never disagree on what "fits" means.
+//! The pure fit checks of the Filter plugins NodeResourcesFit
+//! ([`insufficient_reasons`], [`fits_resources`]), NodePorts
+//! ([`ports_conflict`]) and NodeUnschedulable ([`blocked_by_cordon`]). Each
+//! plugin's Filter and its bind check (`flotilla_shared::framework::BindCheck`,
+//! which the coordinator's bind arbiter runs) call the same function, so
+//! the worker and the arbiter can never disagree on what "fits" means.
 //!
 //! # Ignored resources
 //! NodeResourcesFit's `ignoredResources` / `ignoredResourceGroups` (and the
 //! resources extenders manage with `ignoredByScheduler`, which upstream
 //! adds to `ignoredResources`) reach the check as an [`IgnoredResources`]
-//! parameter: of [`insufficient_reasons`] in the worker's Filter, of
-//! [`check_placement_ignoring`] at the arbiter, which is given each
-//! profile's lists, so the two agree for every profile.
+//! parameter, held by the plugin instance built from the profile's args:
+//! its Filter and its bind check pass the same lists.
 
 use std::borrow::Cow;
 use std::ops::ControlFlow;
@@ -270,41 +272,6 @@ pub fn blocked_by_cordon(pod: &PodInfo, node: &NodeInfo) -> bool {
         })
 }
 
-/// The bind-time check: may `pod` be placed on `node` as the node stands now
-/// (counting every placement already granted)? `Err` carries the upstream
-/// reason texts joined by `", "`. Every resource is checked.
-///
-/// # Errors
-/// The node is cordoned, lacks a resource, or has a clashing host port.
-pub fn check_placement(pod: &PodInfo, node: &NodeInfo) -> Result<(), String> {
-    check_placement_ignoring(pod, node, &IgnoredResources::NONE)
-}
-
-/// [`check_placement`] leaving the extended resources in `ignored`
-/// unchecked, as the pod's profile's NodeResourcesFit does.
-///
-/// # Errors
-/// As [`check_placement`].
-pub fn check_placement_ignoring(
-    pod: &PodInfo,
-    node: &NodeInfo,
-    ignored: &IgnoredResources,
-) -> Result<(), String> {
-    let mut reasons: Vec<Cow<'static, str>> = Vec::new();
-    if blocked_by_cordon(pod, node) {
-        reasons.push(Cow::Borrowed(REASON_UNSCHEDULABLE));
-    }
-    reasons.extend(insufficient_reasons(pod, node, ignored).0);
-    if ports_conflict(pod, node) {
-        reasons.push(Cow::Borrowed(REASON_PORTS));
-    }
-    if reasons.is_empty() {
-        Ok(())
-    } else {
-        Err(reasons.join(", "))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -424,65 +391,10 @@ mod tests {
         assert_eq!(
             insufficient_resources(&p, &n).len(),
             4,
-            "the arbiter's check ignores nothing"
+            "the detailed records ignore nothing"
         );
         assert!(!IgnoredResources::NONE.ignores("example.com/aaa"));
         assert!(!by_name.ignores("kubernetes.io/aaa"));
-    }
-
-    #[test]
-    fn placement_check_combines_cordon_resources_and_ports() {
-        let mut n = NodeInfo::new(Arc::new(
-            NodeBuilder::new("n1")
-                .cpu("1")
-                .memory("1Gi")
-                .pods(10)
-                .unschedulable()
-                .build_spec(),
-        ));
-        n.add_pod(Arc::new(PodBuilder::new("a").host_port(80).build_info()));
-        let p = PodBuilder::new("p").cpu("2").host_port(80).build_info();
-        assert_eq!(
-            check_placement(&p, &n).unwrap_err(),
-            "node(s) were unschedulable, Insufficient cpu, node(s) didn't have free ports for the requested pod ports"
-        );
-        let tolerant = PodBuilder::new("t")
-            .toleration(TAINT_NODE_UNSCHEDULABLE, "Exists", "", "NoSchedule")
-            .build_info();
-        assert!(check_placement(&tolerant, &n).is_ok());
-    }
-
-    #[test]
-    fn the_arbiter_check_leaves_out_what_the_profile_ignores() {
-        let n = node("4", "4Gi", 10);
-        let p = PodBuilder::new("a")
-            .cpu("1")
-            .request("example.com/gpu", "1")
-            .build_info();
-        assert_eq!(
-            check_placement(&p, &n).unwrap_err(),
-            "Insufficient example.com/gpu",
-            "the node does not advertise it"
-        );
-        let by_name = IgnoredResources {
-            names: vec!["example.com/gpu".into()],
-            groups: Vec::new(),
-        };
-        assert!(check_placement_ignoring(&p, &n, &by_name).is_ok());
-        let by_group = IgnoredResources {
-            names: Vec::new(),
-            groups: vec!["example.com".into()],
-        };
-        assert!(check_placement_ignoring(&p, &n, &by_group).is_ok());
-        // cpu is never ignored.
-        let big = PodBuilder::new("b")
-            .cpu("8")
-            .request("example.com/gpu", "1")
-            .build_info();
-        assert_eq!(
-            check_placement_ignoring(&big, &n, &by_name).unwrap_err(),
-            "Insufficient cpu"
-        );
     }
 
     proptest::proptest! {

@@ -8,26 +8,28 @@
 //! - [`selector`], [`taints`]: node affinity terms and taint/toleration
 //!   matching, compiled once per pod; [`label_selector`]: `metav1.LabelSelector`.
 //! - [`pod_affinity`]: inter-pod (anti-)affinity terms, compiled once per
-//!   pod, and the InterPodAffinity counting / checking used by the plugin
-//!   and the bind arbiter.
+//!   pod, and the InterPodAffinity counting / checking used by the plugin's
+//!   Filter and bind check.
 //! - [`pod_info`], [`node_info`]: `PodInfo` / `NodeInfo`, the compact views the
 //!   pipeline reads; Kubernetes `Pod`/`Node` stay at the edges.
-//! - [`fit`]: **the** fit check (resources, host ports, cordon), used by both
-//!   the Filter plugins and the coordinator's bind arbiter.
+//! - [`fit`]: the fit checks (resources, host ports, cordon) of
+//!   NodeResourcesFit, NodePorts and NodeUnschedulable, each called by the
+//!   plugin's Filter and by its bind check.
 //! - [`topology_spread`]: `spec.topologySpreadConstraints` compiled once per
-//!   pod, and the pure spread counting / skew check / scoring shared by the
-//!   PodTopologySpread plugin and the coordinator's bind arbiter.
+//!   pod, and the pure spread counting / skew check / scoring of the
+//!   PodTopologySpread plugin (its Filter, bind check and Score).
 //! - [`max_instances`]: at most `k` pods of one app per node (annotation
-//!   `scheduling.flotilla.dev/max-instances-per-node`), the check shared by
-//!   the MaxInstancesPerNode plugin and the bind arbiter.
+//!   `scheduling.flotilla.dev/max-instances-per-node`), the check of the
+//!   MaxInstancesPerNode plugin's Filter and bind check.
 //! - [`pdb`]: `PodDisruptionBudget` compiled for preemption.
 //! - [`images`]: container image names (pods) and reported images (nodes),
 //!   for ImageLocality.
 //! - [`workload`]: online vs batch classification.
 //! - [`pod_group`]: the `PodGroup` custom resource of gang scheduling
 //!   (scheduler-plugins Coscheduling) and the pod label naming it.
-//! - [`framework`]: the plugin traits (PreFilter, Filter, Score), `Status`,
-//!   `CycleState` and `FitError`.
+//! - [`framework`]: the plugin traits (PreFilter, Filter, Score, and the
+//!   Filters' bind-time re-check `BindCheck` the coordinator's arbiter runs),
+//!   `Status`, `CycleState` and `FitError`.
 //! - [`priority`]: pod priority from PriorityClasses, as admission resolves it.
 //! - [`extender`]: the upstream HTTP scheduler extender: wire format,
 //!   configuration, and one client per extender.

@@ -12,10 +12,10 @@
 //! the app's pods already there decides, so a later pod with a larger `k`,
 //! or with none, cannot break an earlier pod's cap (apps of the trace mix
 //! caps, e.g. 2, 4 and 8, or 2 and none, in one app). Every pod's cap then
-//! holds in every state. A pod without the app label is not concerned. It
-//! is shared by the scheduler's
-//! `MaxInstancesPerNode` Filter plugin and the coordinator's bind arbiter,
-//! so two workers can never put `k + 1` instances on one node together.
+//! holds in every state. A pod without the app label is not concerned. The
+//! scheduler's `MaxInstancesPerNode` plugin decides with it in its Filter
+//! and in its bind check (run by the coordinator's bind arbiter), so two
+//! workers can never put `k + 1` instances on one node together.
 //!
 //! Cost: one pass over the node's pods, stopping once the cap is reached;
 //! the incoming pod's annotation and label are read once per cycle
@@ -36,8 +36,8 @@ pub const DEFAULT_APP_LABEL: &str = "app";
 pub const REASON_MAX_INSTANCES: &str =
     "node(s) already run the maximum number of instances of this app";
 
-/// Reason (for the FitError histogram and the arbiter) of a pod whose
-/// annotation cannot be read; [`LimitError`] has the details.
+/// Short reason of a pod whose annotation cannot be read
+/// ([`Violation::reason`]); [`LimitError`] has the details.
 pub const REASON_INVALID_LIMIT: &str =
     "pod has an invalid scheduling.flotilla.dev/max-instances-per-node annotation";
 
@@ -190,8 +190,9 @@ impl Violation {
     }
 }
 
-/// Checks placing `pod` on `node` (the bind arbiter's entry point; the
-/// plugin reads the limit once in PreFilter and calls [`fits`]).
+/// Checks placing `pod` on `node`: [`limit_of`] then [`fits`] (the
+/// plugin's bind check; its Filter reads the limit once in PreFilter and
+/// calls [`fits`] per node).
 ///
 /// # Errors
 /// [`Violation`].

@@ -2,8 +2,8 @@
 //! terms compiled once per pod, and the counting and checking logic of
 //! upstream's `InterPodAffinity` plugin
 //! (`pkg/scheduler/framework/plugins/interpodaffinity/{filtering,scoring}.go`)
-//! as pure functions over `&NodeInfo`s, so the scheduler plugin and the
-//! coordinator's bind arbiter run the same code.
+//! as pure functions over `&NodeInfo`s, so the scheduler plugin's Filter and
+//! its bind check (run by the coordinator's bind arbiter) run the same code.
 //!
 //! # Terms
 //! A [`AffinityTerm`] selects **pods** (not nodes), upstream
@@ -642,8 +642,8 @@ impl RequiredAffinityState {
 /// `nodes` (which should include `node`, and must not hold `pod` itself,
 /// or a pod avoiding its own kind would reject itself). Costs one pass over
 /// the pods of `nodes` when `pod` has required terms, else one over the
-/// pods with required anti-affinity; the bind arbiter keeps the counts
-/// instead ([`crate::affinity_counts::AffinityCounts`]).
+/// pods with required anti-affinity. The plugin's bind check reads counts
+/// the arbiter keeps instead ([`crate::affinity_counts::AffinityCounts`]).
 ///
 /// # Errors
 /// The first [`AffinityViolation`], as [`RequiredAffinityState::check`].

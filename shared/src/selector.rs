@@ -12,6 +12,9 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorRequirement, NodeSelectorTerm};
 
+use crate::node_info::NodeSpec;
+use crate::pod_info::PodInfo;
+
 /// The only field `matchFields` supports.
 pub const FIELD_METADATA_NAME: &str = "metadata.name";
 
@@ -228,6 +231,21 @@ pub fn compile_selector(s: &NodeSelector, field: &str) -> Result<Selector, Selec
         .map(|(i, t)| compile_term(t, &format!("{field}.nodeSelectorTerms[{i}]")))
         .collect::<Result<_, _>>()?;
     Ok(Selector { terms })
+}
+
+/// Whether `pod`'s `nodeSelector` and its required node affinity both
+/// match `node` (upstream `nodeaffinity.GetRequiredNodeAffinity(pod).Match`):
+/// NodeAffinity's Filter (without the profile's `addedAffinity`), and
+/// PodTopologySpread's `nodeAffinityPolicy: Honor`.
+#[must_use]
+pub fn matches_required_node_affinity(pod: &PodInfo, node: &NodeSpec) -> bool {
+    pod.node_selector
+        .iter()
+        .all(|(k, v)| node.labels.get(k).is_some_and(|have| have == v))
+        && pod
+            .required_affinity
+            .as_ref()
+            .is_none_or(|s| s.matches(&node.name, &node.labels))
 }
 
 #[cfg(test)]

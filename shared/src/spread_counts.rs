@@ -24,7 +24,7 @@ use crate::node_info::NodeInfo;
 use crate::pod_info::PodInfo;
 use crate::topology_spread::{
     DomainCounts, NodeInclusionPolicy, SpreadViolation, TopologySpreadConstraint, check_node,
-    count_domains, hard_constraints,
+    count_domains,
 };
 
 /// At most this many entries; past it the index starts over (each entry
@@ -220,30 +220,33 @@ impl SpreadCounts {
         fresh
     }
 
-    /// [`crate::topology_spread::check_placement`] with the counts from the
-    /// index where it can: placing `pod` on `target`, in the cluster made of
-    /// `nodes` (the same view the index is fed from).
+    /// Checks placing `pod` on `target` against `constraints` (its hard
+    /// constraints, in order: PodTopologySpread's PreFilter decides which),
+    /// in the cluster made of `nodes` (the same view the index is fed from),
+    /// with the counts from the index where it can: the verdict of
+    /// [`crate::topology_spread::check_placement`]. No constraint: `Ok`,
+    /// without looking at anything.
     ///
     /// # Errors
     /// The first [`SpreadViolation`] on `target`.
     pub fn check_placement<'a, I>(
         &mut self,
         pod: &PodInfo,
+        constraints: &[TopologySpreadConstraint],
         nodes: impl Fn() -> I,
         target: &NodeInfo,
     ) -> Result<(), SpreadViolation>
     where
         I: Iterator<Item = &'a NodeInfo>,
     {
-        let constraints = hard_constraints(pod);
         if constraints.is_empty() {
             return Ok(());
         }
-        let counts = self.domain_counts(pod, &constraints, || {
-            count_domains(pod, &constraints, nodes())
+        let counts = self.domain_counts(pod, constraints, || {
+            count_domains(pod, constraints, nodes())
         });
         let self_match: Vec<bool> = constraints.iter().map(|c| c.selects(&pod.labels)).collect();
-        check_node(&constraints, &counts, &self_match, &target.spec)
+        check_node(constraints, &counts, &self_match, &target.spec)
     }
 }
 
@@ -361,9 +364,10 @@ mod tests {
                         let pod = spread_pod("new", NS[n], "web", both);
                         let target = &nodes[&format!("n{i}")];
                         let want = topology_spread::check_placement(&pod, nodes.values(), target);
-                        let got = index.check_placement(&pod, || nodes.values(), target);
+                        let hard = topology_spread::hard_constraints(&pod);
+                        let got = index.check_placement(&pod, &hard, || nodes.values(), target);
                         prop_assert_eq!(&got, &want);
-                        let got = replaced.check_placement(&pod, || nodes.values(), target);
+                        let got = replaced.check_placement(&pod, &hard, || nodes.values(), target);
                         prop_assert_eq!(got, want);
                     }
                 }
@@ -378,10 +382,11 @@ mod tests {
             .collect();
         let mut index = SpreadCounts::default();
         let pod = spread_pod("new", "default", "web", false);
+        let hard = topology_spread::hard_constraints(&pod);
         // n0: 0 + 1 - 0 = 1 ≤ 1.
         assert!(
             index
-                .check_placement(&pod, || nodes.values(), &nodes["n0"])
+                .check_placement(&pod, &hard, || nodes.values(), &nodes["n0"])
                 .is_ok()
         );
         assert_eq!(index.len(), 1);
@@ -391,7 +396,7 @@ mod tests {
         index.pod_placed(&web, n0);
         // Now n0 would be 1 + 1 - 0 = 2 > 1; the entry saw the placement.
         let err = index
-            .check_placement(&pod, || nodes.values(), &nodes["n0"])
+            .check_placement(&pod, &hard, || nodes.values(), &nodes["n0"])
             .unwrap_err();
         assert!(
             err.to_string().contains("zone=z0 would have skew 2"),
@@ -405,7 +410,7 @@ mod tests {
         index.pod_placed(&other, n1);
         assert!(
             index
-                .check_placement(&pod, || nodes.values(), &nodes["n1"])
+                .check_placement(&pod, &hard, || nodes.values(), &nodes["n1"])
                 .is_ok()
         );
         // Removing the pod frees n0 again.
@@ -414,7 +419,7 @@ mod tests {
         index.pod_removed(&gone, n0);
         assert!(
             index
-                .check_placement(&pod, || nodes.values(), &nodes["n0"])
+                .check_placement(&pod, &hard, || nodes.values(), &nodes["n0"])
                 .is_ok()
         );
     }

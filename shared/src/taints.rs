@@ -90,6 +90,18 @@ pub fn tolerated(tolerations: &[Toleration], taint: &Taint) -> bool {
     tolerations.iter().any(|t| t.tolerates(taint))
 }
 
+/// Whether `taints` hold a `NoSchedule` / `NoExecute` taint that no
+/// toleration of `tolerations` tolerates (upstream
+/// `FindMatchingUntoleratedTaint` with `DoNotScheduleTaintsFilterFunc`):
+/// TaintToleration's Filter, and PodTopologySpread's `nodeTaintsPolicy:
+/// Honor`.
+#[must_use]
+pub fn has_untolerated_hard_taint(tolerations: &[Toleration], taints: &[Taint]) -> bool {
+    taints
+        .iter()
+        .any(|t| (t.effect == NO_SCHEDULE || t.effect == NO_EXECUTE) && !tolerated(tolerations, t))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,8 +4,10 @@
 //! (`pkg/scheduler/framework/plugins/podtopologyspread/{common,filtering,scoring}.go`).
 //!
 //! The functions take plain iterators of [`NodeInfo`], so the worker's
-//! plugin and the coordinator's bind arbiter ([`check_placement`]) judge a
-//! placement with the same code.
+//! plugin, in its Filter and its bind check (run by the coordinator's bind
+//! arbiter over its own view, with counts kept in
+//! [`crate::spread_counts::SpreadCounts`]), judges a placement with the same
+//! code.
 //!
 //! # Terms
 //! - A **domain** is one value of a constraint's `topologyKey` (one zone, one
@@ -53,7 +55,8 @@ use crate::framework::MAX_NODE_SCORE;
 use crate::label_selector::LabelSelector;
 use crate::node_info::{NodeInfo, NodeSpec};
 use crate::pod_info::PodInfo;
-use crate::taints::{self, NO_EXECUTE, NO_SCHEDULE};
+use crate::selector::matches_required_node_affinity;
+use crate::taints;
 
 /// `kubernetes.io/hostname`: per-node domains, counted on the node itself
 /// when scoring.
@@ -177,7 +180,7 @@ impl TopologySpreadConstraint {
             return false;
         }
         if self.node_taints_policy == NodeInclusionPolicy::Honor
-            && has_untolerated_hard_taint(pod, node)
+            && taints::has_untolerated_hard_taint(&pod.tolerations, &node.taints)
         {
             return false;
         }
@@ -202,30 +205,6 @@ impl TopologySpreadConstraint {
             .count();
         i64::try_from(n).unwrap_or(i64::MAX)
     }
-}
-
-/// The pod's `nodeSelector` and required node affinity both match `node`
-/// (upstream `nodeaffinity.GetRequiredNodeAffinity(pod).Match`).
-#[must_use]
-pub fn matches_required_node_affinity(pod: &PodInfo, node: &NodeSpec) -> bool {
-    pod.node_selector
-        .iter()
-        .all(|(k, v)| node.labels.get(k).is_some_and(|have| have == v))
-        && pod
-            .required_affinity
-            .as_ref()
-            .is_none_or(|s| s.matches(&node.name, &node.labels))
-}
-
-/// The node has a `NoSchedule` / `NoExecute` taint the pod does not tolerate
-/// (upstream `FindMatchingUntoleratedTaint` with
-/// `DoNotScheduleTaintsFilterFunc`).
-#[must_use]
-pub fn has_untolerated_hard_taint(pod: &PodInfo, node: &NodeSpec) -> bool {
-    node.taints.iter().any(|t| {
-        (t.effect == NO_SCHEDULE || t.effect == NO_EXECUTE)
-            && !taints::tolerated(&pod.tolerations, t)
-    })
 }
 
 /// Whether `labels` hold every constraint's topology key (upstream
@@ -571,8 +550,9 @@ pub fn hard_constraints(pod: &PodInfo) -> Vec<TopologySpreadConstraint> {
 
 /// One-shot check of placing `pod` on `target` in a cluster made of `nodes`
 /// (which may include `target`): counts the pod's hard constraints over
-/// `nodes`, then checks `target`. For the coordinator's bind arbiter, which
-/// re-checks a worker's choice against its own view.
+/// `nodes`, then checks `target`. The reference the kept counts
+/// ([`crate::spread_counts::SpreadCounts::check_placement`]) must agree
+/// with.
 ///
 /// # Errors
 /// The first [`SpreadViolation`] on `target`.

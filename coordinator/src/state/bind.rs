@@ -1,6 +1,7 @@
 //! Bind arbitration: a proposal checked against the authoritative view
-//! (the fit, the room nominated pods hold, the cross-node constraints),
-//! granted under the lock, its Binding written without it, then settled.
+//! (the bind checks of the pod's profile, with the room nominated pods
+//! hold), granted under the lock, its Binding written without it, then
+//! settled.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -8,13 +9,12 @@ use std::time::Instant;
 use tracing::{Instrument as _, debug, info_span, warn};
 
 use flotilla_shared::extender::{ExtenderConfig, HttpExtender};
-use flotilla_shared::fit::{self, IgnoredResources};
-use flotilla_shared::node_info::NodeInfo;
+use flotilla_shared::framework::BindView;
 use flotilla_shared::pod_info::PodInfo;
 
 use super::report::BindSample;
 use super::{Coordinator, Inner, PodPhase};
-use crate::arbiter::{self, CrossNodeChecks};
+use crate::arbiter::{self, Refusal};
 use crate::cluster::{ClusterError, PodRef, SchedulingEvent};
 use crate::partition::WorkerId;
 
@@ -62,53 +62,6 @@ impl Grant {
     #[must_use]
     pub fn node(&self) -> &Arc<str> {
         &self.node
-    }
-}
-
-/// `Ok` when `pod` fits on `node` with `nominated` pods placed there too,
-/// not checking the extended resources its profile ignores.
-pub(super) fn fits_with(
-    node: &NodeInfo,
-    pod: &PodInfo,
-    nominated: &[Arc<PodInfo>],
-    ignored: &IgnoredResources,
-) -> Result<(), String> {
-    if nominated.is_empty() {
-        return fit::check_placement_ignoring(pod, node, ignored);
-    }
-    let mut n = node.clone();
-    for p in nominated {
-        n.add_pod(p.clone());
-    }
-    fit::check_placement_ignoring(pod, &n, ignored)
-}
-
-/// Why the arbiter refuses a placement, if it does.
-#[derive(Debug)]
-pub(super) enum Refusal {
-    /// The node is not known.
-    NoNode,
-    /// The pod does not fit the node (resources, ports, cordon).
-    Fit(String),
-    /// It fits only by eating room reserved for nominated pods of equal or
-    /// higher priority (named).
-    Reserved(String, Vec<String>),
-    /// A cross-node constraint (pod affinity, topology spread) fails.
-    CrossNode(&'static str),
-}
-
-impl Refusal {
-    /// The conflict reason for `node`, as workers and logs see it.
-    pub(super) fn reason(&self, node: &str) -> String {
-        match self {
-            Refusal::NoNode => format!("node {node} not found"),
-            Refusal::Fit(r) => format!("node {node}: {r}"),
-            Refusal::CrossNode(r) => format!("node {node}: {r}"),
-            Refusal::Reserved(r, names) => format!(
-                "node {node}: {r} (room reserved for nominated pods {})",
-                names.join(", ")
-            ),
-        }
     }
 }
 
@@ -172,18 +125,10 @@ impl Inner {
         }
     }
 
-    /// The extended resources the pod's profile's NodeResourcesFit ignores.
-    pub(super) fn ignored_resources(&self, info: &PodInfo) -> &IgnoredResources {
-        static NONE: IgnoredResources = IgnoredResources::NONE;
-        self.ignored_resources
-            .get(&*info.scheduler_name)
-            .unwrap_or(&NONE)
-    }
-
     /// The bind arbiter's check of one placement against the authoritative
-    /// view: the shared fit check, the room nominated pods hold, and the
-    /// cross-node constraints the pod's profile filters on. Returns the
-    /// node's interned name when granted.
+    /// view: [`arbiter::check`] with the bind checks of the pod's profile
+    /// and the pods nominated to the node. Returns the node's interned name
+    /// when granted.
     pub(super) fn check_grant(&mut self, info: &PodInfo, node: &str) -> Result<Arc<str>, Refusal> {
         let Some((name, ninfo)) = self.nodes.get_key_value(node) else {
             return Err(Refusal::NoNode);
@@ -191,30 +136,17 @@ impl Inner {
         if self.unarbitrated {
             return Ok(name.clone());
         }
-        let ignored = self.ignored_resources(info);
-        fit::check_placement_ignoring(info, ninfo, ignored).map_err(Refusal::Fit)?;
-        // It fits alone; does it with the room reserved for nominees?
+        let Some(checks) = self.bind_checks.get(&*info.scheduler_name) else {
+            return Err(Refusal::NoProfile(info.scheduler_name.clone()));
+        };
         let nominated = self.nominated_on(node, info);
-        if !nominated.is_empty()
-            && let Err(reason) = fits_with(ninfo, info, &nominated, ignored)
-        {
-            let names = nominated.iter().map(|p| p.key.to_string()).collect();
-            return Err(Refusal::Reserved(reason, names));
-        }
-        let checks = self
-            .cross_node_checks
-            .get(&*info.scheduler_name)
-            .unwrap_or(&CrossNodeChecks::DEFAULT);
-        arbiter::check(
-            checks,
-            info,
-            ninfo,
+        let mut view = BindView::new(
             &self.nodes,
             &self.namespaces,
             self.anti_affinity_pods,
             &mut self.kept,
-        )
-        .map_err(Refusal::CrossNode)?;
+        );
+        arbiter::check(checks, info, ninfo, &nominated, &mut view)?;
         Ok(name.clone())
     }
 }
@@ -222,35 +154,12 @@ impl Inner {
 impl Coordinator {
     /// Turns bind arbitration off (`false`) or back on (the default): off,
     /// every proposal for a node the coordinator knows is granted without
-    /// the fit, nomination and cross-node checks, as a lone kube-scheduler
-    /// binds whatever its cycle decided. Only sound with a single worker;
-    /// the benchmarks' "single scheduler" baseline uses it to measure what
-    /// arbitration costs.
+    /// the bind checks (nor the room of nominated pods), as a lone
+    /// kube-scheduler binds whatever its cycle decided. Only sound with a
+    /// single worker; the benchmarks' "single scheduler" baseline uses it
+    /// to measure what arbitration costs.
     pub fn set_arbitration(&self, on: bool) {
         self.inner.lock().unarbitrated = !on;
-    }
-
-    /// Sets which cross-node constraints (inter-pod affinity, topology
-    /// spread) the bind arbiter re-checks for the pods of profile
-    /// `scheduler_name`: those its framework filters on. Profiles never set
-    /// get both, like the default profile.
-    pub fn set_cross_node_checks(&self, scheduler_name: &str, checks: CrossNodeChecks) {
-        self.inner
-            .lock()
-            .cross_node_checks
-            .insert(scheduler_name.to_owned(), checks);
-    }
-
-    /// Sets the extended resources the bind arbiter's fit check leaves out
-    /// for the pods of profile `scheduler_name`: those its NodeResourcesFit
-    /// ignores (`ignoredResources`, `ignoredResourceGroups`, and what
-    /// extenders manage with `ignoredByScheduler`), so the arbiter and the
-    /// worker's Filter agree. Profiles never set check every resource.
-    pub fn set_ignored_resources(&self, scheduler_name: &str, ignored: IgnoredResources) {
-        self.inner
-            .lock()
-            .ignored_resources
-            .insert(scheduler_name.to_owned(), ignored);
     }
 
     /// Delegates Bindings to the extender of `extenders` that has a
@@ -315,9 +224,9 @@ impl Coordinator {
 
     /// Bind arbitration. Checks the proposal against the authoritative view
     /// (every grant counted, even those the cluster has not reflected yet)
-    /// with the shared fit check; on success records the grant, writes the
-    /// Binding, and settles. Idempotent: re-proposing a bound placement
-    /// answers `Bound`. The same as [`Coordinator::arbitrate`] followed by
+    /// with the bind checks of the pod's profile ([`crate::arbiter`]); on
+    /// success records the grant, writes the Binding, and settles.
+    /// Idempotent: re-proposing a bound placement answers `Bound`. The same as [`Coordinator::arbitrate`] followed by
     /// [`Coordinator::settle`].
     pub async fn propose(&self, worker: WorkerId, pod: &PodRef, node: &str) -> Decision {
         self.propose_with_alternatives(worker, pod, node, &[])

@@ -11,7 +11,7 @@
 //!   group's assumed pods in one scheduler's cache).
 //! - **Atomic grant.** The worker holds members at Permit until `minMember`
 //!   are placed, then sends them all in one `ProposeGang`. The coordinator
-//!   checks each member (fit and cross-node checks) against its view with the
+//!   checks each member (its profile's bind checks) against its view with the
 //!   earlier members of the same request already placed — reserving as it
 //!   goes — and on the first failure releases what it reserved and answers
 //!   `CONFLICT`: all or none. Upstream has no such step (its waiting pods
@@ -257,7 +257,7 @@ impl Coordinator {
     }
 
     /// Gang bind arbitration: grants every `(pod, node)` of `members` or
-    /// none. Each member is checked (fit, cross-node constraints) against the
+    /// none. Each member is checked (its profile's bind checks) against the
     /// view with the earlier members already placed; the first failure
     /// releases the earlier ones and answers `Conflict` (or `PodGone` when a
     /// member is gone or bound elsewhere). Members already bound where

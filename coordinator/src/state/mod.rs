@@ -69,11 +69,10 @@ use parking_lot::Mutex;
 
 use flotilla_shared::WorkloadClass;
 use flotilla_shared::extender::HttpExtender;
-use flotilla_shared::fit::IgnoredResources;
+use flotilla_shared::framework::{BindCheck, KeptCounts, ServedProfile};
 use flotilla_shared::node_info::{NodeInfo, Orphans};
 use flotilla_shared::priority::PriorityClasses;
 
-use crate::arbiter::{self, CrossNodeChecks};
 use crate::cluster::Cluster;
 use crate::partition::WorkerId;
 
@@ -130,17 +129,18 @@ struct Inner {
     /// `spec.schedulerName`s this coordinator serves, each with the
     /// profile's `workloadClass` override (None: classify the pod).
     scheduler_names: HashMap<String, Option<WorkloadClass>>,
-    /// Cross-node constraints re-checked at bind time, per profile (absent:
-    /// all of them).
-    cross_node_checks: HashMap<String, CrossNodeChecks>,
-    /// Extended resources the fit check leaves out, per profile (its
-    /// NodeResourcesFit `ignoredResources` / `ignoredResourceGroups`).
-    ignored_resources: HashMap<String, IgnoredResources>,
+    /// The bind checks of each profile served, by `schedulerName` (its
+    /// enabled Filters', in Filter order): the arbiter runs exactly these
+    /// for the profile's pods, and refuses a pod whose profile is absent.
+    bind_checks: foldhash::HashMap<String, Vec<Arc<dyn BindCheck>>>,
+    /// `(profile, plugin)` of each enabled Filter without a bind check (not
+    /// re-checked at bind time).
+    unchecked_filters: Vec<(String, String)>,
     /// Placed pods (bound, granted or orphaned) with required anti-affinity.
     anti_affinity_pods: usize,
     /// Spread and affinity counts for the arbiter, fed by `place` /
     /// `unplace` over `nodes`, reset when a node comes, goes or relabels.
-    kept: arbiter::KeptCounts,
+    kept: KeptCounts,
     /// [`Coordinator::set_arbitration`]`(false)`: grant every proposal for
     /// a known node unchecked (the single-scheduler baseline).
     unarbitrated: bool,
@@ -203,24 +203,32 @@ impl std::fmt::Debug for Coordinator {
 }
 
 impl Coordinator {
-    /// A coordinator over `cluster` scheduling pods whose `spec.schedulerName`
-    /// is one of `scheduler_names`.
+    /// A coordinator over `cluster` serving `profiles` (built from the
+    /// scheduler configuration and plugin registry the workers use:
+    /// `SchedulerConfig::served_profiles`): pods whose `spec.schedulerName`
+    /// names one of them; a profile's `Some(workload_class)` dispatches all
+    /// its pods to that pool, overriding their label / owner / QoS class;
+    /// the bind arbiter runs the profile's bind checks for its pods. Each
+    /// enabled Filter without a bind check is logged here, once, as not
+    /// re-checked ([`Coordinator::unchecked_filters`]).
     #[must_use]
-    pub fn new(cluster: Arc<dyn Cluster>, scheduler_names: &[&str]) -> Self {
-        let profiles: Vec<(&str, Option<WorkloadClass>)> =
-            scheduler_names.iter().map(|s| (*s, None)).collect();
-        Self::with_profiles(cluster, &profiles)
-    }
-
-    /// A coordinator over `cluster` serving the profiles `(schedulerName,
-    /// workloadClass)`: pods whose `spec.schedulerName` is one of them; a
-    /// profile's `Some(class)` dispatches all its pods to that pool,
-    /// overriding their label / owner / QoS class.
-    #[must_use]
-    pub fn with_profiles(
-        cluster: Arc<dyn Cluster>,
-        profiles: &[(&str, Option<WorkloadClass>)],
-    ) -> Self {
+    pub fn with_profiles(cluster: Arc<dyn Cluster>, profiles: Vec<ServedProfile>) -> Self {
+        let mut scheduler_names = HashMap::with_capacity(profiles.len());
+        let mut bind_checks = foldhash::HashMap::default();
+        let mut unchecked_filters = Vec::new();
+        for p in profiles {
+            for plugin in &p.unchecked_filters {
+                tracing::warn!(
+                    plugin = %plugin,
+                    profile = %p.scheduler_name,
+                    "Filter plugin provides no bind check: the bind arbiter does not re-check it, \
+                     so workers deciding at the same time may together break what it guards"
+                );
+                unchecked_filters.push((p.scheduler_name.clone(), plugin.clone()));
+            }
+            scheduler_names.insert(p.scheduler_name.clone(), p.workload_class);
+            bind_checks.insert(p.scheduler_name, p.bind_checks);
+        }
         let counted = Arc::new(crate::cluster::counted::Counted::new(cluster));
         Coordinator {
             cluster: counted.clone(),
@@ -229,13 +237,19 @@ impl Coordinator {
             closing: tokio_util::sync::CancellationToken::new(),
             inner: Mutex::new(Inner {
                 next_worker_id: 1,
-                scheduler_names: profiles
-                    .iter()
-                    .map(|(name, class)| ((*name).to_owned(), *class))
-                    .collect(),
+                scheduler_names,
+                bind_checks,
+                unchecked_filters,
                 ..Inner::default()
             }),
         }
+    }
+
+    /// `(profile, plugin)` of each enabled Filter plugin that provides no
+    /// bind check: the arbiter does not re-check it (logged at start).
+    #[must_use]
+    pub fn unchecked_filters(&self) -> Vec<(String, String)> {
+        self.inner.lock().unchecked_filters.clone()
     }
 
     /// Writes this coordinator made to its cluster so far (Bindings, status

@@ -8,11 +8,12 @@ use std::time::Instant;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use tracing::{debug, info, warn};
 
+use flotilla_shared::framework::{BindView, KeptCounts};
 use flotilla_shared::pod_info::PodInfo;
 
-use super::bind::fits_with;
 use super::stream::{PodIdentity, WorkerEvent, json, nominated_event};
 use super::{Coordinator, Inner, PodPhase};
+use crate::arbiter::{self, Refusal};
 use crate::cluster::{ClusterError, PodRef, SchedulingEvent};
 use crate::partition::WorkerId;
 
@@ -267,8 +268,21 @@ impl Coordinator {
             without.remove_pod(&v.uid);
         }
         let nominated = inner.nominated_on(node, &preemptor);
-        let ignored = inner.ignored_resources(&preemptor);
-        if let Err(reason) = fits_with(&without, &preemptor, &nominated, ignored) {
+        let Some(checks) = inner.bind_checks.get(&*preemptor.scheduler_name) else {
+            let refusal = Refusal::NoProfile(preemptor.scheduler_name.clone());
+            return Err(Conflict(refusal.reason(node)));
+        };
+        // Only the node-local checks run here, and they read no counts:
+        // an empty set stands in for the kept ones (`inner` is shared).
+        let mut scratch = KeptCounts::default();
+        let mut view = BindView::new(
+            &inner.nodes,
+            &inner.namespaces,
+            inner.anti_affinity_pods,
+            &mut scratch,
+        );
+        if let Err(reason) = arbiter::fits_with(checks, &preemptor, &without, &nominated, &mut view)
+        {
             return Err(Conflict(format!(
                 "node {node}: {reason} even without the victims"
             )));

@@ -1,18 +1,19 @@
 //! The bind arbiter re-checks cross-node constraints (inter-pod
-//! anti-affinity, topology spread) against grants workers have not seen:
-//! two workers deciding at the same moment on stale snapshots must never
-//! both win.
+//! anti-affinity, topology spread, the instance cap) against grants
+//! workers have not seen: two workers deciding at the same moment on stale
+//! snapshots must never both win, for the profiles whose Filters enable
+//! them.
 
-use flotilla_coordinator::arbiter::CrossNodeChecks;
 use flotilla_coordinator::cluster::EmbeddedCluster;
 use flotilla_proto::v1 as pb;
 use flotilla_proto::v1::WorkloadClass::{Batch, Online};
+use flotilla_shared::framework::ServedProfile;
 use flotilla_shared::max_instances::ANNOTATION_MAX_INSTANCES_PER_NODE;
 use flotilla_shared::testing::{NodeBuilder, PodAffinityKind, PodBuilder, pod_affinity_term};
 use k8s_openapi::api::core::v1::TopologySpreadConstraint;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
-use crate::{FakeWorker, Harness, STEP, assigned_names, within};
+use crate::{FakeWorker, Harness, STEP, assigned_names, default_profiles, profiles_of, within};
 
 const CLASS_LABEL: &str = "flotilla.io/workload-class";
 const ZONE: &str = "topology.kubernetes.io/zone";
@@ -38,16 +39,14 @@ fn cluster() -> EmbeddedCluster {
     c
 }
 
-/// Starts the harness with an online and a batch worker; creates `pods`
-/// (one per class, online first) and waits until each worker got its pod.
+/// Starts the harness serving `profiles` (`None`: the default profile)
+/// with an online and a batch worker; creates `pods` (one per class, online
+/// first) and waits until each worker got its pod.
 async fn two_workers_with(
     pods: [PodBuilder; 2],
-    checks: Option<CrossNodeChecks>,
+    profiles: Option<Vec<ServedProfile>>,
 ) -> (Harness, FakeWorker, FakeWorker) {
-    let h = Harness::start(cluster()).await;
-    if let Some(c) = checks {
-        h.coordinator.set_cross_node_checks("default-scheduler", c);
-    }
+    let h = Harness::serving(cluster(), profiles.unwrap_or_else(default_profiles)).await;
     let mut online = FakeWorker::join(&h, "online-0", Online).await;
     let mut batch = FakeWorker::join(&h, "batch-0", Batch).await;
     online.until_synced().await;
@@ -82,11 +81,16 @@ fn capped(name: &str, k: &str) -> PodBuilder {
         .annotation(ANNOTATION_MAX_INSTANCES_PER_NODE, k)
 }
 
-fn with_cap() -> CrossNodeChecks {
-    CrossNodeChecks {
-        max_instances_label: Some("app".into()),
-        ..CrossNodeChecks::DEFAULT
-    }
+/// The default profile plus MaxInstancesPerNode (app label `app`).
+fn with_cap() -> Vec<ServedProfile> {
+    profiles_of(
+        "  - schedulerName: default-scheduler
+    plugins:
+      multiPoint:
+        enabled:
+          - name: MaxInstancesPerNode
+",
+    )
 }
 
 fn spread(name: &str) -> PodBuilder {
@@ -171,11 +175,15 @@ async fn two_spread_pods_cannot_break_max_skew_together() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_profile_without_the_plugins_is_not_held_to_them() {
-    let off = CrossNodeChecks {
-        pod_affinity: false,
-        topology_spread: false,
-        max_instances_label: None,
-    };
+    let off = profiles_of(
+        "  - schedulerName: default-scheduler
+    plugins:
+      filter:
+        disabled:
+          - name: InterPodAffinity
+          - name: PodTopologySpread
+",
+    );
     let (h, mut online, mut batch) =
         two_workers_with([anti_affine("a"), anti_affine("b")], Some(off)).await;
     let (da, db) = race(&mut online, &mut batch, "n1", "n2").await;
@@ -221,9 +229,12 @@ async fn a_malformed_cap_is_refused_by_the_arbiter() {
         two_workers_with([capped("a", "many"), capped("b", "1")], Some(with_cap())).await;
     let d = online.propose("a", "n1").await;
     assert_eq!(outcome(&d), pb::BindOutcome::Conflict, "{d:?}");
+    // PreFilter's message, naming the pod and the annotation.
     assert!(
-        d.reason
-            .contains("invalid scheduling.flotilla.dev/max-instances-per-node"),
+        d.reason.contains(
+            "pod default/a: annotation scheduling.flotilla.dev/max-instances-per-node: \"many\" \
+             is not a positive integer"
+        ),
         "{:?}",
         d.reason
     );

@@ -9,12 +9,11 @@ use flotilla_coordinator::cluster::EmbeddedCluster;
 use flotilla_proto::v1 as pb;
 use flotilla_proto::v1::WorkloadClass::Online;
 use flotilla_shared::extender::{ExtenderConfig, ManagedResource};
-use flotilla_shared::fit::IgnoredResources;
 use flotilla_shared::testing::http::{Canned, MockServer};
 use flotilla_shared::testing::{NodeBuilder, PodBuilder};
 use serde_json::json;
 
-use crate::{FakeWorker, Harness, assigned_names, node_of};
+use crate::{FakeWorker, Harness, assigned_names, node_of, profiles_of};
 
 fn outcome(d: &pb::BindDecision) -> pb::BindOutcome {
     pb::BindOutcome::try_from(d.outcome).expect("a known outcome")
@@ -33,22 +32,24 @@ async fn setup(binder: ExtenderConfig, pods: &[PodBuilder]) -> (Harness, FakeWor
     cluster
         .apply_node(NodeBuilder::new("n1").cpu("2").pods(110).build())
         .expect("node");
-    let h = Harness::start(cluster).await;
-    // As `flotilla run` configures it from a profile whose NodeResourcesFit
-    // ignores what the extender manages (`ignoredByScheduler`).
-    let ignored = binder
+    // As `flotilla run` serves it: NodeResourcesFit ignores what the
+    // extender manages with `ignoredByScheduler` (the configuration loader
+    // writes it into the plugin's `ignoredResources`).
+    let ignored: Vec<&str> = binder
         .managed_resources
         .iter()
         .filter(|r| r.ignored_by_scheduler)
-        .map(|r| r.name.as_str().into())
+        .map(|r| r.name.as_str())
         .collect();
-    h.coordinator.set_ignored_resources(
-        "default-scheduler",
-        IgnoredResources {
-            names: ignored,
-            groups: Vec::new(),
-        },
-    );
+    let profiles = profiles_of(&format!(
+        "  - schedulerName: default-scheduler
+    pluginConfig:
+      - name: NodeResourcesFit
+        args:
+          ignoredResources: {ignored:?}
+"
+    ));
+    let h = Harness::serving(cluster, profiles).await;
     h.coordinator
         .set_extenders(&[binder])
         .expect("binder client");

@@ -10,6 +10,7 @@ mod dispatch;
 mod extender_bind;
 mod failover;
 mod gang;
+mod node_checks;
 mod preemption;
 mod priority_classes;
 mod real_workers;
@@ -32,6 +33,9 @@ use flotilla_coordinator::server;
 use flotilla_proto::v1 as pb;
 use flotilla_proto::v1::coordinator_client::CoordinatorClient;
 use flotilla_proto::v1::watch_event::Event;
+use flotilla_scheduler::Registry;
+use flotilla_scheduler::config::{self, SchedulerConfig};
+use flotilla_shared::framework::ServedProfile;
 
 /// How long any single wait may take before the test calls it a hang.
 pub const STEP: Duration = Duration::from_secs(10);
@@ -55,6 +59,26 @@ pub async fn wait_until(limit: Duration, what: &str, mut cond: impl FnMut() -> b
     .await;
 }
 
+/// The default configuration's profile as the coordinator serves it: the
+/// scheduler's default Filter plugins and their bind checks.
+pub fn default_profiles() -> Vec<ServedProfile> {
+    SchedulerConfig::default()
+        .served_profiles(&Registry::in_tree())
+        .expect("the default profile builds")
+}
+
+/// The profiles of the `KubeSchedulerConfiguration` `profiles` (YAML, the
+/// list under `profiles:`) as the coordinator serves them.
+pub fn profiles_of(profiles: &str) -> Vec<ServedProfile> {
+    let yaml = format!(
+        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nprofiles:\n{profiles}"
+    );
+    config::parse(&yaml, "test.yaml")
+        .expect("the test configuration loads")
+        .served_profiles(&Registry::in_tree())
+        .expect("its profiles build")
+}
+
 /// A coordinator serving gRPC on an ephemeral loopback port.
 pub struct Harness {
     /// The cluster.
@@ -69,15 +93,33 @@ pub struct Harness {
 }
 
 impl Harness {
-    /// Starts a coordinator over `cluster` and waits until it listed it.
+    /// Starts a coordinator over `cluster`, serving the default profile,
+    /// and waits until it listed it.
     pub async fn start(cluster: EmbeddedCluster) -> Self {
-        let cluster = Arc::new(cluster);
-        Self::start_with(cluster.clone(), cluster).await
+        Self::serving(cluster, default_profiles()).await
     }
 
-    /// Starts a coordinator over `backend`, a wrapper of `cluster`.
+    /// Starts a coordinator over `cluster` serving `profiles`, and waits
+    /// until it listed it.
+    pub async fn serving(cluster: EmbeddedCluster, profiles: Vec<ServedProfile>) -> Self {
+        let cluster = Arc::new(cluster);
+        Self::start_serving(cluster.clone(), cluster, profiles).await
+    }
+
+    /// Starts a coordinator over `backend`, a wrapper of `cluster`, serving
+    /// the default profile.
     pub async fn start_with(backend: Arc<dyn Cluster>, cluster: Arc<EmbeddedCluster>) -> Self {
-        let coordinator = Arc::new(Coordinator::new(backend, &["default-scheduler"]));
+        Self::start_serving(backend, cluster, default_profiles()).await
+    }
+
+    /// Starts a coordinator over `backend`, a wrapper of `cluster`, serving
+    /// `profiles`.
+    pub async fn start_serving(
+        backend: Arc<dyn Cluster>,
+        cluster: Arc<EmbeddedCluster>,
+        profiles: Vec<ServedProfile>,
+    ) -> Self {
+        let coordinator = Arc::new(Coordinator::with_profiles(backend, profiles));
         let token = CancellationToken::new();
         let running = within(
             STEP,

@@ -72,7 +72,10 @@ async fn pods_listed_first_wait_for_every_list_and_namespaces_reach_workers() {
         inner: Arc::new(EmbeddedCluster::new()),
     });
     let cluster = backend.inner.clone();
-    let coordinator = Arc::new(Coordinator::new(backend, &["default-scheduler"]));
+    let coordinator = Arc::new(Coordinator::with_profiles(
+        backend,
+        crate::default_profiles(),
+    ));
     let token = CancellationToken::new();
     let running = server::start(coordinator.clone(), "127.0.0.1:0", token.clone())
         .await

@@ -96,12 +96,12 @@ mod validate;
 use std::path::Path;
 use std::time::Duration;
 
-use flotilla_shared::WorkloadClass;
 use flotilla_shared::extender::ExtenderConfig;
+use flotilla_shared::framework::ServedProfile;
 
 pub use error::ConfigError;
 
-use crate::framework::{Profile, Registry};
+use crate::framework::{Framework, Profile, Registry, RegistryError};
 use crate::queue::{BackoffConfig, QueueConfig};
 
 /// The only accepted `apiVersion`.
@@ -271,13 +271,34 @@ impl SchedulerConfig {
             .find(|p| p.scheduler_name == scheduler_name)
     }
 
-    /// Each profile's scheduler name with its `workloadClass` override, for
-    /// the coordinator's dispatch.
-    #[must_use]
-    pub fn dispatch_classes(&self) -> Vec<(&str, Option<WorkloadClass>)> {
+    /// Each profile as the coordinator serves it: its scheduler name, its
+    /// `workloadClass`, and the bind checks of its enabled Filter plugins
+    /// (in Filter order) with the names of those that provide none, built
+    /// from `registry` exactly as the workers build the profile's
+    /// framework, so the bind arbiter re-checks what the workers filter on.
+    ///
+    /// # Errors
+    /// A profile that does not make a framework with `registry` (an
+    /// unknown plugin, bad args: [`Framework::new`]'s errors).
+    pub fn served_profiles(
+        &self,
+        registry: &Registry,
+    ) -> Result<Vec<ServedProfile>, RegistryError> {
         self.profiles
             .iter()
-            .map(|p| (p.scheduler_name.as_str(), p.workload_class))
+            .map(|p| {
+                let fw = Framework::new(p, registry)?;
+                Ok(ServedProfile {
+                    scheduler_name: p.scheduler_name.clone(),
+                    workload_class: p.workload_class,
+                    bind_checks: fw.bind_checks().to_vec(),
+                    unchecked_filters: fw
+                        .unchecked_filters()
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect(),
+                })
+            })
             .collect()
     }
 

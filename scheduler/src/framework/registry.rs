@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use flotilla_shared::framework::{
-    ExtensionPoint, FilterPlugin, Plugin, PreFilterPlugin, PreScorePlugin, ScorePlugin,
+    BindCheck, ExtensionPoint, FilterPlugin, Plugin, PreFilterPlugin, PreScorePlugin, ScorePlugin,
 };
 
 use crate::plugins::{
@@ -38,6 +38,11 @@ pub struct PluginHandle {
     pub pre_filter: Option<Arc<dyn PreFilterPlugin>>,
     /// Its Filter side, if any.
     pub filter: Option<Arc<dyn FilterPlugin>>,
+    /// Its Filter's bind-time re-check, which the coordinator's bind
+    /// arbiter runs for the profiles that enable the plugin at `filter`
+    /// (`None`: the Filter is not re-checked at bind time; see
+    /// [`BindCheck`]).
+    pub bind_check: Option<Arc<dyn BindCheck>>,
     /// Its PreScore side, if any.
     pub pre_score: Option<Arc<dyn PreScorePlugin>>,
     /// Its Score side, if any.
@@ -58,6 +63,7 @@ impl std::fmt::Debug for PluginHandle {
             .field("name", &self.plugin.name())
             .field("pre_filter", &self.pre_filter.is_some())
             .field("filter", &self.filter.is_some())
+            .field("bind_check", &self.bind_check.is_some())
             .field("pre_score", &self.pre_score.is_some())
             .field("score", &self.score.is_some())
             .field("other_points", &self.other_points)
@@ -74,6 +80,7 @@ impl PluginHandle {
             plugin: p,
             pre_filter: None,
             filter: None,
+            bind_check: None,
             pre_score: None,
             score: None,
             other_points: &[],
@@ -118,6 +125,14 @@ impl PluginHandle {
     #[must_use]
     pub fn filter(mut self, p: Arc<dyn FilterPlugin>) -> Self {
         self.filter = Some(p);
+        self
+    }
+
+    /// Adds the Filter side's bind-time re-check (see [`BindCheck`]: it must
+    /// agree with the Filter).
+    #[must_use]
+    pub fn bind_check(mut self, p: Arc<dyn BindCheck>) -> Self {
+        self.bind_check = Some(p);
         self
     }
 
@@ -210,7 +225,7 @@ impl Registry {
             names::NODE_UNSCHEDULABLE,
             Arc::new(|_| {
                 let p = Arc::new(NodeUnschedulable);
-                Ok(PluginHandle::new(p.clone()).filter(p))
+                Ok(PluginHandle::new(p.clone()).filter(p.clone()).bind_check(p))
             }),
         );
         add(
@@ -218,7 +233,7 @@ impl Registry {
             names::NODE_NAME,
             Arc::new(|_| {
                 let p = Arc::new(NodeName);
-                Ok(PluginHandle::new(p.clone()).filter(p))
+                Ok(PluginHandle::new(p.clone()).filter(p.clone()).bind_check(p))
             }),
         );
         add(
@@ -226,7 +241,10 @@ impl Registry {
             names::TAINT_TOLERATION,
             Arc::new(|_| {
                 let p = Arc::new(TaintToleration);
-                Ok(PluginHandle::new(p.clone()).filter(p.clone()).score(p))
+                Ok(PluginHandle::new(p.clone())
+                    .filter(p.clone())
+                    .bind_check(p.clone())
+                    .score(p))
             }),
         );
         add(
@@ -237,6 +255,7 @@ impl Registry {
                 Ok(PluginHandle::new(p.clone())
                     .pre_filter(p.clone())
                     .filter(p.clone())
+                    .bind_check(p.clone())
                     .pre_score(p.clone())
                     .score(p))
             }),
@@ -246,7 +265,7 @@ impl Registry {
             names::NODE_PORTS,
             Arc::new(|_| {
                 let p = Arc::new(NodePorts);
-                Ok(PluginHandle::new(p.clone()).filter(p))
+                Ok(PluginHandle::new(p.clone()).filter(p.clone()).bind_check(p))
             }),
         );
         add(
@@ -255,7 +274,10 @@ impl Registry {
             Arc::new(|args| {
                 let args = super::decode_args(args, node_resources_fit::ARGS_KIND)?;
                 let p = Arc::new(NodeResourcesFit::from_args(&args)?);
-                Ok(PluginHandle::new(p.clone()).filter(p.clone()).score(p))
+                Ok(PluginHandle::new(p.clone())
+                    .filter(p.clone())
+                    .bind_check(p.clone())
+                    .score(p))
             }),
         );
         add(
@@ -266,6 +288,7 @@ impl Registry {
                 Ok(PluginHandle::new(p.clone())
                     .pre_filter(p.clone())
                     .filter(p.clone())
+                    .bind_check(p.clone())
                     .pre_score(p.clone())
                     .score(p))
             }),
@@ -295,6 +318,7 @@ impl Registry {
                 Ok(PluginHandle::new(p.clone())
                     .pre_filter(p.clone())
                     .filter(p.clone())
+                    .bind_check(p.clone())
                     .pre_score(p.clone())
                     .score(p))
             }),
@@ -304,7 +328,10 @@ impl Registry {
             names::MAX_INSTANCES_PER_NODE,
             Arc::new(|args| {
                 let p = Arc::new(MaxInstancesPerNode::from_args(args)?);
-                Ok(PluginHandle::new(p.clone()).pre_filter(p.clone()).filter(p))
+                Ok(PluginHandle::new(p.clone())
+                    .pre_filter(p.clone())
+                    .filter(p.clone())
+                    .bind_check(p))
             }),
         );
         add(

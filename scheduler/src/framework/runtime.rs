@@ -40,6 +40,7 @@ use std::time::Instant;
 use rayon::prelude::*;
 
 use flotilla_shared::extender::EXTENDER_NAME;
+use flotilla_shared::framework::BindCheck;
 use flotilla_shared::framework::{
     ClusterEvent, Code, CycleState, Diagnosis, ExtensionPoint, FilterPlugin, FitError,
     PreFilterPlugin, PreScorePlugin, REASON_FILTERED_BY_PREFILTER, ScorePlugin, SharedLister,
@@ -101,8 +102,8 @@ pub struct ScheduleResult {
 }
 
 /// Most nodes a placement offers the arbiter after its choice
-/// ([`ScheduleResult::alternatives`]). Each costs the arbiter one fit check,
-/// only when the nodes before it were taken.
+/// ([`ScheduleResult::alternatives`]). Each costs the arbiter one run of the
+/// profile's bind checks, only when the nodes before it were taken.
 pub const MAX_BIND_ALTERNATIVES: usize = 3;
 
 /// What Score chose: the best node, its total, and the runners-up.
@@ -113,6 +114,9 @@ struct Selection {
     /// Snapshot indices of the next best, best first
     /// ([`ScheduleResult::alternatives`]).
     alternatives: Vec<usize>,
+    /// Each feasible node's total score, in the order of the feasible
+    /// indices scored.
+    totals: Vec<i64>,
 }
 
 /// Why a cycle placed no pod.
@@ -136,6 +140,11 @@ pub struct Framework {
     profile_name: String,
     pre_filters: Vec<Arc<dyn PreFilterPlugin>>,
     filters: Vec<Arc<dyn FilterPlugin>>,
+    /// The bind checks of the enabled Filters that provide one, in Filter
+    /// order (the coordinator's arbiter runs them; the cycle does not).
+    bind_checks: Vec<Arc<dyn BindCheck>>,
+    /// Enabled Filters that provide no bind check, in Filter order.
+    unchecked_filters: Vec<&'static str>,
     pre_scores: Vec<Arc<dyn PreScorePlugin>>,
     scores: Vec<(Arc<dyn ScorePlugin>, i64)>,
     /// Names enabled per extension point, in run order (for `explain` and
@@ -536,6 +545,8 @@ impl Framework {
             profile_name: profile.scheduler_name.clone(),
             pre_filters: Vec::new(),
             filters: Vec::new(),
+            bind_checks: Vec::new(),
+            unchecked_filters: Vec::new(),
             pre_scores: Vec::new(),
             scores: Vec::new(),
             enabled: BTreeMap::new(),
@@ -553,6 +564,10 @@ impl Framework {
                     ExtensionPoint::PreFilter => fw.pre_filters.extend(h.pre_filter.clone()),
                     ExtensionPoint::Filter => {
                         fw.filters.extend(h.filter.clone());
+                        match &h.bind_check {
+                            Some(c) => fw.bind_checks.push(c.clone()),
+                            None => fw.unchecked_filters.push(name),
+                        }
                         // Only plugins that can reject decide requeueing.
                         for ev in h.plugin.events_to_register() {
                             fw.interest.entry(*ev).or_default().insert(name);
@@ -612,6 +627,21 @@ impl Framework {
     #[must_use]
     pub fn enabled_at(&self, point: ExtensionPoint) -> &[&'static str] {
         self.enabled.get(&point).map_or(&[], Vec::as_slice)
+    }
+
+    /// The bind-time re-checks of the enabled Filter plugins that provide
+    /// one, in Filter order: what the coordinator's bind arbiter runs for
+    /// this profile's pods ([`BindCheck`]).
+    #[must_use]
+    pub fn bind_checks(&self) -> &[Arc<dyn BindCheck>] {
+        &self.bind_checks
+    }
+
+    /// The enabled Filter plugins that provide no bind check, in Filter
+    /// order: the arbiter does not re-check them.
+    #[must_use]
+    pub fn unchecked_filters(&self) -> &[&'static str] {
+        &self.unchecked_filters
     }
 
     /// Score plugins with their effective weights, in run order.
@@ -1154,16 +1184,8 @@ impl Framework {
             {
                 let score = match detail {
                     Some(d) => {
-                        self.score_and_select(
-                            &mut pre.state,
-                            pod,
-                            snap,
-                            &[idx],
-                            rng,
-                            Some(d),
-                            None,
-                        )?
-                        .score
+                        self.score_and_select(&mut pre.state, pod, snap, &[idx], rng, Some(d))?
+                            .score
                     }
                     None => 0,
                 };
@@ -1365,25 +1387,23 @@ impl Framework {
         feasible.truncate(limit);
 
         let chosen = if feasible.len() == 1 && detail.is_none() {
-            if let Some(c) = candidates.as_deref_mut() {
-                c.push((nodes[feasible[0]].spec.name.clone(), 0));
-            }
             Selection {
                 best: feasible[0],
                 score: 0,
                 alternatives: Vec::new(),
+                totals: vec![0],
             }
         } else {
-            self.score_and_select(
-                &mut pre.state,
-                pod,
-                snap,
-                &feasible,
-                rng,
-                detail,
-                candidates,
-            )?
+            self.score_and_select(&mut pre.state, pod, snap, &feasible, rng, detail)?
         };
+        if let Some(c) = candidates {
+            c.extend(
+                feasible
+                    .iter()
+                    .zip(&chosen.totals)
+                    .map(|(&i, &t)| (nodes[i].spec.name.clone(), t)),
+            );
+        }
         Ok(ScheduleResult {
             node: nodes[chosen.best].spec.name.clone(),
             score: chosen.score,
@@ -1485,7 +1505,6 @@ impl Framework {
         feasible: &[usize],
         rng: &mut CycleRng,
         detail: Option<&mut CycleDetail>,
-        candidates: Option<&mut Candidates>,
     ) -> Result<Selection, ScheduleError> {
         let nodes = snap.nodes();
         let mut skipped_scores: Vec<&'static str> = Vec::new();
@@ -1616,14 +1635,6 @@ impl Framework {
                 })
                 .collect();
         }
-        if let Some(c) = candidates {
-            c.extend(
-                feasible
-                    .iter()
-                    .zip(&totals)
-                    .map(|(&i, &t)| (nodes[i].spec.name.clone(), t)),
-            );
-        }
         let best = pick_best(&totals, |ties| rng.below(ties));
         Ok(Selection {
             best: feasible[best],
@@ -1632,6 +1643,7 @@ impl Framework {
                 .into_iter()
                 .map(|k| feasible[k])
                 .collect(),
+            totals,
         })
     }
 }

@@ -31,6 +31,14 @@
 //!    where a placed pod's required anti-affinity matches the incoming pod,
 //!    else `Unschedulable` `"node(s) didn't satisfy existing pods anti-affinity rules"`.
 //!
+//! # Bind check
+//! PreFilter's counts over the coordinator's view (from the counts it
+//! keeps, [`flotilla_shared::affinity_counts`]) and Filter's check on the
+//! node ([`RequiredAffinityState::check_placement`]), so two workers can
+//! never place two mutually anti-affine pods in one domain. Like PreFilter,
+//! a pod without required terms is only looked at when some placed pod has
+//! required anti-affinity.
+//!
 //! # PreScore / Score / NormalizeScore (preferred terms)
 //! PreScore sums weights per topology pair over the placed pods
 //! ([`preferred_scores`]): the incoming pod's preferred affinity (+weight)
@@ -50,13 +58,14 @@
 //! The args are [`InterPodAffinityArgs`]: `hardPodAffinityWeight` (default 1, 0..=100)
 //! and `ignorePreferredTermsOfExistingPods` (default false).
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use serde::Deserialize;
 
 use flotilla_shared::framework::{
-    ClusterEvent, Code, CycleState, FilterPlugin, MAX_NODE_SCORE, Plugin, PreFilterPlugin,
-    PreFilterResult, PreScorePlugin, ScorePlugin, SharedLister, Status,
+    BindCheck, BindResult, BindView, ClusterEvent, Code, CycleState, FilterPlugin, MAX_NODE_SCORE,
+    Plugin, PreFilterPlugin, PreFilterResult, PreScorePlugin, ScorePlugin, SharedLister, Status,
 };
 use flotilla_shared::pod_affinity::{
     AffinityViolation, RequiredAffinityState, TopologyCounts, preferred_scores,
@@ -256,6 +265,37 @@ impl PreFilterPlugin for InterPodAffinity {
         }
         state.write(PRE_FILTER_KEY, counts);
         (PreFilterResult::default(), Status::success())
+    }
+}
+
+/// PreFilter's counts over the arbiter's whole view (from the counts it
+/// keeps), checked on the node as Filter checks them.
+impl BindCheck for InterPodAffinity {
+    fn check_bind(&self, pod: &PodInfo, node: &NodeInfo, view: &mut BindView<'_>) -> BindResult {
+        let has_required = pod
+            .pod_affinity
+            .as_deref()
+            .is_some_and(|a| a.has_required_terms());
+        if !has_required && view.anti_affinity_pods == 0 {
+            // PreFilter's Skip: nothing can refuse the pod.
+            return Ok(());
+        }
+        let (nodes, namespaces) = (view.nodes, view.namespaces);
+        view.kept
+            .affinity
+            .required_state(
+                pod,
+                namespaces,
+                || nodes.values(),
+                || RequiredAffinityState::of_nodes(pod, nodes.values(), namespaces),
+            )
+            .check_placement(pod, node)
+            .map_err(|v| Cow::Borrowed(v.reason()))
+    }
+
+    /// Reads every node's counts.
+    fn node_local(&self) -> bool {
+        false
     }
 }
 

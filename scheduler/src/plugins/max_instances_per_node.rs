@@ -6,9 +6,10 @@
 //! (a density cap per service); `k = 1` is what a required anti-affinity
 //! on the hostname expresses.
 //!
-//! The rule lives in [`flotilla_shared::max_instances`], shared with the
-//! coordinator's bind arbiter (which refuses a proposal that would make the
-//! `k + 1`-th instance, so the cap holds with several workers).
+//! The rule lives in [`flotilla_shared::max_instances`]; the plugin's bind
+//! check runs it on the coordinator's view (the arbiter refuses a proposal
+//! that would make the `k + 1`-th instance, so the cap holds with several
+//! workers).
 //!
 //! The cap is symmetric: the smallest `k` among the incoming pod and its
 //! app's pods on the node applies, so a pod without a cap of its own is
@@ -28,20 +29,22 @@
 //! plus `preFilter`), with args
 //! `{kind: MaxInstancesPerNodeArgs, labelKey: app}`.
 
+use std::borrow::Cow;
+
 use serde::Deserialize;
 
 use flotilla_shared::framework::{
-    ClusterEvent, CycleState, FilterPlugin, Plugin, PreFilterPlugin, PreFilterResult, SharedLister,
-    Status,
+    BindCheck, BindResult, BindView, ClusterEvent, CycleState, FilterPlugin, Plugin,
+    PreFilterPlugin, PreFilterResult, SharedLister, Status,
 };
-use flotilla_shared::max_instances::{self, InstanceLimit};
+use flotilla_shared::max_instances::{self, InstanceLimit, Violation};
 pub use flotilla_shared::max_instances::{
     ANNOTATION_MAX_INSTANCES_PER_NODE, DEFAULT_APP_LABEL, REASON_MAX_INSTANCES,
 };
 use flotilla_shared::{NodeInfo, PodInfo};
 
 use super::names;
-use crate::framework::{Profile, decode_args};
+use crate::framework::decode_args;
 
 /// Registry name.
 pub const NAME: &str = names::MAX_INSTANCES_PER_NODE;
@@ -109,15 +112,6 @@ impl MaxInstancesPerNode {
     }
 }
 
-/// The app label key `profile` configures for this plugin (the default
-/// when its args are absent or unreadable), for the bind arbiter.
-#[must_use]
-pub fn label_key(profile: &Profile) -> String {
-    MaxInstancesPerNode::from_args(profile.plugin_config.get(NAME))
-        .map(|p| p.label_key)
-        .unwrap_or_else(|_| DEFAULT_APP_LABEL.to_owned())
-}
-
 impl Plugin for MaxInstancesPerNode {
     fn name(&self) -> &'static str {
         NAME
@@ -145,6 +139,19 @@ impl PreFilterPlugin for MaxInstancesPerNode {
             Err(e) => Status::unresolvable(e.to_string()).with_plugin(NAME),
         };
         (PreFilterResult::default(), status)
+    }
+}
+
+/// PreFilter's reading of the limit and Filter's count, in one
+/// ([`max_instances::check_placement`]), on the arbiter's copy of the node
+/// (its pods only: also run with the pods nominated there).
+impl BindCheck for MaxInstancesPerNode {
+    fn check_bind(&self, pod: &PodInfo, node: &NodeInfo, _view: &mut BindView<'_>) -> BindResult {
+        match max_instances::check_placement(pod, node, &self.label_key) {
+            Ok(()) => Ok(()),
+            Err(Violation::Full) => Err(Cow::Borrowed(REASON_MAX_INSTANCES)),
+            Err(Violation::Invalid(e)) => Err(Cow::Owned(e.to_string())),
+        }
     }
 }
 

@@ -21,7 +21,7 @@
 //! default profile) caps the pods of one app per node from the pod
 //! annotation `scheduling.flotilla.dev/max-instances-per-node`: PreFilter
 //! reads it (`Skip` without it), Filter counts the app's pods on the node
-//! (`shared::max_instances`, also checked by the bind arbiter); events
+//! (`shared::max_instances`, also its bind check); events
 //! `NodeAdded`, `AssignedPodDeleted`.
 //!
 //! [`SchedulingGates`] is a PreEnqueue plugin the queue runs: a pod with

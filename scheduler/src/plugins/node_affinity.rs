@@ -15,6 +15,11 @@
 //!   required affinity (any term) must match; otherwise
 //!   `UnschedulableAndUnresolvable`
 //!   `"node(s) didn't match Pod's node affinity/selector"`.
+//! - **Bind check**: the Filter's rule ([`NodeAffinity::rejection`], with
+//!   the profile's `addedAffinity`) on the coordinator's view of the node,
+//!   so a node relabelled while a proposal was in flight does not get a pod
+//!   it no longer matches. (PreFilter's node-name set needs no re-check:
+//!   a node outside it fails the same terms in Filter.)
 //! - **PreScore**: `Skip` (no Score) when neither the pod nor `addedAffinity`
 //!   has preferred terms, as upstream; `simulate` then shows no NodeAffinity
 //!   score for the pod.
@@ -29,6 +34,7 @@
 //!   `"node(s) didn't match scheduler-enforced node affinity"`;
 //! - the weights of its preferred terms the node matches add to the score.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -36,8 +42,9 @@ use k8s_openapi::api::core::v1::NodeAffinity as K8sNodeAffinity;
 use serde::Deserialize;
 
 use flotilla_shared::framework::{
-    ClusterEvent, Code, CycleState, FilterPlugin, MAX_NODE_SCORE, Plugin, PreFilterPlugin,
-    PreFilterResult, PreScorePlugin, ScorePlugin, SharedLister, Status, default_normalize_score,
+    BindCheck, BindResult, BindView, ClusterEvent, Code, CycleState, FilterPlugin, MAX_NODE_SCORE,
+    Plugin, PreFilterPlugin, PreFilterResult, PreScorePlugin, ScorePlugin, SharedLister, Status,
+    default_normalize_score,
 };
 use flotilla_shared::pod_info::WeightedTerm;
 use flotilla_shared::selector::{self, FIELD_METADATA_NAME, Operator, Selector, Term};
@@ -147,6 +154,22 @@ impl NodeAffinity {
     pub fn from_config(args: Option<&serde_json::Value>) -> Result<Self, String> {
         Self::from_args(&decode_args::<NodeAffinityArgs>(args, ARGS_KIND)?)
     }
+
+    /// Why Filter rejects `node` for `pod`, if it does: the profile's
+    /// `addedAffinity` first ([`REASON_ENFORCED`]), then the pod's
+    /// `nodeSelector` and required affinity ([`REASON`]). The Filter and
+    /// the bind check both decide with it.
+    #[must_use]
+    pub fn rejection(&self, pod: &PodInfo, node: &NodeInfo) -> Option<&'static str> {
+        if self
+            .added_required
+            .as_ref()
+            .is_some_and(|s| !s.matches(node.name(), &node.spec.labels))
+        {
+            return Some(REASON_ENFORCED);
+        }
+        (!selector::matches_required_node_affinity(pod, &node.spec)).then_some(REASON)
+    }
 }
 
 /// The node names a term restricts itself to: the intersection of its
@@ -168,14 +191,6 @@ fn term_node_names(term: &Term) -> Option<HashSet<&str>> {
         });
     }
     names
-}
-
-/// Whether every `nodeSelector` pair is a label of the node.
-fn node_selector_matches(pod: &PodInfo, node: &NodeInfo) -> bool {
-    let labels = &node.spec.labels;
-    pod.node_selector
-        .iter()
-        .all(|(k, v)| labels.get(k).is_some_and(|have| have == v))
 }
 
 impl Plugin for NodeAffinity {
@@ -231,21 +246,19 @@ impl PreFilterPlugin for NodeAffinity {
 
 impl FilterPlugin for NodeAffinity {
     fn filter(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        if self
-            .added_required
-            .as_ref()
-            .is_some_and(|s| !s.matches(node.name(), &node.spec.labels))
-        {
-            return Status::unresolvable(REASON_ENFORCED).with_plugin(NAME);
+        match self.rejection(pod, node) {
+            None => Status::success(),
+            Some(reason) => Status::unresolvable(reason).with_plugin(NAME),
         }
-        let affinity_ok = pod
-            .required_affinity
-            .as_ref()
-            .is_none_or(|s| s.matches(node.name(), &node.spec.labels));
-        if affinity_ok && node_selector_matches(pod, node) {
-            Status::success()
-        } else {
-            Status::unresolvable(REASON).with_plugin(NAME)
+    }
+}
+
+/// The Filter's rule on the arbiter's copy of the node.
+impl BindCheck for NodeAffinity {
+    fn check_bind(&self, pod: &PodInfo, node: &NodeInfo, _view: &mut BindView<'_>) -> BindResult {
+        match self.rejection(pod, node) {
+            None => Ok(()),
+            Some(reason) => Err(Cow::Borrowed(reason)),
         }
     }
 }

@@ -9,9 +9,15 @@
 //! - [`Plugin::events_to_register`] lists the cluster events that can turn a
 //!   rejection into a fit (here only a new node: the pod's target may not
 //!   exist yet);
+//! - the Filter's rule is a pure function ([`names_other_node`]) that the
+//!   plugin's [`BindCheck`] calls too, so the coordinator's bind arbiter
+//!   re-checks exactly what the Filter decided;
 //! - tests sit at the bottom and check the upstream reason text and code.
 
-use flotilla_shared::framework::{ClusterEvent, CycleState, FilterPlugin, Plugin, Status};
+use flotilla_shared::framework::{
+    BindCheck, BindResult, BindView, ClusterEvent, CycleState, FilterPlugin, Plugin, Status,
+    refuse_if,
+};
 use flotilla_shared::node_hot::HotFilter;
 use flotilla_shared::{NodeInfo, PodInfo};
 
@@ -49,13 +55,29 @@ impl Plugin for NodeName {
     }
 }
 
+/// Whether `pod` names, in `spec.nodeName`, a node other than `node`.
+/// `node_name` is `None` for pods that name no node (PodInfo already maps
+/// an empty string to `None`), and those fit everywhere.
+#[must_use]
+pub fn names_other_node(pod: &PodInfo, node: &NodeInfo) -> bool {
+    pod.node_name
+        .as_deref()
+        .is_some_and(|wanted| wanted != node.name())
+}
+
+/// The Filter's rule on the arbiter's copy of the node.
+impl BindCheck for NodeName {
+    fn check_bind(&self, pod: &PodInfo, node: &NodeInfo, _view: &mut BindView<'_>) -> BindResult {
+        refuse_if(names_other_node(pod, node), REASON)
+    }
+}
+
 impl FilterPlugin for NodeName {
     fn filter(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        // `node_name` is `None` for pods that name no node (PodInfo already
-        // maps an empty string to `None`), and those fit everywhere.
-        match pod.node_name.as_deref() {
-            Some(wanted) if wanted != node.name() => Status::unresolvable(REASON).with_plugin(NAME),
-            _ => Status::success(),
+        if names_other_node(pod, node) {
+            Status::unresolvable(REASON).with_plugin(NAME)
+        } else {
+            Status::success()
         }
     }
 

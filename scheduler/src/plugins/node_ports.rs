@@ -3,10 +3,14 @@
 //!
 //! The conflict rule (same protocol and port, same IP or either side the
 //! `0.0.0.0` wildcard) lives in [`flotilla_shared::fit::ports_conflict`],
-//! shared with the coordinator's bind arbiter.
+//! which the Filter and the bind check (run by the coordinator's bind
+//! arbiter, also with the pods nominated to the node) both call.
 
 use flotilla_shared::fit::{self, REASON_PORTS};
-use flotilla_shared::framework::{ClusterEvent, CycleState, FilterPlugin, Plugin, Status};
+use flotilla_shared::framework::{
+    BindCheck, BindResult, BindView, ClusterEvent, CycleState, FilterPlugin, Plugin, Status,
+    refuse_if,
+};
 use flotilla_shared::node_hot::HotFilter;
 use flotilla_shared::{NodeInfo, PodInfo};
 
@@ -39,6 +43,13 @@ impl Plugin for NodePorts {
 
     fn events_to_register(&self) -> &'static [ClusterEvent] {
         EVENTS
+    }
+}
+
+/// The Filter's port check on the arbiter's copy of the node.
+impl BindCheck for NodePorts {
+    fn check_bind(&self, pod: &PodInfo, node: &NodeInfo, _view: &mut BindView<'_>) -> BindResult {
+        refuse_if(fit::ports_conflict(pod, node), REASON_PORTS)
     }
 }
 

@@ -35,8 +35,13 @@
 //! skipping the ignored extended resources. Every entry's reason is
 //! reported. The code is `UnschedulableAndUnresolvable` when some request
 //! exceeds the node's whole allocatable (v1.34+: preemption cannot help),
-//! else `Unschedulable`. The arbiter checks ignored resources too; see
-//! [`flotilla_shared::fit`].
+//! else `Unschedulable`.
+//!
+//! # Bind check
+//! The same [`flotilla_shared::fit::insufficient_reasons`], with the same
+//! ignored resources, on the coordinator's view of the node (and with the
+//! pods nominated there added): the reasons joined by `", "`, as the
+//! Filter's status message.
 //!
 //! # Score
 //! Over the configured resources (see [`super::resource_allocation`]: cpu
@@ -57,9 +62,12 @@
 //! requests straight from `PodInfo` (compiled once per pod), so unlike
 //! upstream there is no PreScore state to look up per node.
 
+use std::borrow::Cow;
+
 use flotilla_shared::fit::{self, IgnoredResources};
 use flotilla_shared::framework::{
-    ClusterEvent, Code, CycleState, FilterPlugin, MAX_NODE_SCORE, Plugin, ScorePlugin, Status,
+    BindCheck, BindResult, BindView, ClusterEvent, Code, CycleState, FilterPlugin, MAX_NODE_SCORE,
+    Plugin, ScorePlugin, Status,
 };
 use flotilla_shared::node_hot::{HotFilter, HotRequests, NodeHot};
 use flotilla_shared::{NodeInfo, PodInfo};
@@ -106,9 +114,10 @@ const EVENTS: &[ClusterEvent] = &[
 ];
 
 /// The extended resources `profile`'s NodeResourcesFit leaves unchecked
-/// (its `ignoredResources` and `ignoredResourceGroups`), for the
-/// coordinator's bind arbiter. Args that do not decode (the configuration
-/// was validated, so only hand-built profiles) ignore nothing.
+/// (its `ignoredResources` and `ignoredResourceGroups`), for checks over a
+/// final cluster state (a run's over-commit count). Args that do not
+/// decode (the configuration was validated, so only hand-built profiles)
+/// ignore nothing.
 #[must_use]
 pub fn ignored_resources(profile: &crate::framework::Profile) -> IgnoredResources {
     let args: NodeResourcesFitArgs = profile
@@ -496,6 +505,19 @@ impl FilterPlugin for NodeResourcesFit {
             }),
             ..HotFilter::ANY
         })
+    }
+}
+
+/// The Filter's check, with the plugin's ignored resources, on the
+/// arbiter's copy of the node.
+impl BindCheck for NodeResourcesFit {
+    fn check_bind(&self, pod: &PodInfo, node: &NodeInfo, _view: &mut BindView<'_>) -> BindResult {
+        let (mut reasons, _) = fit::insufficient_reasons(pod, node, &self.ignored);
+        match reasons.len() {
+            0 => Ok(()),
+            1 => Err(reasons.swap_remove(0)),
+            _ => Err(Cow::Owned(reasons.join(", "))),
+        }
     }
 }
 

@@ -2,11 +2,16 @@
 //! only pods tolerating `node.kubernetes.io/unschedulable:NoSchedule`
 //! (upstream `pkg/scheduler/framework/plugins/nodeunschedulable/node_unschedulable.go`).
 //!
-//! The check itself is [`flotilla_shared::fit::blocked_by_cordon`], the same
-//! function the coordinator's bind arbiter runs, so the two cannot disagree.
+//! The check itself is [`flotilla_shared::fit::blocked_by_cordon`], which
+//! both the Filter and the bind check (run by the coordinator's bind
+//! arbiter) call, so the two cannot disagree: a node cordoned while a
+//! proposal was in flight does not get the pod.
 
 use flotilla_shared::fit::{self, REASON_UNSCHEDULABLE};
-use flotilla_shared::framework::{ClusterEvent, CycleState, FilterPlugin, Plugin, Status};
+use flotilla_shared::framework::{
+    BindCheck, BindResult, BindView, ClusterEvent, CycleState, FilterPlugin, Plugin, Status,
+    refuse_if,
+};
 use flotilla_shared::node_hot::{HotFilter, HotFlags};
 use flotilla_shared::{NodeInfo, PodInfo};
 
@@ -43,6 +48,13 @@ impl Plugin for NodeUnschedulable {
 
     fn events_to_register(&self) -> &'static [ClusterEvent] {
         EVENTS
+    }
+}
+
+/// The Filter's cordon check on the arbiter's copy of the node.
+impl BindCheck for NodeUnschedulable {
+    fn check_bind(&self, pod: &PodInfo, node: &NodeInfo, _view: &mut BindView<'_>) -> BindResult {
+        refuse_if(fit::blocked_by_cordon(pod, node), REASON_UNSCHEDULABLE)
     }
 }
 

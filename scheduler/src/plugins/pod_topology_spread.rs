@@ -18,6 +18,11 @@
 //!   a domain whose skew would exceed `maxSkew` (global minimum 0 when fewer
 //!   eligible domains than `minDomains`) is `Unschedulable`
 //!   `"node(s) didn't match pod topology spread constraints"`.
+//! - **Bind check**: the same hard constraints (PreFilter's choice, default
+//!   constraints included when they apply), counted over the coordinator's
+//!   view by the counts it keeps ([`flotilla_shared::spread_counts`]) and
+//!   checked with the same [`topology_spread::check_node`], so two workers
+//!   can never break a `maxSkew` together.
 //! - **PreScore**: the soft constraints (`ScheduleAnyway`); `Skip` when there
 //!   are none (then Score is not run) or the snapshot has no node.
 //! - **Score** / **NormalizeScore**: `Σ count·ln(domains + 2) + (maxSkew - 1)`
@@ -58,13 +63,14 @@
 //! preemption uses them; Flotilla has no preemption yet) and queueing hints
 //! finer than [`EVENTS`].
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use serde::Deserialize;
 
 use flotilla_shared::framework::{
-    ClusterEvent, CycleState, FilterPlugin, Plugin, PreFilterPlugin, PreFilterResult,
-    PreScorePlugin, ScorePlugin, SharedLister, Status,
+    BindCheck, BindResult, BindView, ClusterEvent, CycleState, FilterPlugin, Plugin,
+    PreFilterPlugin, PreFilterResult, PreScorePlugin, ScorePlugin, SharedLister, Status,
 };
 use flotilla_shared::label_selector::LabelSelector;
 use flotilla_shared::node_hot::{HOT_ZONES, HotFilter, zone_id};
@@ -504,6 +510,24 @@ impl PreFilterPlugin for PodTopologySpread {
             },
         );
         (PreFilterResult::default(), Status::success())
+    }
+}
+
+/// PreFilter's constraints, counted over the arbiter's whole view (from
+/// the counts it keeps), checked on the node as Filter checks them.
+impl BindCheck for PodTopologySpread {
+    fn check_bind(&self, pod: &PodInfo, node: &NodeInfo, view: &mut BindView<'_>) -> BindResult {
+        let constraints = self.constraints(pod, WhenUnsatisfiable::DoNotSchedule);
+        let nodes = view.nodes;
+        view.kept
+            .spread
+            .check_placement(pod, &constraints, || nodes.values(), node)
+            .map_err(|v| Cow::Borrowed(v.reason()))
+    }
+
+    /// Reads every node's counts.
+    fn node_local(&self) -> bool {
+        false
     }
 }
 

@@ -6,17 +6,21 @@
 //!   no toleration tolerates rejects the node with
 //!   `UnschedulableAndUnresolvable` `"node(s) had untolerated taint(s)"`
 //!   (the v1.35+ text; older releases named the taint).
+//! - **Bind check**: the Filter's rule
+//!   ([`taints::has_untolerated_hard_taint`]) on the coordinator's view of
+//!   the node, so a node tainted while a proposal was in flight does not
+//!   get the pod.
 //! - **Score**: the number of `PreferNoSchedule` taints the pod does not
 //!   tolerate; `normalize_score` is `DefaultNormalizeScore(100, reverse)`, so
 //!   the node with the most untolerated soft taints scores 0 and nodes with
 //!   none score 100.
 
 use flotilla_shared::framework::{
-    ClusterEvent, CycleState, FilterPlugin, MAX_NODE_SCORE, Plugin, ScorePlugin, Status,
-    default_normalize_score,
+    BindCheck, BindResult, BindView, ClusterEvent, CycleState, FilterPlugin, MAX_NODE_SCORE,
+    Plugin, ScorePlugin, Status, default_normalize_score, refuse_if,
 };
 use flotilla_shared::node_hot::{HotFilter, HotFlags, NodeHot};
-use flotilla_shared::taints::{self, NO_EXECUTE, NO_SCHEDULE, PREFER_NO_SCHEDULE};
+use flotilla_shared::taints::{self, PREFER_NO_SCHEDULE};
 use flotilla_shared::{NodeInfo, PodInfo};
 
 use super::names;
@@ -52,13 +56,19 @@ impl Plugin for TaintToleration {
     }
 }
 
+/// The Filter's rule on the arbiter's copy of the node.
+impl BindCheck for TaintToleration {
+    fn check_bind(&self, pod: &PodInfo, node: &NodeInfo, _view: &mut BindView<'_>) -> BindResult {
+        refuse_if(
+            taints::has_untolerated_hard_taint(&pod.tolerations, &node.spec.taints),
+            REASON,
+        )
+    }
+}
+
 impl FilterPlugin for TaintToleration {
     fn filter(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        let untolerated = node.spec.taints.iter().any(|t| {
-            (t.effect == NO_SCHEDULE || t.effect == NO_EXECUTE)
-                && !taints::tolerated(&pod.tolerations, t)
-        });
-        if untolerated {
+        if taints::has_untolerated_hard_taint(&pod.tolerations, &node.spec.taints) {
             Status::unresolvable(REASON).with_plugin(NAME)
         } else {
             Status::success()

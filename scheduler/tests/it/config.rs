@@ -238,10 +238,10 @@ profiles:
     }
     assert_eq!(fw1.score_weights(), default_fw.score_weights());
     assert_eq!(
-        cfg.dispatch_classes(),
+        served_classes(&cfg),
         [
-            ("default-scheduler", None),
-            ("batch-scheduler", Some(WorkloadClass::Batch))
+            ("default-scheduler".to_owned(), None),
+            ("batch-scheduler".to_owned(), Some(WorkloadClass::Batch))
         ]
     );
     let q = cfg.queue_config();
@@ -1003,10 +1003,10 @@ fn the_example_configuration_in_deploy_is_valid() {
     let cfg = config::load_file(&path).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(cfg.parallelism, 4);
     assert_eq!(
-        cfg.dispatch_classes(),
+        served_classes(&cfg),
         [
-            ("default-scheduler", None),
-            ("batch-scheduler", Some(WorkloadClass::Batch))
+            ("default-scheduler".to_owned(), None),
+            ("batch-scheduler".to_owned(), Some(WorkloadClass::Batch))
         ]
     );
     assert_eq!(
@@ -1025,4 +1025,14 @@ fn two_documents_in_one_file_are_refused_in_operator_terms() {
         "{e}"
     );
     assert!(!e.to_string().contains("from_str_multiple"), "{e}");
+}
+
+/// Each served profile's `(schedulerName, workloadClass)`, as the
+/// coordinator dispatches by them.
+fn served_classes(cfg: &SchedulerConfig) -> Vec<(String, Option<WorkloadClass>)> {
+    cfg.served_profiles(&Registry::in_tree())
+        .unwrap_or_else(|e| panic!("{e}"))
+        .into_iter()
+        .map(|p| (p.scheduler_name, p.workload_class))
+        .collect()
 }

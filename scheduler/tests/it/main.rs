@@ -3,6 +3,7 @@
 //! snapshot, without gRPC.
 
 mod adaptive_search;
+mod bind_checks;
 mod config;
 mod extender_config;
 mod extenders;

@@ -16,11 +16,16 @@
 //!    plugin's weight and sums.
 //!
 //! Plugins are synchronous and pure CPU work; binding is the only async step
-//! and is not a plugin concern here. Each plugin declares the cluster events
+//! and is not a plugin concern here. A Filter plugin also provides its
+//! bind-time re-check ([`BindCheck`]): the coordinator's bind arbiter runs
+//! it against its authoritative view before writing the Binding, so two
+//! workers deciding on stale caches cannot together break what the Filter
+//! guards. Each plugin declares the cluster events
 //! that could make a pod it rejected schedulable
 //! ([`Plugin::events_to_register`]), upstream's queueing hints in their
 //! simplest form.
 
+pub mod bind;
 mod cycle_state;
 mod fit_error;
 mod status;
@@ -28,6 +33,7 @@ mod status;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
+pub use bind::{BindCheck, BindResult, BindView, KeptCounts, ServedProfile, refuse_if};
 pub use cycle_state::CycleState;
 pub use fit_error::{Diagnosis, FitError, REASON_FILTERED_BY_PREFILTER};
 pub use status::{Code, Status};
