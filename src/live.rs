@@ -22,12 +22,10 @@ use flotilla_loadtest::bench::api::{FlotillaStart, StartFlotilla};
 use flotilla_loadtest::bench::measure::percentile;
 use flotilla_loadtest::live::{EventReport, LiveReport, StopReason};
 use flotilla_loadtest::report::{self, Latency};
-use flotilla_loadtest::run::pools;
 use flotilla_scheduler::Registry;
 use flotilla_scheduler::config::SchedulerConfig;
 use flotilla_scheduler::framework::RegistryError;
-use flotilla_scheduler::worker::{self, WorkerConfig, WorkerStats};
-use flotilla_shared::WorkloadClass;
+use flotilla_scheduler::worker::{self, WorkerStats};
 
 /// How a live run is set up.
 #[derive(Debug, Clone)]
@@ -115,31 +113,19 @@ pub async fn serve(
         info!("caches synced; scheduling");
     }
 
-    let (online, batch) = pools(cfg.in_process_workers);
-    let mut workers = Vec::new();
-    let mut stats = Vec::new();
-    if stop_reason.is_none() {
-        for (class, count) in [
-            (WorkloadClass::Online, online),
-            (WorkloadClass::Batch, batch),
-        ] {
-            for i in 0..count {
-                let name = worker::worker_name(class, i);
-                let mut wcfg = WorkerConfig::new(&format!("http://{}", running.addr), &name, class)
-                    .configured(&cfg.scheduler);
-                wcfg.seed = cfg.seed;
-                let st = Arc::new(WorkerStats::default());
-                stats.push(st.clone());
-                let registry = cfg.registry.clone();
-                let t = token.clone();
-                workers.push(tokio::spawn(async move {
-                    if let Err(e) = worker::run(wcfg, &registry, st, t).await {
-                        warn!(worker = %name, error = %e, "worker stopped with an error");
-                    }
-                }));
-            }
-        }
-    }
+    let workers = if stop_reason.is_none() {
+        worker::spawn_in_process(
+            &running.addr.to_string(),
+            &cfg.scheduler,
+            &cfg.registry,
+            cfg.seed,
+            cfg.in_process_workers,
+            &token,
+        )
+    } else {
+        Vec::new()
+    };
+    let stats: Vec<Arc<WorkerStats>> = workers.iter().map(|w| w.stats.clone()).collect();
 
     if let Some(endpoint) = &cfg.telemetry {
         endpoint.set_readiness(flotilla_loadtest::run::readiness(
@@ -176,20 +162,12 @@ pub async fn serve(
     let stop_reason = stop_reason.unwrap_or(StopReason::Signal);
     token.cancel();
     for w in workers {
-        let _ = tokio::time::timeout(Duration::from_secs(15), w).await;
+        let _ = tokio::time::timeout(Duration::from_secs(15), w.task).await;
     }
     let _ = tokio::time::timeout(Duration::from_secs(15), running.handle).await;
 
     let s = coordinator.summary();
-    let mut lat: Vec<f64> = coordinator
-        .records()
-        .iter()
-        .filter_map(|r| {
-            r.bound_at
-                .map(|b| b.duration_since(r.first_seen).as_secs_f64() * 1000.0)
-        })
-        .collect();
-    lat.sort_by(f64::total_cmp);
+    let lat = report::bind_latencies_ms(&coordinator.records());
     let ev = cluster.event_counts();
     let mut invalid = s.invalid.clone();
     invalid.extend(s.invalid_nodes.iter().cloned());

@@ -492,6 +492,21 @@ pub struct Inputs<'a> {
     pub ignored_resources: HashMap<String, IgnoredResources>,
 }
 
+/// Each pod bound by the coordinator: milliseconds from when it first saw
+/// the pod to its Binding, sorted ascending (for [`percentile`]).
+#[must_use]
+pub fn bind_latencies_ms(records: &[flotilla_coordinator::PodRecord]) -> Vec<f64> {
+    let mut lat: Vec<f64> = records
+        .iter()
+        .filter_map(|r| {
+            r.bound_at
+                .map(|b| b.duration_since(r.first_seen).as_secs_f64() * 1000.0)
+        })
+        .collect();
+    lat.sort_by(f64::total_cmp);
+    lat
+}
+
 /// The reasons of a FitError message (`0/N nodes are available: 3 A, 2 B.`).
 #[must_use]
 pub fn fit_error_reasons(message: &str) -> Vec<String> {
@@ -628,14 +643,7 @@ pub fn build(i: &Inputs<'_>) -> Report {
 
     // Timing from the coordinator's records.
     let records = i.coordinator.records();
-    let mut lat: Vec<f64> = records
-        .iter()
-        .filter_map(|r| {
-            r.bound_at
-                .map(|b| b.duration_since(r.first_seen).as_secs_f64() * 1000.0)
-        })
-        .collect();
-    lat.sort_by(f64::total_cmp);
+    let lat = bind_latencies_ms(&records);
     let bound_by_us = lat.len();
     let already_bound = scheduled.saturating_sub(bound_by_us);
     // Until the last pod was resolved: its Binding, or the last attempt that

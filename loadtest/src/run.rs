@@ -20,8 +20,7 @@ use flotilla_scheduler::Registry;
 use flotilla_scheduler::config::SchedulerConfig;
 use flotilla_scheduler::framework::RegistryError;
 use flotilla_scheduler::plugins::node_resources_fit;
-use flotilla_scheduler::worker::{self, WorkerConfig, WorkerStats};
-use flotilla_shared::WorkloadClass;
+use flotilla_scheduler::worker::{self, WorkerStats};
 
 use crate::report::{self, Report, WorkerReport};
 use crate::workload::Workload;
@@ -69,7 +68,7 @@ pub struct RunConfig {
     /// Keep a sample per Binding ([`Coordinator::set_bind_log`]), for
     /// [`RunOutput::coordinator`]'s `bind_log` (benchmarks).
     pub bind_log: bool,
-    /// Seed of the workers' random choices ([`WorkerConfig::seed`]);
+    /// Seed of the workers' random choices ([`worker::WorkerConfig::seed`]);
     /// `None`: from the OS.
     pub seed: Option<u64>,
     /// The workload's first wave is a backlog: its pods are in the cluster
@@ -143,12 +142,6 @@ pub enum RunError {
         /// Waited.
         waited: Duration,
     },
-}
-
-/// Pool sizes for `n` workers: online gets half, rounded up.
-#[must_use]
-pub fn pools(n: usize) -> (usize, usize) {
-    (n.div_ceil(2), n / 2)
 }
 
 /// Runs `workload` and reports. Invalid pods (rejected by the cluster or not
@@ -314,31 +307,16 @@ pub async fn run_embedded_full(
         );
     }
 
-    let (online, batch) = pools(cfg.in_process_workers);
-    let mut workers = Vec::new();
-    let mut stats = Vec::new();
-    for (class, count) in [
-        (WorkloadClass::Online, online),
-        (WorkloadClass::Batch, batch),
-    ] {
-        for i in 0..count {
-            let name = worker::worker_name(class, i);
-            let mut wcfg = WorkerConfig::new(&format!("http://{}", running.addr), &name, class)
-                .configured(&cfg.scheduler);
-            wcfg.seed = cfg.seed;
-            let st = Arc::new(WorkerStats::default());
-            stats.push((name.clone(), class, st.clone()));
-            let registry = cfg.registry.clone();
-            let t = token.clone();
-            workers.push(tokio::spawn(async move {
-                if let Err(e) = worker::run(wcfg, &registry, st, t).await {
-                    warn!(worker = %name, error = %e, "worker stopped with an error");
-                }
-            }));
-        }
-    }
+    let mut workers = worker::spawn_in_process(
+        &running.addr.to_string(),
+        &cfg.scheduler,
+        &cfg.registry,
+        cfg.seed,
+        cfg.in_process_workers,
+        &token,
+    );
     if let Some(addr) = &cfg.metrics_listen {
-        let ws: Vec<Arc<WorkerStats>> = stats.iter().map(|(_, _, st)| st.clone()).collect();
+        let ws: Vec<Arc<WorkerStats>> = workers.iter().map(|w| w.stats.clone()).collect();
         let t = token.clone();
         let endpoint =
             flotilla_shared::telemetry::start(addr, readiness(&coordinator, ws), async move {
@@ -365,9 +343,9 @@ pub async fn run_embedded_full(
     // the first pods wait for the initial node sync and the latency
     // measures start-up.
     let synced = || {
-        stats
+        workers
             .iter()
-            .all(|(_, _, st)| st.ready.load(Ordering::Acquire))
+            .all(|w| w.stats.ready.load(Ordering::Acquire))
     };
     while (coordinator.live_workers() < cfg.expect_workers || !synced()) && !cfg.stop.is_cancelled()
     {
@@ -488,7 +466,7 @@ pub async fn run_embedded_full(
                 String::new()
             }
         ));
-        let idle_workers = stats.iter().all(|(_, _, st)| st.is_idle());
+        let idle_workers = workers.iter().all(|w| w.stats.is_idle());
         let quiet = s.last_activity.is_none_or(|t| t.elapsed() >= cfg.settle);
         let accepted = (submitted_pods + counts.created.load(Ordering::Relaxed))
             .saturating_sub(rejected.len() + counts.deleted.load(Ordering::Relaxed));
@@ -531,7 +509,7 @@ pub async fn run_embedded_full(
         }
         if cfg.in_process_workers > 0
             && cfg.in_process_workers == cfg.expect_workers
-            && workers.iter().all(tokio::task::JoinHandle::is_finished)
+            && workers.iter().all(|w| w.task.is_finished())
         {
             timed_out = true;
             warn!("every worker stopped; reporting unresolved pods as pending");
@@ -557,29 +535,29 @@ pub async fn run_embedded_full(
     }
 
     token.cancel();
-    for w in workers {
-        let _ = w.await;
+    for w in &mut workers {
+        let _ = (&mut w.task).await;
     }
     let _ = running.handle.await;
 
-    let worker_reports = stats
+    let worker_reports = workers
         .iter()
-        .map(|(name, class, st)| WorkerReport {
-            worker: name.clone(),
-            class: class.to_string(),
+        .map(|w| WorkerReport {
+            worker: w.name.clone(),
+            class: w.class.to_string(),
             pods: 0,
-            attempts: st.attempts.load(Ordering::Relaxed),
-            conflicts: st.conflicts.load(Ordering::Relaxed),
-            alternatives: st.alternatives.load(Ordering::Relaxed),
-            fallbacks: st.fallbacks.load(Ordering::Relaxed),
-            busy_seconds: Duration::from_nanos(st.cycle_nanos.load(Ordering::Relaxed))
+            attempts: w.stats.attempts.load(Ordering::Relaxed),
+            conflicts: w.stats.conflicts.load(Ordering::Relaxed),
+            alternatives: w.stats.alternatives.load(Ordering::Relaxed),
+            fallbacks: w.stats.fallbacks.load(Ordering::Relaxed),
+            busy_seconds: Duration::from_nanos(w.stats.cycle_nanos.load(Ordering::Relaxed))
                 .as_secs_f64(),
-            wasted_seconds: Duration::from_nanos(st.wasted_nanos.load(Ordering::Relaxed))
+            wasted_seconds: Duration::from_nanos(w.stats.wasted_nanos.load(Ordering::Relaxed))
                 .as_secs_f64(),
             in_process: true,
         })
         .collect();
-    let worker_stats: Vec<&WorkerStats> = stats.iter().map(|(_, _, st)| &**st).collect();
+    let worker_stats: Vec<&WorkerStats> = workers.iter().map(|w| &*w.stats).collect();
     let binder = coordinator.binder();
     let extensions = report::extension_reports(&worker_stats, binder.as_deref());
     let report = report::build(&report::Inputs {

@@ -405,3 +405,68 @@ pub async fn run(
 pub fn worker_name(class: WorkloadClass, index: usize) -> String {
     format!("{class}-{index}")
 }
+
+/// Pool sizes for `n` workers: online gets half, rounded up.
+#[must_use]
+pub fn pools(n: usize) -> (usize, usize) {
+    (n.div_ceil(2), n / 2)
+}
+
+/// A worker running as a task of this process ([`spawn_in_process`]).
+#[derive(Debug)]
+pub struct InProcessWorker {
+    /// Its name ([`worker_name`]).
+    pub name: String,
+    /// Its pool.
+    pub class: WorkloadClass,
+    /// Its counters, updated while it runs.
+    pub stats: Arc<WorkerStats>,
+    /// The task; it ends once `stop` fired and the worker drained, or on
+    /// an error, which it logs.
+    pub task: tokio::task::JoinHandle<()>,
+}
+
+/// Starts `n` workers as tasks of this process ([`pools`]: online gets the
+/// odd one), each connecting to the coordinator at `addr` (`host:port`),
+/// configured from `scheduler` ([`WorkerConfig::configured`]) with `seed`,
+/// its frameworks built from `registry`; they drain and stop when `stop`
+/// fires. What `flotilla run` and `run --kubeconfig` run beside their
+/// coordinator.
+#[must_use]
+pub fn spawn_in_process(
+    addr: &str,
+    scheduler: &SchedulerConfig,
+    registry: &Registry,
+    seed: Option<u64>,
+    n: usize,
+    stop: &CancellationToken,
+) -> Vec<InProcessWorker> {
+    let (online, batch) = pools(n);
+    let url = format!("http://{addr}");
+    let mut workers = Vec::with_capacity(n);
+    for (class, count) in [
+        (WorkloadClass::Online, online),
+        (WorkloadClass::Batch, batch),
+    ] {
+        for i in 0..count {
+            let name = worker_name(class, i);
+            let mut cfg = WorkerConfig::new(&url, &name, class).configured(scheduler);
+            cfg.seed = seed;
+            let stats = Arc::new(WorkerStats::default());
+            let (st, registry, token) = (stats.clone(), registry.clone(), stop.clone());
+            let label = name.clone();
+            let task = tokio::spawn(async move {
+                if let Err(e) = run(cfg, &registry, st, token).await {
+                    warn!(worker = %label, error = %e, "worker stopped with an error");
+                }
+            });
+            workers.push(InProcessWorker {
+                name,
+                class,
+                stats,
+                task,
+            });
+        }
+    }
+    workers
+}
