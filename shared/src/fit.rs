@@ -17,7 +17,7 @@ use std::ops::ControlFlow;
 
 use crate::node_info::NodeInfo;
 use crate::pod_info::PodInfo;
-use crate::resources::{CPU, EPHEMERAL_STORAGE, MEMORY, PODS};
+use crate::resources::{CPU, EPHEMERAL_STORAGE, MEMORY, PODS, is_extended_resource};
 use crate::taints::{NO_SCHEDULE, TAINT_NODE_UNSCHEDULABLE};
 
 /// Reason for a node over its pod slots (upstream text).
@@ -48,9 +48,9 @@ pub struct Insufficient {
 
 /// Extended resources a Filter leaves unchecked (NodeResourcesFit args
 /// `ignoredResources` and `ignoredResourceGroups`). As upstream, only
-/// extended resources (a `/` in the name, outside `kubernetes.io/`) can be
-/// ignored; cpu, memory, ephemeral-storage, pods and hugepages are always
-/// checked. Lists, not sets: configs name a handful at most, and a linear
+/// extended resources ([`is_extended_resource`]) can be ignored; cpu,
+/// memory, ephemeral-storage, pods, hugepages and the `*kubernetes.io/`
+/// ones are always checked. Lists, not sets: configs name a handful at most, and a linear
 /// scan of a few strings beats hashing on the Filter hot path.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct IgnoredResources {
@@ -85,12 +85,6 @@ impl IgnoredResources {
                 .split_once('/')
                 .is_some_and(|(group, _)| self.groups.iter().any(|g| **g == *group))
     }
-}
-
-/// Upstream `IsExtendedResourceName`: a name with a `/` that is not a native
-/// (`kubernetes.io/`-prefixed) resource nor a quota `requests.` name.
-fn is_extended_resource(name: &str) -> bool {
-    name.contains('/') && !name.contains("kubernetes.io/") && !name.starts_with("requests.")
 }
 
 /// Most distinct extended-resource names whose reason text is interned
@@ -395,6 +389,37 @@ mod tests {
         );
         assert!(!IgnoredResources::NONE.ignores("example.com/aaa"));
         assert!(!by_name.ignores("kubernetes.io/aaa"));
+    }
+
+    #[test]
+    fn a_prefixed_native_resource_the_node_lacks_does_not_fit_and_cannot_be_ignored() {
+        // Upstream fit_test "native resource in the kubernetes.io
+        // namespace not advertised by the node": Insufficient, and
+        // ignoredResources / ignoredResourceGroups do not reach it.
+        let n = node("4", "4Gi", 10);
+        for name in ["kubernetes.io/something", "subdomain.kubernetes.io/x"] {
+            let p = PodBuilder::new("p").request(name, "10").build_info();
+            let ignore_all = IgnoredResources {
+                names: vec![name.into()],
+                groups: vec!["kubernetes.io".into(), "subdomain.kubernetes.io".into()],
+            };
+            for ignored in [&IgnoredResources::NONE, &ignore_all] {
+                let (r, _) = insufficient_reasons(&p, &n, ignored);
+                assert_eq!(r, [format!("Insufficient {name}")], "{name}");
+                assert!(!fits_resources(&p, &n, ignored), "{name}");
+            }
+        }
+        let with = NodeInfo::new(Arc::new(
+            NodeBuilder::new("n2")
+                .cpu("4")
+                .pods(10)
+                .resource("kubernetes.io/something", "10")
+                .build_spec(),
+        ));
+        let p = PodBuilder::new("p")
+            .request("kubernetes.io/something", "10")
+            .build_info();
+        assert!(fits_resources(&p, &with, &IgnoredResources::NONE));
     }
 
     proptest::proptest! {

@@ -200,16 +200,30 @@ impl Resources {
     }
 }
 
-/// Whether `name` is counted as an extended resource: a fully qualified name
-/// outside `kubernetes.io/` (e.g. `nvidia.com/gpu`), `hugepages-*`, or
-/// `attachable-volumes-*`, as upstream's `IsScalarResourceName`.
+/// Whether `name` is counted beside cpu, memory, ephemeral-storage and
+/// pods (upstream's `IsScalarResourceName`): an extended resource
+/// ([`is_extended_resource`], e.g. `nvidia.com/gpu`), `hugepages-*`,
+/// `attachable-volumes-*`, or a prefixed native one (a name containing
+/// `kubernetes.io/`, e.g. `kubernetes.io/foo`, `example.kubernetes.io/x`):
+/// NodeResourcesFit checks each against the node's allocatable, where an
+/// absent one is 0.
 #[must_use]
 pub fn is_scalar_resource(name: &str) -> bool {
     name.starts_with("hugepages-")
         || name.starts_with("attachable-volumes-")
-        || (name.contains('/')
-            && !name.starts_with("kubernetes.io/")
-            && !name.contains(".kubernetes.io/"))
+        || name.contains("kubernetes.io/")
+        || is_extended_resource(name)
+}
+
+/// Upstream's `IsExtendedResourceName`: a name with a `/` that is neither
+/// native (in the `kubernetes.io/` namespace, `*.kubernetes.io/` included)
+/// nor a quota `requests.` name. Only these can be left unchecked through
+/// NodeResourcesFit's `ignoredResources` / `ignoredResourceGroups`. (The
+/// API server has validated the name's syntax before any scheduler sees
+/// it.)
+#[must_use]
+pub fn is_extended_resource(name: &str) -> bool {
+    name.contains('/') && !name.contains("kubernetes.io/") && !name.starts_with("requests.")
 }
 
 /// The requests a scheduler counts for a pod.
@@ -518,6 +532,27 @@ mod tests {
     }
 
     #[test]
+    fn scalar_and_extended_names_as_upstream_classifies_them() {
+        // (name, IsScalarResourceName, IsExtendedResourceName), from
+        // upstream's resource helpers.
+        for (name, scalar, extended) in [
+            ("cpu", false, false),
+            ("memory", false, false),
+            ("foo", false, false),
+            ("nvidia.com/gpu", true, true),
+            ("example.com/dongle", true, true),
+            ("kubernetes.io/something", true, false),
+            ("subdomain.kubernetes.io/x", true, false),
+            ("hugepages-2Mi", true, false),
+            ("attachable-volumes-aws-ebs", true, false),
+            ("requests.example.com/foo", false, false),
+        ] {
+            assert_eq!(is_scalar_resource(name), scalar, "{name} scalar");
+            assert_eq!(is_extended_resource(name), extended, "{name} extended");
+        }
+    }
+
+    #[test]
     fn scalar_arithmetic_keeps_sorted_nonzero_entries() {
         let mut a = Resources::default();
         a.set_scalar("b.io/x", 2);
@@ -528,7 +563,6 @@ mod tests {
         a.sub(&b);
         assert!(a.is_zero());
         assert!(is_scalar_resource("nvidia.com/gpu"));
-        assert!(!is_scalar_resource("kubernetes.io/foo"));
         assert!(!is_scalar_resource("cpu"));
     }
 }

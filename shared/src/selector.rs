@@ -6,7 +6,12 @@
 //!   `matchFields` (only `metadata.name`) match;
 //! - an empty term (no expressions, no fields) matches **nothing**;
 //! - `NotIn` and `DoesNotExist` match a node without the label;
-//! - `Gt`/`Lt` need the label to parse as an integer.
+//! - `Gt`/`Lt` need the label to parse as an integer;
+//! - a `matchExpressions` value that is not a valid label value (which the
+//!   API server lets through) makes upstream's selector fail to parse, and
+//!   a selector that fails to parse matches **no** node: such a
+//!   requirement compiles to [`Operator::Unparsable`], and a [`Selector`]
+//!   holding one matches nothing.
 
 use std::collections::BTreeMap;
 
@@ -33,6 +38,10 @@ pub enum Operator {
     Gt(i64),
     /// Label is an integer less than this.
     Lt(i64),
+    /// A value upstream's label selector refuses to parse (why, naming the
+    /// field): matches
+    /// nothing, and makes its whole [`Selector`] match nothing.
+    Unparsable(String),
 }
 
 /// One `key <op> values` requirement.
@@ -58,6 +67,7 @@ impl Requirement {
             }
             (Operator::Gt(n), Some(v)) => v.parse::<i64>().is_ok_and(|x| x > *n),
             (Operator::Lt(n), Some(v)) => v.parse::<i64>().is_ok_and(|x| x < *n),
+            (Operator::Unparsable(_), _) => false,
         }
     }
 }
@@ -85,6 +95,19 @@ impl Term {
             && self.fields.iter().all(|r| r.matches(Some(name)))
     }
 
+    /// Why the term does not parse upstream ([`Operator::Unparsable`]), if
+    /// it does not.
+    #[must_use]
+    pub fn unparsable(&self) -> Option<&str> {
+        self.expressions
+            .iter()
+            .chain(&self.fields)
+            .find_map(|r| match &r.op {
+                Operator::Unparsable(why) => Some(why.as_str()),
+                _ => None,
+            })
+    }
+
     /// When the term pins nodes by name (`metadata.name In [...]`), those names.
     #[must_use]
     pub fn pinned_node_names(&self) -> Option<&[String]> {
@@ -100,13 +123,33 @@ impl Term {
 pub struct Selector {
     /// The ORed terms.
     pub terms: Vec<Term>,
+    /// Some term holds an [`Operator::Unparsable`] requirement: upstream's
+    /// selector fails to parse as a whole, and matches no node.
+    pub unparsable: bool,
 }
 
 impl Selector {
-    /// Whether any term matches.
+    /// Whether any term matches (none when the selector is unparsable).
     #[must_use]
     pub fn matches(&self, name: &str, labels: &BTreeMap<String, String>) -> bool {
-        self.terms.iter().any(|t| t.matches(name, labels))
+        !self.unparsable && self.terms.iter().any(|t| t.matches(name, labels))
+    }
+}
+
+/// Upstream's `IsValidLabelValue`: empty, or at most 63 characters,
+/// alphanumeric at both ends, `-`, `_`, `.` or alphanumeric between.
+#[must_use]
+pub fn is_valid_label_value(v: &str) -> bool {
+    let b = v.as_bytes();
+    let inner = |c: &u8| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.');
+    match (b.first(), b.last()) {
+        (None, _) | (_, None) => true,
+        (Some(first), Some(last)) => {
+            b.len() <= 63
+                && first.is_ascii_alphanumeric()
+                && last.is_ascii_alphanumeric()
+                && b.iter().all(inner)
+        }
     }
 }
 
@@ -150,7 +193,14 @@ fn compile_requirement(
                     "must have one element for matchFields".into(),
                 ));
             }
-            if r.operator == "In" {
+            if let Some(bad) = values
+                .iter()
+                .find(|v| !is_field && !is_valid_label_value(v))
+            {
+                Operator::Unparsable(format!(
+                    "{field}.values: {bad:?} is not a valid label value"
+                ))
+            } else if r.operator == "In" {
                 Operator::In(values)
             } else {
                 Operator::NotIn(values)
@@ -229,8 +279,9 @@ pub fn compile_selector(s: &NodeSelector, field: &str) -> Result<Selector, Selec
         .iter()
         .enumerate()
         .map(|(i, t)| compile_term(t, &format!("{field}.nodeSelectorTerms[{i}]")))
-        .collect::<Result<_, _>>()?;
-    Ok(Selector { terms })
+        .collect::<Result<Vec<Term>, _>>()?;
+    let unparsable = terms.iter().any(|t| t.unparsable().is_some());
+    Ok(Selector { terms, unparsable })
 }
 
 /// Whether `pod`'s `nodeSelector` and its required node affinity both
@@ -335,6 +386,47 @@ mod tests {
         assert!(t.matches("n1", &BTreeMap::new()));
         assert!(!t.matches("n2", &BTreeMap::new()));
         assert_eq!(t.pinned_node_names(), Some(&["n1".to_owned()][..]));
+    }
+
+    #[test]
+    fn an_invalid_label_value_makes_the_selector_match_no_node() {
+        // Upstream node_affinity_test "Pod with an invalid value in
+        // Affinity term won't be scheduled onto the node": the API server
+        // accepts it, the selector does not parse, no node matches, even
+        // through another term that would.
+        let l = labels(&[("foo", "bar")]);
+        let invalid = NodeSelectorTerm {
+            match_expressions: Some(vec![req("foo", "NotIn", &["invalid value: ___@#$%^"])]),
+            match_fields: None,
+        };
+        let valid = NodeSelectorTerm {
+            match_expressions: Some(vec![req("foo", "In", &["bar"])]),
+            match_fields: None,
+        };
+        let one = |terms: Vec<NodeSelectorTerm>| {
+            compile_selector(
+                &NodeSelector {
+                    node_selector_terms: terms,
+                },
+                "s",
+            )
+            .expect("the API server accepts it, so must we")
+        };
+        assert!(!one(vec![invalid.clone()]).matches("n", &l));
+        assert!(!one(vec![invalid, valid.clone()]).matches("n", &l));
+        assert!(one(vec![valid]).matches("n", &l));
+        for (v, ok) in [
+            ("", true),
+            ("a", true),
+            ("a-b_c.d", true),
+            ("-a", false),
+            ("a.", false),
+            ("a b", false),
+            (&"x".repeat(63), true),
+            (&"x".repeat(64), false),
+        ] {
+            assert_eq!(is_valid_label_value(v), ok, "{v:?}");
+        }
     }
 
     #[test]

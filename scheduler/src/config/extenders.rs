@@ -16,6 +16,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use flotilla_shared::extender::{DEFAULT_EXTENDER_TIMEOUT, ExtenderConfig, ManagedResource};
 use flotilla_shared::http::{self, JsonClient, TlsConfig};
+use flotilla_shared::resources::is_extended_resource;
 
 use super::duration::parse_go_duration;
 use super::error::FieldError;
@@ -26,18 +27,11 @@ use crate::webhook::{
 };
 
 /// Upstream's extended-resource rule (`IsExtendedResourceName`): a
-/// domain-prefixed name outside `kubernetes.io`, not `requests.*`.
+/// qualified, domain-prefixed name outside `kubernetes.io`, not
+/// `requests.*` ([`is_extended_resource`]).
 fn extended_resource_errors(name: &str) -> Vec<String> {
     let mut errs: Vec<String> = qualified_name_errors(name);
-    if !errs.is_empty() {
-        return errs;
-    }
-    let native = !name.contains('/')
-        || name.starts_with("kubernetes.io/")
-        || name
-            .split_once('/')
-            .is_some_and(|(domain, _)| domain.ends_with(".kubernetes.io"));
-    if native || name.starts_with("requests.") {
+    if errs.is_empty() && !is_extended_resource(name) {
         errs.push("is an invalid extended resource name".into());
     }
     errs

@@ -140,6 +140,16 @@ impl NodeAffinity {
             })
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| e.to_string())?;
+        // A value a label selector does not parse matches nothing in a pod's
+        // affinity; in the configuration upstream refuses it.
+        let required_terms = added_required.iter().flat_map(|s| &s.terms);
+        let preferred_terms = added_preferred.iter().map(|w| &w.term);
+        if let Some(why) = required_terms
+            .chain(preferred_terms)
+            .find_map(selector::Term::unparsable)
+        {
+            return Err(why.to_owned());
+        }
         Ok(NodeAffinity {
             added_required,
             added_preferred,
@@ -388,6 +398,19 @@ mod tests {
             .collect();
         v.sort();
         v
+    }
+
+    #[test]
+    fn a_pod_with_an_invalid_affinity_value_is_not_placed_on_the_node() {
+        // Upstream node_affinity_test "Pod with an invalid value in
+        // Affinity term won't be scheduled onto the node".
+        let state = CycleState::default();
+        let pod = PodBuilder::new("p")
+            .required_affinity("foo", "NotIn", &["invalid value: ___@#$%^"])
+            .build_info();
+        let st = NodeAffinity::new().filter(&state, &pod, &node("n1", &[("foo", "bar")]));
+        assert_eq!(st.code, Code::UnschedulableAndUnresolvable);
+        assert_eq!(st.reasons, [REASON]);
     }
 
     #[test]
@@ -668,6 +691,17 @@ mod tests {
                 "addedAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].preference.matchFields[0].key: "
             ),
             "{e}"
+        );
+        let e = NodeAffinity::from_config(Some(&serde_json::json!({
+            "addedAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 1, "preference": {"matchExpressions": [
+                    {"key": "k", "operator": "NotIn", "values": ["ok", "not ok!"]}]}}
+            ]}
+        })))
+        .unwrap_err();
+        assert_eq!(
+            e,
+            "addedAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].preference.matchExpressions[0].values: \"not ok!\" is not a valid label value"
         );
         let e =
             NodeAffinity::from_config(Some(&serde_json::json!({"addedAfinity": {}}))).unwrap_err();
