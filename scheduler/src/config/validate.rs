@@ -4,7 +4,7 @@
 //! the framework runtime's `NewFramework`). The first problem found is
 //! returned as a [`FieldError`] naming the field path.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
 use flotilla_shared::WorkloadClass;
@@ -649,7 +649,7 @@ fn custom_plugins(
     let mut out = Plugins::default();
     for (set_name, point, set) in point_sets(plugins) {
         let mut enabled: Vec<PluginRef> = Vec::new();
-        let mut seen: HashMap<&str, usize> = HashMap::new();
+        let mut seen: HashSet<&str> = HashSet::new();
         for (k, p) in set.enabled.iter().enumerate() {
             let path = format!("{base}.{set_name}.enabled[{k}]");
             let name = p.name.as_str();
@@ -699,19 +699,15 @@ fn custom_plugins(
                 if !handles.get(name, &path)?.implements(point) {
                     return Err(FieldError::new(
                         format!("{path}.name"),
-                        format!("plugin {name:?} does not extend {set_name} plugin"),
+                        point.not_extended(name),
                     ));
                 }
-                if let Some(first) = seen.get(name) {
+                if !seen.insert(name) {
                     return Err(FieldError::new(
                         format!("{path}.name"),
-                        format!(
-                            "plugin {name:?} already registered as {set_name} \
-                             (enabled[{first}])"
-                        ),
+                        point.already_registered(name),
                     ));
                 }
-                seen.insert(name, k);
             }
             enabled.push(PluginRef::new(name, i64::from(p.weight.unwrap_or(0))));
         }

@@ -18,14 +18,14 @@ use crate::plugins::{
     names,
     node_affinity::NodeAffinity,
     node_name::NodeName,
-    node_ports::NodePorts,
+    node_ports::{self, NodePorts},
     node_resources_balanced_allocation::{self, NodeResourcesBalancedAllocation},
     node_resources_fit::{self, NodeResourcesFit},
     node_unschedulable::NodeUnschedulable,
     pod_topology_spread::PodTopologySpread,
     priority_sort::{self, PrioritySort},
     scheduling_gates::{self, SchedulingGates},
-    taint_toleration::TaintToleration,
+    taint_toleration::{self, TaintToleration},
 };
 use crate::preemption::DefaultPreemptionArgs;
 
@@ -47,10 +47,19 @@ pub struct PluginHandle {
     pub pre_score: Option<Arc<dyn PreScorePlugin>>,
     /// Its Score side, if any.
     pub score: Option<Arc<dyn ScorePlugin>>,
-    /// Extension points the plugin stands for that run outside the cycle
-    /// runner: `QueueSort` (the queue), `Bind` (the coordinator writes the
-    /// Binding), `PostFilter`, `PreEnqueue`, ... Listed so configs naming
-    /// the plugin at those points are accepted and validated.
+    /// What its Score needs computed once per cycle, when that is not (or
+    /// not only) its PreScore side: run before Score whenever the plugin is
+    /// enabled at Score and its PreScore is not enabled (ImageLocality,
+    /// which upstream gives no PreScore point, computes its state here).
+    /// `None`: the PreScore side, if any, serves.
+    pub score_state: Option<Arc<dyn PreScorePlugin>>,
+    /// Extension points the plugin stands for beyond its PreFilter, Filter,
+    /// PreScore and Score sides: those served outside the cycle runner
+    /// (`QueueSort` by the queue, `Bind` by the coordinator, `PostFilter`,
+    /// `PreEnqueue`, ...), and those upstream's plugin implements where this
+    /// one does the work at another point (NodePorts' PreFilter), with
+    /// nothing to run. Listed so configurations naming the plugin at those
+    /// points are accepted, as upstream accepts them.
     pub other_points: &'static [ExtensionPoint],
     /// DefaultPreemption's validated args, when this is that plugin (the
     /// framework hands them to the PostFilter caller).
@@ -66,6 +75,7 @@ impl std::fmt::Debug for PluginHandle {
             .field("bind_check", &self.bind_check.is_some())
             .field("pre_score", &self.pre_score.is_some())
             .field("score", &self.score.is_some())
+            .field("score_state", &self.score_state.is_some())
             .field("other_points", &self.other_points)
             .finish()
     }
@@ -83,21 +93,38 @@ impl PluginHandle {
             bind_check: None,
             pre_score: None,
             score: None,
+            score_state: None,
             other_points: &[],
             preemption_args: None,
         }
     }
 
-    /// Whether the plugin implements `point`.
+    /// Whether the plugin implements `point` (may be enabled there).
     #[must_use]
     pub fn implements(&self, point: ExtensionPoint) -> bool {
-        match point {
+        let side = match point {
             ExtensionPoint::PreFilter => self.pre_filter.is_some(),
             ExtensionPoint::Filter => self.filter.is_some(),
             ExtensionPoint::PreScore => self.pre_score.is_some(),
             ExtensionPoint::Score => self.score.is_some(),
-            other => self.other_points.contains(&other),
-        }
+            _ => false,
+        };
+        side || self.other_points.contains(&point)
+    }
+
+    /// What runs before its Score when its PreScore is not enabled:
+    /// [`PluginHandle::score_state`], else the PreScore side.
+    #[must_use]
+    pub fn score_preparation(&self) -> Option<&Arc<dyn PreScorePlugin>> {
+        self.score_state.as_ref().or(self.pre_score.as_ref())
+    }
+
+    /// Sets what its Score needs computed per cycle when that is not a
+    /// PreScore point of its own ([`PluginHandle::score_state`]).
+    #[must_use]
+    pub fn score_state(mut self, p: Arc<dyn PreScorePlugin>) -> Self {
+        self.score_state = Some(p);
+        self
     }
 
     /// Declares extension points served outside the cycle runner.
@@ -244,7 +271,8 @@ impl Registry {
                 Ok(PluginHandle::new(p.clone())
                     .filter(p.clone())
                     .bind_check(p.clone())
-                    .score(p))
+                    .score(p)
+                    .other_points(taint_toleration::POINTS))
             }),
         );
         add(
@@ -265,7 +293,10 @@ impl Registry {
             names::NODE_PORTS,
             Arc::new(|_| {
                 let p = Arc::new(NodePorts);
-                Ok(PluginHandle::new(p.clone()).filter(p.clone()).bind_check(p))
+                Ok(PluginHandle::new(p.clone())
+                    .filter(p.clone())
+                    .bind_check(p)
+                    .other_points(node_ports::POINTS))
             }),
         );
         add(
@@ -277,7 +308,8 @@ impl Registry {
                 Ok(PluginHandle::new(p.clone())
                     .filter(p.clone())
                     .bind_check(p.clone())
-                    .score(p))
+                    .score(p)
+                    .other_points(node_resources_fit::POINTS))
             }),
         );
         add(
@@ -307,7 +339,7 @@ impl Registry {
             names::IMAGE_LOCALITY,
             Arc::new(|_| {
                 let p = Arc::new(ImageLocality);
-                Ok(PluginHandle::new(p.clone()).pre_score(p.clone()).score(p))
+                Ok(PluginHandle::new(p.clone()).score_state(p.clone()).score(p))
             }),
         );
         add(

@@ -464,18 +464,10 @@ impl Framework {
             for r in &set.enabled {
                 let h = &handles[&r.name];
                 if !h.implements(point) {
-                    return Err(perr(format!(
-                        "plugin {:?} does not extend {} plugin",
-                        r.name,
-                        point.config_name()
-                    )));
+                    return Err(perr(point.not_extended(&r.name)));
                 }
                 if explicit.has(&r.name) {
-                    return Err(perr(format!(
-                        "plugin {:?} already registered as {}",
-                        r.name,
-                        point.config_name()
-                    )));
+                    return Err(perr(point.already_registered(&r.name)));
                 }
                 explicit.0.push(r.name.clone());
             }
@@ -492,11 +484,7 @@ impl Framework {
                         continue;
                     }
                     if multi.has(&r.name) {
-                        return Err(perr(format!(
-                            "plugin {:?} already registered as {}",
-                            r.name,
-                            point.config_name()
-                        )));
+                        return Err(perr(point.already_registered(&r.name)));
                     }
                     multi.0.push(r.name.clone());
                 }
@@ -584,6 +572,18 @@ impl Framework {
                     }
                     _ => {}
                 }
+            }
+        }
+        // A Score whose plugin's PreScore is not enabled still gets what it
+        // needs computed per cycle (upstream's NodeAffinity, NodeResourcesFit
+        // and BalancedAllocation compute it in Score; its ImageLocality has
+        // no PreScore point at all), after the enabled PreScores.
+        for name in &enabled[&ExtensionPoint::Score] {
+            if enabled[&ExtensionPoint::PreScore].contains(name) {
+                continue;
+            }
+            if let Some(p) = by_name[name].score_preparation() {
+                fw.pre_scores.push(p.clone());
             }
         }
         for p in &fw.pre_filters {

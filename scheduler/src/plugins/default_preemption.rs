@@ -16,9 +16,11 @@ use crate::preemption::DefaultPreemptionArgs;
 /// Registry name.
 pub const NAME: &str = names::DEFAULT_PREEMPTION;
 
-/// The extension points it serves (upstream's PreEnqueue side only gates
-/// pods while an asynchronous preemption runs, which Flotilla does not do).
-pub const POINTS: &[ExtensionPoint] = &[ExtensionPoint::PostFilter];
+/// The extension points it serves: PostFilter, and upstream's PreEnqueue,
+/// accepted in a configuration with nothing to run (upstream's only holds
+/// a pod back while its own asynchronous preemption is being carried out;
+/// Flotilla's preemptor waits for its victims through its nomination).
+pub const POINTS: &[ExtensionPoint] = &[ExtensionPoint::PreEnqueue, ExtensionPoint::PostFilter];
 
 /// PostFilter plugin carrying its validated args.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

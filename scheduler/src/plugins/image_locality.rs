@@ -22,12 +22,16 @@
 //! reported it (a cluster-wide table); here each node's own reported size
 //! is used, which differs only if nodes report different sizes for one name.
 //!
-//! # PreScore
-//! Looks up how many nodes hold each of the pod's images (O(1) per image in
-//! the scheduler's snapshot, see
-//! [`SharedLister::image_node_count`]) and stores the spreads for Score.
-//! When no node holds any of them, every node would score 0: PreScore
-//! returns `Skip`, so on clusters reporting no images the plugin costs a
+//! # Per-cycle state
+//! Upstream's ImageLocality has no PreScore point (a configuration enabling
+//! it at `preScore` is refused, as upstream refuses it); what its Score
+//! needs per cycle is computed once before Score, by the framework, through
+//! the plugin's [`PreScorePlugin`] implementation
+//! ([`crate::framework::PluginHandle::score_state`]): how many nodes hold
+//! each of the pod's images (O(1) per image in the scheduler's snapshot,
+//! see [`SharedLister::image_node_count`]), stored as spreads. When no node
+//! holds any of them, every node would score 0: it returns `Skip` and
+//! Score is skipped, so on clusters reporting no images the plugin costs a
 //! few map lookups per pod and no per-node work.
 
 use std::sync::Arc;
@@ -151,13 +155,13 @@ impl PreScorePlugin for ImageLocality {
 
 impl ScorePlugin for ImageLocality {
     /// # Errors
-    /// `Error` when PreScore did not run for this pod (the plugin is enabled
-    /// at `score` but disabled at `preScore`), like upstream plugins whose
-    /// PreScore state is missing.
+    /// `Error` when its per-cycle state was not computed (the framework
+    /// computes it before Score; only a caller running Score alone misses
+    /// it).
     fn score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
         let Some(s) = state.read::<PreScoreState>(STATE_KEY) else {
             return Err(Status::error(format!(
-                "reading {STATE_KEY:?} from cycleState: not found (enable {NAME} at preScore too)"
+                "reading {STATE_KEY:?} from cycleState: not found"
             )));
         };
         let sum = s

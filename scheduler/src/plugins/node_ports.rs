@@ -8,8 +8,8 @@
 
 use flotilla_shared::fit::{self, REASON_PORTS};
 use flotilla_shared::framework::{
-    BindCheck, BindResult, BindView, ClusterEvent, CycleState, FilterPlugin, Plugin, Status,
-    refuse_if,
+    BindCheck, BindResult, BindView, ClusterEvent, CycleState, ExtensionPoint, FilterPlugin,
+    Plugin, Status, refuse_if,
 };
 use flotilla_shared::node_hot::HotFilter;
 use flotilla_shared::{NodeInfo, PodInfo};
@@ -18,6 +18,11 @@ use super::names;
 
 /// Registry name.
 pub const NAME: &str = names::NODE_PORTS;
+
+/// Upstream's PreFilter point, accepted in a configuration with nothing to
+/// run: upstream's PreFilter collects the pod's host ports for its Filter,
+/// and this Filter reads them from the pod itself.
+pub const POINTS: &[ExtensionPoint] = &[ExtensionPoint::PreFilter];
 
 /// A new node, or a pod leaving a node (freeing its ports), can help.
 const EVENTS: &[ClusterEvent] = &[ClusterEvent::NodeAdded, ClusterEvent::AssignedPodDeleted];

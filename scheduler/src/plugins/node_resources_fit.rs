@@ -66,8 +66,8 @@ use std::borrow::Cow;
 
 use flotilla_shared::fit::{self, IgnoredResources};
 use flotilla_shared::framework::{
-    BindCheck, BindResult, BindView, ClusterEvent, Code, CycleState, FilterPlugin, MAX_NODE_SCORE,
-    Plugin, ScorePlugin, Status,
+    BindCheck, BindResult, BindView, ClusterEvent, Code, CycleState, ExtensionPoint, FilterPlugin,
+    MAX_NODE_SCORE, Plugin, ScorePlugin, Status,
 };
 use flotilla_shared::node_hot::{HotFilter, HotRequests, NodeHot};
 use flotilla_shared::{NodeInfo, PodInfo};
@@ -84,6 +84,12 @@ use crate::framework::validation::{
 
 /// Registry name.
 pub const NAME: &str = names::NODE_RESOURCES_FIT;
+
+/// Upstream's PreFilter and PreScore points, accepted in a configuration
+/// with nothing to run: upstream's compute the pod's requests for its
+/// Filter and Score, and this plugin reads them from the pod's
+/// `PodInfo` (computed once, when the pod is read).
+pub const POINTS: &[ExtensionPoint] = &[ExtensionPoint::PreFilter, ExtensionPoint::PreScore];
 
 /// Args kind (`kind:` in `pluginConfig`).
 pub const ARGS_KIND: &str = "NodeResourcesFitArgs";

@@ -16,8 +16,8 @@
 //!   none score 100.
 
 use flotilla_shared::framework::{
-    BindCheck, BindResult, BindView, ClusterEvent, CycleState, FilterPlugin, MAX_NODE_SCORE,
-    Plugin, ScorePlugin, Status, default_normalize_score, refuse_if,
+    BindCheck, BindResult, BindView, ClusterEvent, CycleState, ExtensionPoint, FilterPlugin,
+    MAX_NODE_SCORE, Plugin, ScorePlugin, Status, default_normalize_score, refuse_if,
 };
 use flotilla_shared::node_hot::{HotFilter, HotFlags, NodeHot};
 use flotilla_shared::taints::{self, PREFER_NO_SCHEDULE};
@@ -27,6 +27,11 @@ use super::names;
 
 /// Registry name.
 pub const NAME: &str = names::TAINT_TOLERATION;
+
+/// Upstream's PreScore point, accepted in a configuration with nothing to
+/// run: upstream's collects the pod's PreferNoSchedule tolerations for its
+/// Score, and this Score tests the pod's tolerations itself.
+pub const POINTS: &[ExtensionPoint] = &[ExtensionPoint::PreScore];
 
 /// Upstream reason text (v1.35+).
 pub const REASON: &str = "node(s) had untolerated taint(s)";

@@ -193,7 +193,14 @@ profiles:
     );
     assert_eq!(
         fw.enabled_at(ExtensionPoint::PreFilter),
-        ["NodeAffinity", "PodTopologySpread", "InterPodAffinity"]
+        [
+            "NodeAffinity",
+            "NodePorts",
+            "NodeResourcesFit",
+            "PodTopologySpread",
+            "InterPodAffinity"
+        ],
+        "upstream's default PreFilter plugins, less the volume ones"
     );
     assert_eq!(
         fw.score_weights(),
@@ -215,7 +222,8 @@ profiles:
     assert!(fw.preemption().is_some());
     assert_eq!(
         fw.enabled_at(ExtensionPoint::PreEnqueue),
-        ["SchedulingGates"]
+        ["SchedulingGates", "DefaultPreemption"],
+        "multiPoint enables DefaultPreemption at PreEnqueue, as upstream since 1.32"
     );
 
     // The second profile: defaults, the global percentage, its class.
@@ -435,7 +443,7 @@ fn enabling_a_plugin_twice_is_refused() {
     assert_eq!(e.path(), "profiles[0].plugins.filter.enabled[2].name");
     assert_eq!(
         e.message(),
-        "plugin \"NodeName\" already registered as filter (enabled[0])"
+        "plugin \"NodeName\" already registered as \"FilterPlugin\""
     );
     // Twice in multiPoint: the merge keeps both, the framework refuses
     // (upstream's "already registered" from the multiPoint expansion).
@@ -445,7 +453,7 @@ fn enabling_a_plugin_twice_is_refused() {
     assert_eq!(e.path(), "profiles[0].plugins");
     assert_eq!(
         e.message(),
-        "plugin \"NodePorts\" already registered as filter"
+        "plugin \"NodePorts\" already registered as \"PreFilterPlugin\""
     );
 }
 
@@ -455,7 +463,7 @@ fn a_plugin_at_a_point_it_does_not_implement_is_refused() {
     assert_eq!(e.path(), "profiles[0].plugins.score.enabled[0].name");
     assert_eq!(
         e.message(),
-        "plugin \"NodeName\" does not extend score plugin"
+        "plugin \"NodeName\" does not extend ScorePlugin plugin"
     );
     // Through multiPoint it only lands where it fits.
     let cfg =

@@ -15,6 +15,7 @@ mod inter_pod_affinity;
 mod node_cache;
 mod nominated;
 mod partition;
+mod plugin_points;
 mod pod_topology_spread;
 mod preemption;
 mod queue_starvation;
@@ -78,3 +79,6 @@ pub fn expect_fit_error(result: Result<impl std::fmt::Debug, ScheduleError>) -> 
 pub fn info(pod: PodBuilder) -> Arc<PodInfo> {
     Arc::new(pod.build_info())
 }
+
+/// Node specs to put in a cache.
+pub type NodeCacheNodes = Vec<NodeSpec>;

@@ -176,6 +176,46 @@ impl ExtensionPoint {
             ExtensionPoint::PostBind => "postBind",
         }
     }
+
+    /// The name of upstream's Go interface for plugins at this point
+    /// (`PreFilterPlugin`), as its configuration errors name it: `plugin
+    /// "X" does not extend PreFilterPlugin plugin`.
+    #[must_use]
+    pub const fn plugin_interface(self) -> &'static str {
+        match self {
+            ExtensionPoint::PreEnqueue => "PreEnqueuePlugin",
+            ExtensionPoint::QueueSort => "QueueSortPlugin",
+            ExtensionPoint::PreFilter => "PreFilterPlugin",
+            ExtensionPoint::Filter => "FilterPlugin",
+            ExtensionPoint::PostFilter => "PostFilterPlugin",
+            ExtensionPoint::PreScore => "PreScorePlugin",
+            ExtensionPoint::Score => "ScorePlugin",
+            ExtensionPoint::Reserve => "ReservePlugin",
+            ExtensionPoint::Permit => "PermitPlugin",
+            ExtensionPoint::PreBind => "PreBindPlugin",
+            ExtensionPoint::Bind => "BindPlugin",
+            ExtensionPoint::PostBind => "PostBindPlugin",
+        }
+    }
+
+    /// Upstream's error for plugin `name` enabled twice at this point.
+    #[must_use]
+    pub fn already_registered(self, name: &str) -> String {
+        format!(
+            "plugin {name:?} already registered as {:?}",
+            self.plugin_interface()
+        )
+    }
+
+    /// Upstream's error for plugin `name` enabled at this point when it
+    /// does not implement it.
+    #[must_use]
+    pub fn not_extended(self, name: &str) -> String {
+        format!(
+            "plugin {name:?} does not extend {} plugin",
+            self.plugin_interface()
+        )
+    }
 }
 
 /// What PreFilter and PreScore may read besides the pod: the whole cycle
