@@ -82,11 +82,16 @@ pub async fn serve(
     leadership: Option<&Leadership>,
 ) -> Result<LiveReport, LiveError> {
     let started = Instant::now();
+    // `token` ends the run and the in-process workers; the gRPC service
+    // stops only after they drained (their last proposals and reports
+    // still reach it).
     let token = stop.child_token();
+    let server_stop = CancellationToken::new();
+    let _server_stop_guard = server_stop.clone().drop_guard();
     let served = cfg.scheduler.served_profiles(&cfg.registry)?;
     let coordinator = Arc::new(Coordinator::with_profiles(cluster.clone(), served));
     coordinator.set_extenders(&cfg.scheduler.extenders)?;
-    let running = server::start(coordinator.clone(), &cfg.listen, token.clone()).await?;
+    let running = server::start(coordinator.clone(), &cfg.listen, server_stop.clone()).await?;
     eprintln!("coordinator listening on {}", running.addr);
     let lost = async {
         match leadership {
@@ -164,6 +169,7 @@ pub async fn serve(
     for w in workers {
         let _ = tokio::time::timeout(Duration::from_secs(15), w.task).await;
     }
+    server_stop.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(15), running.handle).await;
 
     let s = coordinator.summary();

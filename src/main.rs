@@ -454,6 +454,7 @@ async fn run_job(
     report_args: &ReportArgs,
     mut cfg: RunConfig,
 ) -> anyhow::Result<ExitCode> {
+    cfg.stop = signal_token();
     let w = load(workload)?;
     if let Some(p) = &report_args.placements {
         // Fail now, not after the run, if the file cannot be written.
@@ -462,7 +463,6 @@ async fn run_job(
     }
     cfg.progress = !report_args.no_progress;
     cfg.timeout = Duration::from_secs(report_args.timeout);
-    cfg.stop = signal_token();
     let placements = report_args.placements.clone();
     let (report, cluster) = run::run_embedded_with_cluster(w, cfg).await?;
     if let Some(p) = &placements {
@@ -607,23 +607,32 @@ async fn explain_cmd(args: &ExplainArgs, sched: &SchedulerConfig) -> anyhow::Res
 pub(crate) fn signal_token() -> CancellationToken {
     let token = CancellationToken::new();
     let t = token.clone();
-    tokio::spawn(async move {
-        #[cfg(unix)]
-        {
-            use tokio::signal::unix::{SignalKind, signal};
-            match signal(SignalKind::terminate()) {
-                Ok(mut term) => {
+    // The handlers are installed here, before the caller's start-up work
+    // (loading a large workload can take seconds), so a signal during it is
+    // caught and honoured once the run starts, instead of killing the
+    // process without a report.
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let term = signal(SignalKind::terminate());
+        let int = signal(SignalKind::interrupt());
+        tokio::spawn(async move {
+            match (term, int) {
+                (Ok(mut term), Ok(mut int)) => {
                     tokio::select! {
-                        _ = tokio::signal::ctrl_c() => {}
                         _ = term.recv() => {}
+                        _ = int.recv() => {}
                     }
                 }
-                Err(_) => {
+                _ => {
                     let _ = tokio::signal::ctrl_c().await;
                 }
             }
-        }
-        #[cfg(not(unix))]
+            t.cancel();
+        });
+    }
+    #[cfg(not(unix))]
+    tokio::spawn(async move {
         let _ = tokio::signal::ctrl_c().await;
         t.cancel();
     });

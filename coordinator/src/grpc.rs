@@ -12,7 +12,7 @@ use futures::stream::FuturesUnordered;
 use futures::{Stream, StreamExt as _};
 use tokio::sync::mpsc;
 use tonic::{Request, Response, Status};
-use tracing::{Instrument as _, info_span};
+use tracing::{Instrument as _, info_span, warn};
 
 use flotilla_proto::v1 as pb;
 use flotilla_proto::v1::coordinator_server::{Coordinator as CoordinatorApi, CoordinatorServer};
@@ -356,6 +356,10 @@ impl CoordinatorApi for CoordinatorService {
         } else {
             r.worker_name
         };
+        if let Err(why) = self.coordinator.admits_profiles(r.profiles_fingerprint) {
+            warn!(worker = %name, "registration refused: {why}");
+            return Err(Status::invalid_argument(why));
+        }
         let (id, epoch) = self.coordinator.register(&name, class);
         Ok(Response::new(pb::RegisterResponse {
             worker_id: id.to_string(),

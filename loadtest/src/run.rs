@@ -190,9 +190,9 @@ pub struct RunOutput {
     /// Timeline ops that failed (a pod rejected, a delete of a pod that
     /// was gone), with the reason.
     pub timeline_errors: Vec<String>,
-    /// Pods of the workload never created because the run timed out first
-    /// (a wave not submitted, timeline creations not applied): unresolved,
-    /// so a report counts them pending.
+    /// Pods of the workload never created because the run stopped or timed
+    /// out first (a wave not submitted, timeline creations not applied):
+    /// unresolved; the report counts them in `pods` and `pending`.
     pub pods_not_created: usize,
 }
 
@@ -290,7 +290,12 @@ pub async fn run_embedded_full(
     } else {
         None
     };
+    // `token` stops the coordinator's service; the in-process workers stop
+    // first (`workers_stop`, cancelled with it on an early return) so their
+    // last proposals and reports still reach it.
     let token = CancellationToken::new();
+    let _token_guard = token.clone().drop_guard();
+    let workers_stop = token.child_token();
     let served = cfg.scheduler.served_profiles(&cfg.registry)?;
     let coordinator = Arc::new(Coordinator::with_profiles(cluster.clone(), served));
     coordinator.set_arbitration(!cfg.single_scheduler);
@@ -313,7 +318,7 @@ pub async fn run_embedded_full(
         &cfg.registry,
         cfg.seed,
         cfg.in_process_workers,
-        &token,
+        &workers_stop,
     );
     if let Some(addr) = &cfg.metrics_listen {
         let ws: Vec<Arc<WorkerStats>> = workers.iter().map(|w| w.stats.clone()).collect();
@@ -534,10 +539,11 @@ pub async fn run_embedded_full(
         let _ = t.await;
     }
 
-    token.cancel();
+    workers_stop.cancel();
     for w in &mut workers {
         let _ = (&mut w.task).await;
     }
+    token.cancel();
     let _ = running.handle.await;
 
     let worker_reports = workers
@@ -560,7 +566,7 @@ pub async fn run_embedded_full(
     let worker_stats: Vec<&WorkerStats> = workers.iter().map(|w| &*w.stats).collect();
     let binder = coordinator.binder();
     let extensions = report::extension_reports(&worker_stats, binder.as_deref());
-    let report = report::build(&report::Inputs {
+    let mut report = report::build(&report::Inputs {
         workload_name: workload.name.clone(),
         workers: cfg.expect_workers,
         cluster: &cluster,
@@ -590,6 +596,10 @@ pub async fn run_embedded_full(
     let timeline_errors = std::mem::take(&mut *counts.errors.lock());
     let pods_not_created = (pods.len() - submitted_pods)
         + timeline_pods.saturating_sub(counts.created.load(Ordering::Relaxed));
+    // Pods never created (the run stopped or timed out first) are pods of
+    // the workload left pending.
+    report.pods += pods_not_created;
+    report.pending += pods_not_created;
     Ok(RunOutput {
         report,
         cluster,

@@ -64,6 +64,7 @@ pub mod quantity;
 pub mod resources;
 pub mod selector;
 pub mod spread_counts;
+pub mod stable_hash;
 pub mod taints;
 pub mod telemetry;
 pub mod testing;

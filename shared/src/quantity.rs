@@ -27,6 +27,10 @@ pub enum QuantityError {
     /// capacities).
     #[error("quantity {0:?} must not be negative")]
     Negative(String),
+    /// A total of quantities that are each in range does not fit in a
+    /// signed 64-bit integer (names the total).
+    #[error("{0} is out of range (the sum exceeds 2^63-1 in its unit)")]
+    SumOverflow(String),
 }
 
 /// A parsed quantity: `mantissa * 10^exp10 * 2^exp2`, exact.

@@ -278,8 +278,8 @@ pub fn pod_requests(spec: &PodSpec) -> Result<PodRequests, ResourceError> {
     // Every sum is exact: a total that does not fit in an i64 is an error,
     // never a wrapped (negative) request that would fit anywhere.
     let overflow = |what: &str| ResourceError {
-        field: "spec".to_owned(),
-        source: QuantityError::Overflow(format!("the pod's total {what} request")),
+        field: "spec.containers[*].resources.requests".to_owned(),
+        source: QuantityError::SumOverflow(format!("the pod's total {what} request")),
     };
     let add = |a: i64, b: i64, what: &str| a.checked_add(b).ok_or_else(|| overflow(what));
     let mut reqs = Resources::default();
@@ -349,8 +349,12 @@ mod tests {
             ..Default::default()
         };
         let e = pod_requests(&spec).expect_err("4Ei + 4Ei overflows");
-        assert_eq!(e.field, "spec");
-        assert!(e.to_string().contains("total memory request"), "{e}");
+        assert_eq!(e.field, "spec.containers[*].resources.requests");
+        assert!(
+            e.to_string()
+                .ends_with("the pod's total memory request is out of range (the sum exceeds 2^63-1 in its unit)"),
+            "{e}"
+        );
         // Overhead on top of a near-maximal request, too.
         let spec = PodSpec {
             containers: vec![container(Some("1"), Some("7Ei"), None)],

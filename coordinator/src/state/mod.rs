@@ -69,7 +69,7 @@ use parking_lot::Mutex;
 
 use flotilla_shared::WorkloadClass;
 use flotilla_shared::extender::HttpExtender;
-use flotilla_shared::framework::{BindCheck, KeptCounts, ServedProfile};
+use flotilla_shared::framework::{BindCheck, KeptCounts, ServedProfile, profiles_fingerprint};
 use flotilla_shared::node_info::{NodeInfo, Orphans};
 use flotilla_shared::priority::PriorityClasses;
 
@@ -136,6 +136,9 @@ struct Inner {
     /// `(profile, plugin)` of each enabled Filter without a bind check (not
     /// re-checked at bind time).
     unchecked_filters: Vec<(String, String)>,
+    /// [`profiles_fingerprint`] of the profiles served: a registering
+    /// worker must present the same.
+    profiles_fingerprint: u64,
     /// Placed pods (bound, granted or orphaned) with required anti-affinity.
     anti_affinity_pods: usize,
     /// Spread and affinity counts for the arbiter, fed by `place` /
@@ -216,6 +219,11 @@ impl Coordinator {
         let mut scheduler_names = HashMap::with_capacity(profiles.len());
         let mut bind_checks = foldhash::HashMap::default();
         let mut unchecked_filters = Vec::new();
+        let fingerprint = profiles_fingerprint(
+            profiles
+                .iter()
+                .map(|p| (p.scheduler_name.as_str(), p.fingerprint)),
+        );
         for p in profiles {
             for plugin in &p.unchecked_filters {
                 tracing::warn!(
@@ -240,6 +248,7 @@ impl Coordinator {
                 scheduler_names,
                 bind_checks,
                 unchecked_filters,
+                profiles_fingerprint: fingerprint,
                 ..Inner::default()
             }),
         }

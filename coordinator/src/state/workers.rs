@@ -34,6 +34,26 @@ impl Inner {
 }
 
 impl Coordinator {
+    /// Whether a worker whose profiles have fingerprint `fingerprint` may
+    /// register (`0`: not given, not compared): its profiles must be the
+    /// ones served, whose Filters the bind arbiter re-checks; a worker
+    /// deciding with others (another `--config`) would have proposals
+    /// refused again and again, its pods never bound nor reported.
+    ///
+    /// # Errors
+    /// The reason, for the worker to print.
+    pub fn admits_profiles(&self, fingerprint: u64) -> Result<(), String> {
+        let own = self.inner.lock().profiles_fingerprint;
+        if fingerprint == 0 || own == 0 || fingerprint == own {
+            return Ok(());
+        }
+        Err(format!(
+            "the worker's scheduler profiles (fingerprint {fingerprint:016x}) differ from the \
+             coordinator's ({own:016x}): give workers and coordinator the same --config \
+             (same profiles, plugins and pluginConfig)"
+        ))
+    }
+
     /// Registers a worker of `class`; returns (id, epoch). It receives work
     /// once it opens its stream with [`Coordinator::attach`].
     pub fn register(&self, name: &str, class: WorkloadClass) -> (WorkerId, u64) {

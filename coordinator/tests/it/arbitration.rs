@@ -398,6 +398,7 @@ async fn malformed_requests_are_invalid_argument_and_unknown_workers_cannot_watc
         c.register(pb::RegisterRequest {
             worker_name: "w".into(),
             workload_class: pb::WorkloadClass::Unspecified.into(),
+            profiles_fingerprint: 0,
         }),
     )
     .await

@@ -25,17 +25,34 @@ struct Worker {
     handle: JoinHandle<Result<(), WorkerError>>,
 }
 
-/// A batch worker whose default profile enables Coscheduling (default
-/// permit wait 60 s; groups set their own timeout).
-fn spawn_worker(h: &Harness, name: &str) -> Worker {
-    let mut cfg = WorkerConfig::new(&h.url(), name, WorkloadClass::Batch);
+/// The default profile with Coscheduling (default permit wait 60 s; groups
+/// set their own timeout).
+fn gang_profile() -> Profile {
     let mut profile = Profile::default();
     profile
         .plugins
         .multi_point
         .enabled
         .push(PluginRef::new(names::COSCHEDULING, 0));
-    cfg.profiles = vec![profile];
+    profile
+}
+
+/// A coordinator over `cluster` serving [`gang_profile`], as its workers
+/// run it.
+async fn start(cluster: EmbeddedCluster) -> Harness {
+    let served = flotilla_scheduler::config::SchedulerConfig {
+        profiles: vec![gang_profile()],
+        ..Default::default()
+    }
+    .served_profiles(&Registry::in_tree())
+    .expect("the gang profile builds");
+    Harness::serving(cluster, served).await
+}
+
+/// A batch worker running [`gang_profile`].
+fn spawn_worker(h: &Harness, name: &str) -> Worker {
+    let mut cfg = WorkerConfig::new(&h.url(), name, WorkloadClass::Batch);
+    cfg.profiles = vec![gang_profile()];
     let stats = Arc::new(WorkerStats::default());
     let st = stats.clone();
     let token = h.token.clone();
@@ -113,7 +130,7 @@ async fn a_gang_that_cannot_fit_binds_nothing_and_leaves_room_for_a_small_pod() 
     cluster
         .apply_pod_group(pod_group("pg", 4, Some(1)))
         .expect("group");
-    let h = Harness::start(cluster).await;
+    let h = start(cluster).await;
     let workers = start_workers(&h, 1).await;
     for i in 0..4 {
         h.cluster
@@ -165,7 +182,7 @@ async fn a_gang_binds_whole_through_one_worker_of_two() {
     cluster
         .apply_pod_group(pod_group("pg", 6, None))
         .expect("group");
-    let h = Harness::start(cluster).await;
+    let h = start(cluster).await;
     let workers = start_workers(&h, 2).await;
     for i in 0..6 {
         h.cluster
@@ -211,7 +228,7 @@ async fn two_gangs_competing_for_room_do_not_deadlock() {
     cluster
         .apply_pod_group(pod_group("b", 4, Some(1)))
         .expect("group");
-    let h = Harness::start(cluster).await;
+    let h = start(cluster).await;
     let workers = start_workers(&h, 2).await;
     // Interleaved, so each gang first takes part of the room.
     for i in 0..4 {
@@ -264,7 +281,7 @@ async fn members_waiting_past_the_timeout_are_released_and_reported() {
     cluster
         .apply_pod_group(pod_group("pg", 10, Some(1)))
         .expect("group");
-    let h = Harness::start(cluster).await;
+    let h = start(cluster).await;
     let workers = start_workers(&h, 1).await;
     for i in 0..10 {
         h.cluster
@@ -297,7 +314,7 @@ async fn members_waiting_past_the_timeout_are_released_and_reported() {
 async fn a_member_without_its_pod_group_is_rejected_at_permit_until_it_exists() {
     let cluster = EmbeddedCluster::new();
     cluster.apply_node(node("n1", "4")).expect("node");
-    let h = Harness::start(cluster).await;
+    let h = start(cluster).await;
     let workers = start_workers(&h, 1).await;
     h.cluster
         .create_pod(member("m0", "late", "1"))
@@ -335,7 +352,7 @@ async fn propose_gang_grants_all_or_none() {
             .create_pod(member(&format!("m{i}"), "pg", "1"))
             .expect("pod");
     }
-    let h = Harness::start(cluster).await;
+    let h = start(cluster).await;
     let (w, _) = h.coordinator.register("batch-0", WorkloadClass::Batch);
     let refs: Vec<PodRef> = (0..3)
         .map(|i| PodRef::of(&h.cluster.pod("default", &format!("m{i}")).expect("pod")))

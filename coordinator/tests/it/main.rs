@@ -204,6 +204,7 @@ impl FakeWorker {
             client.register(pb::RegisterRequest {
                 worker_name: name.into(),
                 workload_class: class.into(),
+                profiles_fingerprint: 0,
             }),
         )
         .await

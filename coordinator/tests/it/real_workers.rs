@@ -544,3 +544,61 @@ async fn a_worker_confirmed_a_binding_it_does_not_hold_registers_again_and_resyn
     wait_until(STEP, "the new session live", || c.live_workers() == 1).await;
     stop(h, workers).await;
 }
+
+/// A worker whose profiles are not the coordinator's (another `--config`)
+/// is refused at registration with a message naming the fix; one with the
+/// same configuration joins. Before, it joined and every proposal for a pod
+/// it fitted by its own profile was refused by the arbiter, forever.
+#[tokio::test]
+async fn a_worker_with_other_profiles_is_refused_and_one_with_the_same_joins() {
+    use flotilla_scheduler::config;
+
+    let yaml = "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n\
+        profiles:\n- pluginConfig:\n  - name: NodeResourcesFit\n    args:\n      \
+        ignoredResourceGroups: [example.com]\n";
+    let sched = config::parse(yaml, "ign.yaml").expect("valid configuration");
+    let served = sched
+        .served_profiles(&Registry::in_tree())
+        .expect("profiles build");
+    let h = Harness::serving(EmbeddedCluster::new(), served).await;
+
+    // Default profiles: refused, and the worker stops with the reason.
+    let mut other = WorkerConfig::new(&h.url(), "online-0", WorkloadClass::Online);
+    other.connect_timeout = std::time::Duration::from_secs(2);
+    let err = within(
+        STEP,
+        "the refused worker stopping",
+        worker::run(
+            other,
+            &Registry::in_tree(),
+            Arc::new(WorkerStats::default()),
+            h.token.child_token(),
+        ),
+    )
+    .await
+    .expect_err("a worker with other profiles is refused");
+    let text = format!("{err}");
+    assert!(text.contains("same --config"), "{text}");
+    assert_eq!(h.coordinator.live_workers(), 0);
+
+    // The same configuration: it joins.
+    let same = WorkerConfig::new(&h.url(), "online-1", WorkloadClass::Online).configured(&sched);
+    let token = h.token.child_token();
+    let t = token.clone();
+    let handle = tokio::spawn(async move {
+        worker::run(
+            same,
+            &Registry::in_tree(),
+            Arc::new(WorkerStats::default()),
+            t,
+        )
+        .await
+    });
+    let c = h.coordinator.clone();
+    wait_until(STEP, "the worker with the same profiles joining", || {
+        c.live_workers() == 1
+    })
+    .await;
+    token.cancel();
+    let _ = handle.await;
+}

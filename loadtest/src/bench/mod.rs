@@ -294,9 +294,8 @@ pub async fn run_bench(scenario: Scenario, cfg: &BenchConfig) -> Result<BenchRep
         pods: scenario.measured_pods,
         scheduled: samples.len(),
         unschedulable: r.unschedulable,
-        // A timed-out run may not have created every pod: those are
-        // unresolved too.
-        pending: r.pending + out.pods_not_created,
+        // Pods a timed-out run never created are in `r.pending` already.
+        pending: r.pending,
         pods_per_second_avg: tp.average,
         pods_per_second_peak: tp.peak,
         latency_ms: LatencyMs {

@@ -77,14 +77,14 @@ struct Decisions {
     victims: Vec<String>,
 }
 
-fn write_cluster() -> std::path::PathBuf {
+fn write_cluster(name: &str, text: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!(
-        "flotilla-simulate-matches-run-{}",
+        "flotilla-simulate-matches-run-{}-{name}",
         std::process::id()
     ));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let path = dir.join("cluster.yaml");
-    std::fs::write(&path, CLUSTER).expect("write");
+    std::fs::write(&path, text).expect("write");
     path
 }
 
@@ -120,7 +120,7 @@ fn simulated(path: &std::path::Path, seed: u64) -> Decisions {
     Decisions { placed, victims }
 }
 
-async fn run(path: &std::path::Path, seed: u64) -> Decisions {
+async fn run(path: &std::path::Path, seed: u64, pending: &[&str]) -> Decisions {
     let workload = load_k8s_list(path, OnBadInput::Fail).expect("loads");
     let cfg = RunConfig {
         seed: Some(seed),
@@ -132,7 +132,7 @@ async fn run(path: &std::path::Path, seed: u64) -> Decisions {
     let (report, cluster) = run_to_end(workload, cfg, "the one-worker run").await;
     assert!(!report.timed_out, "{}", report.to_text());
     assert_eq!(report.checks.overcommitted_nodes, 0);
-    let placed = PENDING
+    let placed = pending
         .iter()
         .map(|name| {
             let pod = cluster.pod("default", name).expect(name);
@@ -151,7 +151,7 @@ async fn run(path: &std::path::Path, seed: u64) -> Decisions {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn simulate_and_a_one_worker_run_with_the_same_seed_decide_alike() {
-    let path = write_cluster();
+    let path = write_cluster("ties", CLUSTER);
     let by_seed: Vec<(u64, Decisions)> =
         (1..=6).map(|seed| (seed, simulated(&path, seed))).collect();
     for (seed, d) in &by_seed {
@@ -181,11 +181,48 @@ async fn simulate_and_a_one_worker_run_with_the_same_seed_decide_alike() {
     // Same seed, same decisions; and again for the same seed.
     assert_eq!(simulated(&path, 3), by_seed[2].1);
     for (seed, sim) in runs {
-        let ran = run(&path, *seed).await;
+        let ran = run(&path, *seed, &PENDING).await;
         assert_eq!(
             &ran, sim,
             "seed {seed}: the run (left) and simulate (right) differ"
         );
     }
+    let _ = std::fs::remove_dir_all(path.parent().expect("dir"));
+}
+
+/// Node `b1` (4 cpu) full with two 2-cpu pods of priority 0. Pending, in
+/// queue order: `hi` (priority 2000, 1 cpu, `preemptionPolicy: Never`)
+/// fits nowhere and may not preempt; `vip` (priority 1000, 3 cpu) preempts
+/// both pods. Their deletion moves `hi` back to the active queue, and it
+/// fits beside `vip`.
+const AFTER_EVICTION: &str = r#"
+apiVersion: v1
+kind: List
+items:
+- {apiVersion: scheduling.k8s.io/v1, kind: PriorityClass, metadata: {name: top}, value: 2000, preemptionPolicy: Never}
+- {apiVersion: scheduling.k8s.io/v1, kind: PriorityClass, metadata: {name: urgent}, value: 1000}
+- {apiVersion: v1, kind: Node, metadata: {name: b1, labels: {kubernetes.io/hostname: b1}}, status: {allocatable: {cpu: "4", memory: 16Gi, pods: "110"}}}
+- {apiVersion: v1, kind: Pod, metadata: {name: low-1, namespace: default, uid: u-low-1}, spec: {nodeName: b1, terminationGracePeriodSeconds: 0, containers: [{name: c, resources: {requests: {cpu: "2", memory: 4Gi}}}]}}
+- {apiVersion: v1, kind: Pod, metadata: {name: low-2, namespace: default, uid: u-low-2}, spec: {nodeName: b1, terminationGracePeriodSeconds: 0, containers: [{name: c, resources: {requests: {cpu: "2", memory: 4Gi}}}]}}
+- {apiVersion: v1, kind: Pod, metadata: {name: hi, namespace: default, uid: u-hi}, spec: {priorityClassName: top, containers: [{name: c, resources: {requests: {cpu: "1", memory: 1Gi}}}]}}
+- {apiVersion: v1, kind: Pod, metadata: {name: vip, namespace: default, uid: u-vip}, spec: {priorityClassName: urgent, containers: [{name: c, resources: {requests: {cpu: "3", memory: 4Gi}}}]}}
+"#;
+
+/// A pod found unschedulable is tried again once a preemption evicted
+/// pods, by simulate as by the worker's queue: both bind `hi`, which only
+/// the victims' deletion made room for.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pod_an_eviction_made_room_for_is_placed_by_simulate_as_by_a_run() {
+    let path = write_cluster("after-eviction", AFTER_EVICTION);
+    let sim = simulated(&path, 1);
+    let want = Decisions {
+        placed: [("hi", "b1"), ("vip", "b1")]
+            .into_iter()
+            .map(|(p, n)| (p.to_owned(), n.to_owned()))
+            .collect(),
+        victims: vec!["low-1".to_owned(), "low-2".to_owned()],
+    };
+    assert_eq!(sim, want, "simulate");
+    assert_eq!(run(&path, 1, &["hi", "vip"]).await, want, "the run");
     let _ = std::fs::remove_dir_all(path.parent().expect("dir"));
 }

@@ -289,6 +289,7 @@ impl SchedulerConfig {
             .map(|p| {
                 let fw = Framework::new(p, registry)?;
                 Ok(ServedProfile {
+                    fingerprint: p.fingerprint(),
                     scheduler_name: p.scheduler_name.clone(),
                     workload_class: p.workload_class,
                     bind_checks: fw.bind_checks().to_vec(),

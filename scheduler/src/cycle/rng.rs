@@ -29,15 +29,6 @@ fn mix(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// FNV-1a of `bytes`: a stable hash of the pod's uid (the std hashers are
-/// randomly keyed per process, and foldhash's output may change between
-/// versions).
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
-}
-
 impl CycleRng {
     /// A stream that depends only on `seed`.
     #[must_use]
@@ -59,7 +50,7 @@ impl CycleRng {
         match seed {
             Some(seed) => Self::from_seed(
                 mix(seed)
-                    ^ mix(fnv1a(uid.as_bytes()))
+                    ^ mix(flotilla_shared::stable_hash::fnv1a(uid.as_bytes()))
                     ^ mix(u64::from(attempt).wrapping_add(GAMMA)),
             ),
             None => Self::from_entropy(),

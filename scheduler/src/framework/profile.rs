@@ -134,6 +134,64 @@ impl Default for Profile {
 }
 
 impl Profile {
+    /// A fingerprint of how this profile decides, the same in every
+    /// process and build: its `schedulerName`, `workloadClass`,
+    /// `percentageOfNodesToScore`, plugin sets (multiPoint and each point:
+    /// enabled with weights, disabled) and `pluginConfig` args. Two
+    /// profiles with equal fingerprints run the same plugins with the same
+    /// args (the placement webhook is left out).
+    #[must_use]
+    pub fn fingerprint(&self) -> u64 {
+        use std::fmt::Write as _;
+        let mut text = String::new();
+        let _ = writeln!(
+            text,
+            "{}|{}|{}",
+            self.scheduler_name,
+            self.workload_class
+                .map(|c| c.to_string())
+                .unwrap_or_default(),
+            self.percentage_of_nodes_to_score
+        );
+        let sets = std::iter::once(("multiPoint", &self.plugins.multi_point)).chain(
+            self.plugins
+                .points
+                .iter()
+                .map(|(point, set)| (point.config_name(), set)),
+        );
+        for (label, set) in sets {
+            if set.enabled.is_empty() && set.disabled.is_empty() {
+                continue;
+            }
+            let _ = write!(text, "{label}:");
+            for r in &set.enabled {
+                let _ = write!(text, "+{}/{}", r.name, r.weight);
+            }
+            for d in &set.disabled {
+                let _ = write!(text, "-{d}");
+            }
+            text.push('\n');
+        }
+        // serde_json's maps are sorted (no `preserve_order`): the compact
+        // text of equal args is equal.
+        for (name, args) in &self.plugin_config {
+            let _ = writeln!(text, "{name}={args}");
+        }
+        flotilla_shared::stable_hash::fnv1a(text.as_bytes())
+    }
+
+    /// The fingerprint of a set of profiles
+    /// ([`flotilla_shared::framework::profiles_fingerprint`] of each
+    /// [`Profile::fingerprint`]): what a worker presents when it registers.
+    #[must_use]
+    pub fn fingerprint_of(profiles: &[Profile]) -> u64 {
+        flotilla_shared::framework::profiles_fingerprint(
+            profiles
+                .iter()
+                .map(|p| (p.scheduler_name.as_str(), p.fingerprint())),
+        )
+    }
+
     /// A profile running exactly `plugins` at every point each implements
     /// (as `multiPoint`), plus `PrioritySort` and `DefaultBinder`; handy in
     /// tests.

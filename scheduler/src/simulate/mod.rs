@@ -31,9 +31,12 @@
 //! are scheduled one at a time in queue order, upstream `PrioritySort`:
 //! priority descending, then arrival, which is the order in the input. Each
 //! placement is applied (the pod bound to its node) before the next cycle,
-//! so later pods see the room earlier ones took. There is no retry: a pod
-//! that fits nowhere stays unschedulable for the rest of the run. Other
-//! pending pods are [`SkippedPod`]s with the reason.
+//! so later pods see the room earlier ones took. A pod that fits nowhere
+//! stays unschedulable, unless a preemption later evicts pods: as the
+//! victims' deletion moves upstream's unschedulable pods back to the active
+//! queue, the pods found unschedulable so far (gang members aside) are
+//! tried again right after it, in queue order, and their result is the
+//! retry's. Other pending pods are [`SkippedPod`]s with the reason.
 //!
 //! # Preemption
 //! A pod that fits nowhere in a profile with `DefaultPreemption` gets
@@ -74,7 +77,7 @@
 
 pub mod output;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -396,14 +399,26 @@ pub fn simulate_with(
     let mut snapshot = Snapshot::default();
     // Result index of each gang member waiting at Permit, by uid.
     let mut waiting: HashMap<Arc<str>, usize> = HashMap::new();
-    for (_, _, pod) in queue {
-        let pod = Arc::new(pod);
+    // (queue position, pod, attempts so far, result index when retried).
+    let mut active: VecDeque<(usize, Arc<PodInfo>, u32, Option<usize>)> = queue
+        .into_iter()
+        .enumerate()
+        .map(|(at, (_, _, pod))| (at, Arc::new(pod), 0, None))
+        .collect();
+    // Pods found unschedulable (not gang members), as `active` holds them:
+    // an eviction frees room, and moves them back (upstream: the victims'
+    // deletion, an AssignedPodDeleted event, moves the pods it may help
+    // back to the active queue).
+    let mut unschedulable: Vec<(usize, Arc<PodInfo>, u32, usize)> = Vec::new();
+    while let Some((at, pod, attempts, retried)) = active.pop_front() {
         let fw = scheduler
             .profiles
             .for_pod(&pod)
             .expect("queued pods have a profile");
-        let mut attempt = cycle.schedule_one(&mut snapshot, &pod, 0, now);
+        let mut attempt = cycle.schedule_one(&mut snapshot, &pod, attempts, now);
+        let mut tries = attempts + 1;
         let mut result = PodResult::of(&pod, fw, &attempt);
+        let mut evicted = false;
         if let Decision::Unschedulable(u) = &attempt.decision
             && let Some(c) = &u.nominate
         {
@@ -412,24 +427,27 @@ pub fn simulate_with(
             for v in &c.victims {
                 cluster.cache.remove_pod(&v.uid);
             }
+            evicted = !c.victims.is_empty();
             let mut nominated = (*pod).clone();
             nominated.nominated_node_name = Some(c.node.clone());
             let victims = c.victims.iter().map(|v| v.key.to_string()).collect();
             let node = c.node.to_string();
-            attempt = cycle.schedule_one(&mut snapshot, &Arc::new(nominated), 1, now);
+            attempt = cycle.schedule_one(&mut snapshot, &Arc::new(nominated), tries, now);
+            tries += 1;
             result = PodResult {
                 nominated_node: Some(node),
                 victims,
                 ..PodResult::of(&pod, fw, &attempt)
             };
         }
+        let index = retried.unwrap_or(sim.results.len());
         match attempt.decision {
             Decision::Bind(r) => {
                 cluster.cache.forget(&pod.uid);
                 cluster.cache.add_bound_pod(Arc::new(bind(&pod, &r.node)?));
             }
             Decision::Wait(_) => {
-                waiting.insert(pod.uid.clone(), sim.results.len());
+                waiting.insert(pod.uid.clone(), index);
             }
             Decision::BindGang { members, .. } => {
                 for (m, n) in members {
@@ -449,10 +467,32 @@ pub fn simulate_with(
                         }
                     }
                 }
+                if crate::gang::group_of(&pod).is_none() {
+                    unschedulable.push((at, pod.clone(), tries, index));
+                }
             }
             Decision::Pending { .. } | Decision::Error { .. } | Decision::NoProfile(_) => {}
         }
-        sim.results.push(result);
+        if retried.is_some() {
+            // The retry's outcome replaces the earlier one; what the earlier
+            // attempt's preemption did stays on record.
+            let earlier = &mut sim.results[index];
+            if result.victims.is_empty() {
+                result.nominated_node = earlier.nominated_node.take();
+                result.victims = std::mem::take(&mut earlier.victims);
+            }
+            *earlier = result;
+        } else {
+            sim.results.push(result);
+        }
+        if evicted {
+            // Retried next, in queue order: they were ahead of every pod
+            // still queued (PrioritySort).
+            unschedulable.sort_by_key(|(at, ..)| std::cmp::Reverse(*at));
+            for (at, p, tries, i) in unschedulable.drain(..) {
+                active.push_front((at, p, tries, Some(i)));
+            }
+        }
     }
     // Gangs still short of minMember when the queue ran dry wait out their
     // timeout (`scheduleTimeoutSeconds` is an int32): every member is

@@ -25,7 +25,7 @@ use super::{
     binding, events, housekeeping, scheduling,
 };
 use crate::cache::NodeCache;
-use crate::framework::ProfileMap;
+use crate::framework::{Profile, ProfileMap};
 use crate::gang::GangBook;
 use crate::pdbs::PdbStore;
 use crate::plugins::names;
@@ -105,6 +105,7 @@ async fn join(
                 .register(pb::RegisterRequest {
                     worker_name: cfg.name.clone(),
                     workload_class: class.into(),
+                    profiles_fingerprint: Profile::fingerprint_of(&cfg.profiles),
                 })
                 .await
             {

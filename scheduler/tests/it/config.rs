@@ -1044,3 +1044,29 @@ fn served_classes(cfg: &SchedulerConfig) -> Vec<(String, Option<WorkloadClass>)>
         .map(|p| (p.scheduler_name, p.workload_class))
         .collect()
 }
+
+#[test]
+fn the_profiles_fingerprint_tells_configurations_apart_and_not_their_spelling() {
+    let fp = |body: &str| Profile::fingerprint_of(&parse(body).expect("valid").profiles);
+    let plain = fp("profiles:\n- schedulerName: default-scheduler\n");
+    assert_eq!(plain, fp(""), "the same profile, written or defaulted");
+    assert_eq!(plain, Profile::fingerprint_of(&[Profile::default()]));
+    let ignored = "profiles:\n- pluginConfig:\n  - name: NodeResourcesFit\n    args:\n      ignoredResourceGroups: [example.com]\n";
+    assert_ne!(plain, fp(ignored), "plugin args count");
+    assert_eq!(fp(ignored), fp(ignored));
+    assert_ne!(
+        plain,
+        fp(
+            "profiles:\n- plugins:\n    score:\n      enabled:\n      - name: ImageLocality\n        weight: 5\n"
+        ),
+        "weights count"
+    );
+    assert_ne!(
+        plain,
+        fp("profiles:\n- schedulerName: other\n"),
+        "scheduler names count"
+    );
+    let two = "profiles:\n- schedulerName: a\n- schedulerName: b\n";
+    let swapped = "profiles:\n- schedulerName: b\n- schedulerName: a\n";
+    assert_eq!(fp(two), fp(swapped), "profile order does not");
+}

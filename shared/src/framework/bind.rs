@@ -218,4 +218,26 @@ pub struct ServedProfile {
     /// Enabled Filter plugins that provide no bind check (not re-checked
     /// at bind time), in Filter order.
     pub unchecked_filters: Vec<String>,
+    /// The profile's configuration fingerprint (the scheduler crate's
+    /// `Profile::fingerprint`): with [`profiles_fingerprint`], what a worker
+    /// must present to register, so that workers decide with the profiles
+    /// the arbiter checks.
+    pub fingerprint: u64,
+}
+
+/// One fingerprint for a set of profiles, each `(schedulerName, its
+/// fingerprint)`, in any order: what a worker sends when it registers and
+/// the coordinator compares with its own (0 is never returned, so it can
+/// mean "not given").
+#[must_use]
+pub fn profiles_fingerprint<'a>(profiles: impl IntoIterator<Item = (&'a str, u64)>) -> u64 {
+    let mut sorted: Vec<(&str, u64)> = profiles.into_iter().collect();
+    sorted.sort_unstable();
+    let h = sorted
+        .iter()
+        .fold(crate::stable_hash::fnv1a(b"profiles"), |h, (name, fp)| {
+            let h = crate::stable_hash::fnv1a_extend(h, name.as_bytes());
+            crate::stable_hash::fnv1a_extend(h, &fp.to_le_bytes())
+        });
+    h.max(1)
 }

@@ -33,7 +33,9 @@ mod status;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
-pub use bind::{BindCheck, BindResult, BindView, KeptCounts, ServedProfile, refuse_if};
+pub use bind::{
+    BindCheck, BindResult, BindView, KeptCounts, ServedProfile, profiles_fingerprint, refuse_if,
+};
 pub use cycle_state::CycleState;
 pub use fit_error::{Diagnosis, FitError, REASON_FILTERED_BY_PREFILTER};
 pub use status::{Code, Status};
