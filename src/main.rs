@@ -159,7 +159,7 @@ struct SimulateArgs {
 #[derive(Args, Debug)]
 struct ExplainArgs {
     /// The pod: NAMESPACE/NAME (NAME alone means namespace default).
-    #[arg(value_name = "NAMESPACE/POD")]
+    #[arg(value_name = "NAMESPACE/POD", value_parser = pod_name_arg)]
     pod: String,
     #[command(flatten)]
     sched: ConfigArgs,
@@ -579,6 +579,14 @@ async fn simulate_cmd(args: &SimulateArgs, sched: &SchedulerConfig) -> anyhow::R
         SimulateOutput::Json => println!("{}", simulate::output::json(&sim.results)?),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `explain`'s pod argument, checked on the command line (exit 2) rather
+/// than after the cluster is loaded.
+fn pod_name_arg(s: &str) -> Result<String, String> {
+    simulate::parse_pod_key(s)
+        .map(|_| s.to_owned())
+        .map_err(|e| e.to_string())
 }
 
 async fn explain_cmd(args: &ExplainArgs, sched: &SchedulerConfig) -> anyhow::Result<ExitCode> {

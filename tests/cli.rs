@@ -408,3 +408,18 @@ fn bench_rejects_unknown_scenarios_and_a_sharded_baseline() {
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert!(stderr(&out).contains("--scale 0"), "{}", stderr(&out));
 }
+
+#[test]
+fn a_malformed_pod_name_is_a_bad_command_line_before_anything_loads() {
+    // The cluster file does not exist: the name is refused first (exit 2,
+    // as the help says of a bad command line), not after loading (exit 1).
+    for name in ["a/b/c", "/p", "ns/", ""] {
+        let o = flotilla(&["explain", name, "--cluster", "/nonexistent/cluster.yaml"]);
+        assert_eq!(o.status.code(), Some(2), "{name:?}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("is not a pod name: give NAMESPACE/NAME"),
+            "{name:?}: {}",
+            stderr(&o)
+        );
+    }
+}

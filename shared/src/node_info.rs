@@ -54,8 +54,8 @@ impl NodeSpec {
     /// Compiles a `Node`.
     ///
     /// # Errors
-    /// [`NodeError`] for a missing name, a malformed allocatable quantity or
-    /// a negative image size.
+    /// [`NodeError`] for a missing name, a malformed allocatable quantity, a
+    /// negative image size or a taint effect the API server would refuse.
     pub fn from_node(node: Arc<Node>) -> Result<Self, NodeError> {
         let Some(name) = node.metadata.name.as_deref() else {
             return Err(NodeError {
@@ -85,6 +85,27 @@ impl NodeSpec {
             None => Arc::default(),
         };
         let spec = node.spec.as_ref();
+        // The API server accepts only these effects (core validation);
+        // another would be tolerated by nothing and mean nothing here.
+        for (i, t) in spec
+            .and_then(|s| s.taints.as_ref())
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            let known = [
+                crate::taints::NO_SCHEDULE,
+                crate::taints::PREFER_NO_SCHEDULE,
+                crate::taints::NO_EXECUTE,
+            ];
+            if !known.contains(&t.effect.as_str()) {
+                return Err(err(format!(
+                    "spec.taints[{i}].effect: unsupported value {:?}: supported values: \
+                     \"NoExecute\", \"NoSchedule\", \"PreferNoSchedule\"",
+                    t.effect
+                )));
+            }
+        }
         Ok(NodeSpec {
             name: Arc::from(name),
             labels: node.metadata.labels.clone().unwrap_or_default(),
@@ -338,6 +359,22 @@ impl Orphans {
 mod tests {
     use super::*;
     use crate::testing::{NodeBuilder, PodBuilder};
+
+    #[test]
+    fn a_taint_effect_the_api_server_refuses_is_an_error_naming_the_field() {
+        let json = br#"{"metadata":{"name":"n1"},"spec":{"taints":[
+            {"key":"a","effect":"NoSchedule"},{"key":"b","effect":"Bogus"}]}}"#;
+        let e = NodeSpec::from_json(json).expect_err("Bogus is not an effect");
+        assert_eq!(e.node, "n1");
+        assert!(
+            e.message
+                .starts_with("spec.taints[1].effect: unsupported value \"Bogus\""),
+            "{e}"
+        );
+        let ok = br#"{"metadata":{"name":"n1"},"spec":{"taints":[
+            {"key":"a","effect":"NoExecute"},{"key":"b","effect":"PreferNoSchedule"}]}}"#;
+        assert_eq!(NodeSpec::from_json(ok).expect("valid").taints.len(), 2);
+    }
 
     #[test]
     fn from_json_compiles_the_same_and_decodes_the_node_on_demand() {

@@ -997,8 +997,12 @@ fn key_of(pod: &Pod) -> PodKey {
     )
 }
 
-/// `NAMESPACE/NAME` or `NAME` (namespace `default`).
-fn parse_pod_key(s: &str) -> Result<PodKey, SimulateError> {
+/// `NAMESPACE/NAME` or `NAME` (namespace `default`): the pod
+/// [`explain`] takes.
+///
+/// # Errors
+/// [`SimulateError::BadPodName`] for an empty part or more than one `/`.
+pub fn parse_pod_key(s: &str) -> Result<PodKey, SimulateError> {
     let bad = || SimulateError::BadPodName(s.to_owned());
     match s.split_once('/') {
         None if !s.is_empty() => Ok(PodKey::new(DEFAULT_NAMESPACE, s)),
