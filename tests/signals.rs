@@ -122,12 +122,12 @@ fn sigterm_stops_a_run_with_a_partial_report() {
         "--synthetic-nodes",
         "200",
         "--synthetic-pods",
-        "400000",
+        "150000",
     ]);
-    run.wait_for("coordinator listening", Duration::from_secs(60));
+    run.wait_for("coordinator listening", Duration::from_secs(180));
     std::thread::sleep(Duration::from_millis(500));
     run.sigterm();
-    let (status, out, err) = run.exit_within(Duration::from_secs(60));
+    let (status, out, err) = run.exit_within(Duration::from_secs(180));
     assert!(status.success(), "{status}; stderr:\n{err}");
     let report: Value = serde_json::from_str(&out).expect("a JSON report on stdout");
     assert_eq!(report["stoppedBySignal"], true, "{report}");
@@ -154,9 +154,9 @@ fn sigterm_drains_a_worker_then_its_coordinator() {
         "--synthetic-nodes",
         "200",
         "--synthetic-pods",
-        "400000",
+        "150000",
     ]);
-    coordinator.wait_for("waiting for 1 worker", Duration::from_secs(60));
+    coordinator.wait_for("waiting for 1 worker", Duration::from_secs(180));
     let mut worker = Proc::start(&["worker", "--coordinator", &listen, "--name", "w-term"]);
     worker.wait_for("registered", Duration::from_secs(30));
     // Scheduling under way: pods are being bound.
@@ -171,7 +171,7 @@ fn sigterm_drains_a_worker_then_its_coordinator() {
     );
 
     coordinator.sigterm();
-    let (status, out, err) = coordinator.exit_within(Duration::from_secs(60));
+    let (status, out, err) = coordinator.exit_within(Duration::from_secs(180));
     assert!(status.success(), "coordinator: {status}; stderr:\n{err}");
     let report: Value = serde_json::from_str(&out).expect("a JSON report on stdout");
     assert_eq!(report["stoppedBySignal"], true, "{report}");
