@@ -8,10 +8,10 @@
 //! - `NotIn` and `DoesNotExist` match a node without the label;
 //! - `Gt`/`Lt` need the label to parse as an integer;
 //! - a `matchExpressions` value that is not a valid label value (which the
-//!   API server lets through) makes upstream's selector fail to parse, and
-//!   a selector that fails to parse matches **no** node: such a
-//!   requirement compiles to [`Operator::Unparsable`], and a [`Selector`]
-//!   holding one matches nothing.
+//!   API server lets through) makes upstream's term fail to parse, and a
+//!   term that fails to parse matches **no** node (upstream's
+//!   `LazyErrorNodeSelector` keeps the other terms): such a requirement
+//!   compiles to [`Operator::Unparsable`].
 
 use std::collections::BTreeMap;
 
@@ -39,8 +39,7 @@ pub enum Operator {
     /// Label is an integer less than this.
     Lt(i64),
     /// A value upstream's label selector refuses to parse (why, naming the
-    /// field): matches
-    /// nothing, and makes its whole [`Selector`] match nothing.
+    /// field): matches nothing, so its term matches nothing.
     Unparsable(String),
 }
 
@@ -123,16 +122,13 @@ impl Term {
 pub struct Selector {
     /// The ORed terms.
     pub terms: Vec<Term>,
-    /// Some term holds an [`Operator::Unparsable`] requirement: upstream's
-    /// selector fails to parse as a whole, and matches no node.
-    pub unparsable: bool,
 }
 
 impl Selector {
-    /// Whether any term matches (none when the selector is unparsable).
+    /// Whether any term matches.
     #[must_use]
     pub fn matches(&self, name: &str, labels: &BTreeMap<String, String>) -> bool {
-        !self.unparsable && self.terms.iter().any(|t| t.matches(name, labels))
+        self.terms.iter().any(|t| t.matches(name, labels))
     }
 }
 
@@ -279,9 +275,8 @@ pub fn compile_selector(s: &NodeSelector, field: &str) -> Result<Selector, Selec
         .iter()
         .enumerate()
         .map(|(i, t)| compile_term(t, &format!("{field}.nodeSelectorTerms[{i}]")))
-        .collect::<Result<Vec<Term>, _>>()?;
-    let unparsable = terms.iter().any(|t| t.unparsable().is_some());
-    Ok(Selector { terms, unparsable })
+        .collect::<Result<_, _>>()?;
+    Ok(Selector { terms })
 }
 
 /// Whether `pod`'s `nodeSelector` and its required node affinity both
@@ -389,11 +384,11 @@ mod tests {
     }
 
     #[test]
-    fn an_invalid_label_value_makes_the_selector_match_no_node() {
+    fn an_invalid_label_value_makes_its_term_match_no_node() {
         // Upstream node_affinity_test "Pod with an invalid value in
         // Affinity term won't be scheduled onto the node": the API server
-        // accepts it, the selector does not parse, no node matches, even
-        // through another term that would.
+        // accepts it, the term does not parse and matches no node; another
+        // term still can (LazyErrorNodeSelector keeps the parsed terms).
         let l = labels(&[("foo", "bar")]);
         let invalid = NodeSelectorTerm {
             match_expressions: Some(vec![req("foo", "NotIn", &["invalid value: ___@#$%^"])]),
@@ -413,7 +408,7 @@ mod tests {
             .expect("the API server accepts it, so must we")
         };
         assert!(!one(vec![invalid.clone()]).matches("n", &l));
-        assert!(!one(vec![invalid, valid.clone()]).matches("n", &l));
+        assert!(one(vec![invalid, valid.clone()]).matches("n", &l));
         assert!(one(vec![valid]).matches("n", &l));
         for (v, ok) in [
             ("", true),

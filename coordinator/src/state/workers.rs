@@ -34,23 +34,25 @@ impl Inner {
 }
 
 impl Coordinator {
-    /// Whether a worker whose profiles have fingerprint `fingerprint` may
-    /// register (`0`: not given, not compared): its profiles must be the
-    /// ones served, whose Filters the bind arbiter re-checks; a worker
-    /// deciding with others (another `--config`) would have proposals
-    /// refused again and again, its pods never bound nor reported.
+    /// Whether a worker whose profiles have fingerprint `fingerprint` runs
+    /// the profiles served (`0`: not given, not compared). The bind arbiter
+    /// re-checks what the served profiles filter, so a worker deciding with
+    /// others (another `--config`) may have its proposals refused again and
+    /// again. The worker still registers (the fingerprint also differs for
+    /// equal configurations written differently); the caller warns.
     ///
     /// # Errors
-    /// The reason, for the worker to print.
+    /// The warning, naming the fix.
     pub fn admits_profiles(&self, fingerprint: u64) -> Result<(), String> {
         let own = self.inner.lock().profiles_fingerprint;
         if fingerprint == 0 || own == 0 || fingerprint == own {
             return Ok(());
         }
         Err(format!(
-            "the worker's scheduler profiles (fingerprint {fingerprint:016x}) differ from the \
-             coordinator's ({own:016x}): give workers and coordinator the same --config \
-             (same profiles, plugins and pluginConfig)"
+            "the worker's scheduler profiles (fingerprint {fingerprint:016x}) are not written as \
+             the coordinator's ({own:016x}): if they filter differently, the bind arbiter \
+             refuses its proposals again and again; give workers and coordinator the same \
+             --config"
         ))
     }
 

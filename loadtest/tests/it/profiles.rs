@@ -98,19 +98,21 @@ async fn each_pod_runs_the_profile_it_selects_and_the_profile_class_picks_the_po
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_worker_with_another_configuration_is_refused_and_nothing_is_decided() {
+async fn a_worker_without_the_pods_profile_reports_them_unschedulable() {
     use std::sync::Arc;
 
     use flotilla_scheduler::worker::{self, WorkerConfig, WorkerStats};
     use flotilla_scheduler::{Profile, Registry};
     use flotilla_shared::WorkloadClass;
+    use tokio_util::sync::CancellationToken;
+
+    use crate::unschedulable_message;
 
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free port")
         .port();
     // The coordinator serves default-scheduler (no --config)...
-    let stop = tokio_util::sync::CancellationToken::new();
     let cfg = RunConfig {
         in_process_workers: 0,
         expect_workers: 1,
@@ -118,13 +120,12 @@ async fn a_worker_with_another_configuration_is_refused_and_nothing_is_decided()
         progress: false,
         timeout: Duration::from_secs(30),
         settle: Duration::from_millis(500),
-        stop: stop.clone(),
         ..RunConfig::default()
     };
     let workload = flotilla_loadtest::workload::scheduling_basic(2, 3);
     let run = tokio::spawn(run_embedded_with_cluster(workload, cfg));
-    // ...but the worker was given a configuration without that profile:
-    // it is refused when it registers, and says why.
+    // ...but the worker was given a configuration without that profile.
+    let own = CancellationToken::new();
     let mut wcfg = WorkerConfig::new(
         &format!("http://127.0.0.1:{port}"),
         "ext-0",
@@ -135,36 +136,33 @@ async fn a_worker_with_another_configuration_is_refused_and_nothing_is_decided()
         ..Profile::default()
     }];
     wcfg.connect_timeout = Duration::from_secs(20);
-    let refused = within(
-        Duration::from_secs(30),
-        "the worker being refused",
+    let t = own.clone();
+    let ext = tokio::spawn(async move {
         worker::run(
             wcfg,
             &Registry::in_tree(),
             Arc::new(WorkerStats::default()),
-            tokio_util::sync::CancellationToken::new(),
-        ),
-    )
-    .await
-    .expect_err("refused");
-    assert!(format!("{refused}").contains("same --config"), "{refused}");
+            t,
+        )
+        .await
+    });
 
-    // Nothing was decided under the other configuration: stopped, the run
-    // reports every pod pending.
-    stop.cancel();
-    let (report, _cluster) = within(Duration::from_secs(60), "the run stopping", run)
+    let (report, cluster) = within(Duration::from_secs(60), "the run finishing", run)
         .await
         .expect("no panic")
         .expect("the run completes");
-    assert_eq!(
-        (
-            report.scheduled,
-            report.unschedulable,
-            report.pending,
-            report.pods
-        ),
-        (0, 0, 3, 3),
-        "{}",
-        report.to_text()
-    );
+    own.cancel();
+    let _ = within(Duration::from_secs(20), "the worker stopping", ext).await;
+    assert!(!report.timed_out, "{}", report.to_text());
+    assert_eq!((report.scheduled, report.unschedulable), (0, 3));
+    for p in cluster.pods() {
+        assert_eq!(
+            unschedulable_message(&p),
+            Some(
+                "no profile for schedulerName \"default-scheduler\" in this worker's configuration"
+            ),
+            "{:?}",
+            p.metadata.name
+        );
+    }
 }

@@ -108,6 +108,7 @@ fn simulated(path: &std::path::Path, seed: u64) -> Decisions {
             Outcome::Scheduled { node } => {
                 placed.insert(r.pod.name.to_string(), node.clone());
             }
+            Outcome::Unschedulable { .. } => {}
             other => panic!("{}: {other:?}", r.pod),
         }
         victims.extend(
@@ -134,10 +135,9 @@ async fn run(path: &std::path::Path, seed: u64, pending: &[&str]) -> Decisions {
     assert_eq!(report.checks.overcommitted_nodes, 0);
     let placed = pending
         .iter()
-        .map(|name| {
+        .filter_map(|name| {
             let pod = cluster.pod("default", name).expect(name);
-            let node = node_of(&pod).unwrap_or_else(|| panic!("{name} is not bound"));
-            ((*name).to_owned(), node.to_owned())
+            node_of(&pod).map(|node| ((*name).to_owned(), node.to_owned()))
         })
         .collect();
     let mut victims: Vec<String> = cluster

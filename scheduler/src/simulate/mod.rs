@@ -36,7 +36,10 @@
 //! victims' deletion moves upstream's unschedulable pods back to the active
 //! queue, the pods found unschedulable so far (gang members aside) are
 //! tried again right after it, in queue order, and their result is the
-//! retry's. Other pending pods are [`SkippedPod`]s with the reason.
+//! retry's. The preemptor's own nominated attempt comes first, as in a
+//! cluster whose victims go at once (grace period 0, the simulation's
+//! model); with a grace period, a pod waiting out its backoff may take the
+//! freed room before the preemptor does. Other pending pods are [`SkippedPod`]s with the reason.
 //!
 //! # Preemption
 //! A pod that fits nowhere in a profile with `DefaultPreemption` gets
