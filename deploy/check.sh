@@ -109,6 +109,14 @@ if [ "$rbac" = 1 ]; then
   for v in create patch; do check yes $c team-a "$v" events; done
   for v in get list watch; do check yes $c team-a "$v" podgroups.scheduling.x-k8s.io; done
   check yes $c team-a patch podgroups.scheduling.x-k8s.io --subresource=status
+  # Kubernetes' own PodGroups: can-i needs them served (1.36+, feature gate).
+  if "$KUBECTL" api-resources --api-group=scheduling.k8s.io -o name 2>/dev/null \
+      | grep -qx 'podgroups.scheduling.k8s.io'; then
+    for v in get list watch; do check yes $c team-a "$v" podgroups.scheduling.k8s.io; done
+    check yes $c team-a patch podgroups.scheduling.k8s.io --subresource=status
+  else
+    echo "  skip scheduling.k8s.io podgroups: not served by this server"
+  fi
   check yes $c "$NS" create leases.coordination.k8s.io
   for v in get update patch; do check yes $c "$NS" "$v" leases.coordination.k8s.io/flotilla-coordinator; done
   # What it must not be able to do.

@@ -73,6 +73,8 @@ const RBAC: &[RbacRow] = &[
     (COORDINATOR_SA, CLUSTER, "", "events", &[], &["create", "patch"]),
     (COORDINATOR_SA, CLUSTER, "scheduling.x-k8s.io", "podgroups", &[], &["get", "list", "watch"]),
     (COORDINATOR_SA, CLUSTER, "scheduling.x-k8s.io", "podgroups/status", &[], &["patch"]),
+    (COORDINATOR_SA, CLUSTER, "scheduling.k8s.io", "podgroups", &[], &["get", "list", "watch"]),
+    (COORDINATOR_SA, CLUSTER, "scheduling.k8s.io", "podgroups/status", &[], &["patch"]),
     (COORDINATOR_SA, NAMESPACE, "coordination.k8s.io", "leases", &[], &["create"]),
     (COORDINATOR_SA, NAMESPACE, "coordination.k8s.io", "leases", &["flotilla-coordinator"], &["get", "update", "patch"]),
 ];

@@ -275,6 +275,9 @@ pub async fn run_embedded_full(
     for g in &workload.pod_groups {
         cluster.apply_pod_group(g.clone())?;
     }
+    for g in &workload.workload_pod_groups {
+        cluster.apply_workload_pod_group(g.clone())?;
+    }
     let mut rejected = Vec::new();
     let backlog = if cfg.backlog {
         let first = wave_bounds(workload.pods.len(), &workload.barriers)

@@ -26,7 +26,8 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use flotilla_shared::PodInfo;
-use flotilla_shared::pod_group::{self, PodGroup};
+use flotilla_shared::gang::{self, Gang, GangApi, GangObject};
+use flotilla_shared::pod_group::PodGroup;
 
 /// Upstream default of `CoschedulingArgs.permitWaitingTimeSeconds`.
 pub const DEFAULT_PERMIT_WAITING_TIME: Duration = Duration::from_secs(60);
@@ -62,7 +63,7 @@ pub enum PermitOutcome {
 
 #[derive(Debug, Default)]
 struct Book {
-    groups: HashMap<String, Arc<PodGroup>>,
+    groups: HashMap<String, Arc<Gang>>,
     /// Group → uids of its non-terminal pods this worker knows (pending
     /// here, or bound anywhere).
     members: HashMap<String, HashSet<Arc<str>>>,
@@ -100,20 +101,76 @@ impl GangBook {
         b.pod_group_backoff = pod_group_backoff;
     }
 
-    /// A PodGroup was added or changed.
-    pub fn apply_group(&self, g: Arc<PodGroup>) {
-        self.inner.lock().groups.insert(g.full_name(), g);
+    /// A PodGroup of either API was added or changed.
+    pub fn apply(&self, g: &GangObject) {
+        let gang = g.gang();
+        self.inner
+            .lock()
+            .groups
+            .insert(gang.key.clone(), Arc::new(gang));
     }
 
-    /// A PodGroup was deleted (`namespace/name`).
-    pub fn delete_group(&self, name: &str) {
-        self.inner.lock().groups.remove(name);
+    /// A scheduler-plugins PodGroup was added or changed.
+    pub fn apply_group(&self, g: &PodGroup) {
+        let gang = Gang::from_pod_group(g);
+        self.inner
+            .lock()
+            .groups
+            .insert(gang.key.clone(), Arc::new(gang));
     }
 
-    /// The PodGroup `namespace/name`, if known.
+    /// A PodGroup was deleted (its gang key, see [`gang::gang_of`]).
+    pub fn delete_group(&self, key: &str) {
+        self.inner.lock().groups.remove(key);
+    }
+
+    /// The gang `key`, if its PodGroup is known.
     #[must_use]
-    pub fn group(&self, name: &str) -> Option<Arc<PodGroup>> {
-        self.inner.lock().groups.get(name).cloned()
+    pub fn group(&self, key: &str) -> Option<Arc<Gang>> {
+        self.inner.lock().groups.get(key).cloned()
+    }
+
+    /// Upstream GangScheduling's PreEnqueue for a member of a
+    /// `scheduling.k8s.io` group (other pods pass): `Err` with upstream's
+    /// message while its PodGroup is unknown, is invalid, or has fewer pods
+    /// than `gang.minCount` (a `basic` group passes).
+    ///
+    /// # Errors
+    /// `waiting for pods's pod group "<name>" to appear in scheduling
+    /// queue`; the PodGroup's field error; `waiting for minCount pods from a
+    /// gang to appear in scheduling queue`.
+    pub fn pre_enqueue(&self, pod: &PodInfo) -> Result<(), String> {
+        let Some(g) = group_of(pod).filter(|g| gang::is_workload_key(g)) else {
+            return Ok(());
+        };
+        let b = self.inner.lock();
+        let name = pod.pod_group_name.as_deref().unwrap_or_default();
+        // The scheduler names were checked by the coordinator, which sees
+        // every pod of the group.
+        gang::admission(name, b.groups.get(&g).map(|g| &**g), [])?;
+        let Some(group) = b.groups.get(&g).filter(|g| g.min_count.is_some()) else {
+            return Ok(());
+        };
+        let n = b.members.get(&g).map_or(0, HashSet::len);
+        if n < group.min_members() {
+            return Err(
+                "waiting for minCount pods from a gang to appear in scheduling queue".to_owned(),
+            );
+        }
+        Ok(())
+    }
+
+    /// The plugin that holds `pod` at Permit, if it is a member of a gang
+    /// (`Coscheduling` or `GangScheduling`, by the API of its group).
+    #[must_use]
+    pub fn permit_plugin(pod: &PodInfo) -> Option<GangApi> {
+        group_of(pod).map(|g| {
+            if gang::is_workload_key(&g) {
+                GangApi::GangScheduling
+            } else {
+                GangApi::Coscheduling
+            }
+        })
     }
 
     /// A pending pod was assigned to this worker. Returns whether it is a
@@ -190,7 +247,7 @@ impl GangBook {
     /// `pre-filter pod <name> cannot find enough sibling pods, current pods
     /// number: <n>, minMember of group: <m>`.
     pub fn pre_filter(&self, pod: &PodInfo, now: Instant) -> Result<(), String> {
-        let Some(g) = group_of(pod) else {
+        let Some(g) = group_of(pod).filter(|g| !gang::is_workload_key(g)) else {
             return Ok(());
         };
         let mut b = self.inner.lock();
@@ -205,11 +262,11 @@ impl GangBook {
             None => {}
         }
         let n = b.members.get(&g).map_or(0, HashSet::len);
-        let min = usize::try_from(group.spec.min_member.max(0)).unwrap_or(0);
-        if n < min {
+        if n < group.min_members() {
             return Err(format!(
                 "pre-filter pod {} cannot find enough sibling pods, current pods number: {n}, minMember of group: {}",
-                pod.key.name, group.spec.min_member
+                pod.key.name,
+                group.min_count.unwrap_or_default()
             ));
         }
         Ok(())
@@ -224,11 +281,25 @@ impl GangBook {
         };
         let mut b = self.inner.lock();
         let Some(group) = b.groups.get(&g).cloned() else {
-            return PermitOutcome::Reject("PodGroup not found".to_owned());
+            return PermitOutcome::Reject(if gang::is_workload_key(&g) {
+                // Upstream GangScheduling's Permit error.
+                format!(
+                    "failed to get podGroup {}/{}: podgroup {:?} not found",
+                    pod.key.namespace,
+                    pod.pod_group_name.as_deref().unwrap_or_default(),
+                    pod.pod_group_name.as_deref().unwrap_or_default()
+                )
+            } else {
+                "PodGroup not found".to_owned()
+            });
         };
+        if group.api == GangApi::GangScheduling && group.min_count.is_none() {
+            // `basic`: every member on its own.
+            return PermitOutcome::NotGang;
+        }
         let bound = b.bound.get(&g).map_or(0, HashSet::len);
         let waiting = b.waiting.get(&g).map_or(0, |w| w.members.len());
-        let min = usize::try_from(group.spec.min_member.max(0)).unwrap_or(0);
+        let min = group.min_members();
         if bound + waiting + 1 >= min {
             let mut members = b.waiting.remove(&g).map(|w| w.members).unwrap_or_default();
             members.push((pod.clone(), node.clone()));
@@ -254,14 +325,14 @@ impl GangBook {
     /// when it has `minMember` pods. Returns the released members and the
     /// PostFilter message (`None` when nothing was rejected).
     pub fn post_filter(&self, pod: &PodInfo, now: Instant) -> (Vec<Placement>, Option<String>) {
-        let Some(g) = group_of(pod) else {
+        let Some(g) = group_of(pod).filter(|g| !gang::is_workload_key(g)) else {
             return (Vec::new(), None);
         };
         let mut b = self.inner.lock();
         let Some(group) = b.groups.get(&g).cloned() else {
             return (Vec::new(), None);
         };
-        let min = group.spec.min_member.max(0);
+        let min = group.min_count.unwrap_or_default().max(0);
         let bound = b.bound.get(&g).map_or(0, HashSet::len);
         let waiting = b.waiting.get(&g).map_or(0, |w| w.members.len());
         let assigned = i32::try_from(bound + waiting).unwrap_or(i32::MAX);
@@ -285,6 +356,17 @@ impl GangBook {
             pod.key.name
         );
         (released, Some(msg))
+    }
+
+    /// A member of a `scheduling.k8s.io` gang fits nowhere: the group is
+    /// rejected as a unit (upstream 1.37's pod group cycle: all or nothing on
+    /// one snapshot), so its members waiting at Permit are released at once
+    /// rather than at the timeout. Returns them (empty for other pods).
+    pub fn reject_workload_gang(&self, pod: &PodInfo) -> Vec<Placement> {
+        match group_of(pod).filter(|g| gang::is_workload_key(g)) {
+            Some(g) => self.reject_waiting(&g),
+            None => Vec::new(),
+        }
     }
 
     /// Takes every waiting member of `group` (upstream Unreserve rejecting
@@ -325,10 +407,10 @@ impl GangBook {
     }
 }
 
-/// `namespace/name` of the pod's PodGroup, if it has the label.
+/// The key of the pod's gang, if it has one ([`gang::gang_of`]).
 #[must_use]
 pub fn group_of(pod: &PodInfo) -> Option<String> {
-    pod_group::full_name(&pod.key.namespace, &pod.labels)
+    gang::gang_of(pod)
 }
 
 /// A whole-second duration the way Go prints it (`5s`, `1m0s`, `1h0m0s`),
@@ -353,6 +435,7 @@ pub fn go_duration(d: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use flotilla_shared::pod_group;
     use flotilla_shared::testing::PodBuilder;
 
     fn group(name: &str, min: i32, timeout: Option<i32>) -> Arc<PodGroup> {
@@ -379,7 +462,7 @@ mod tests {
         let p1 = member("p1", "pg");
         // No PodGroup object: PreFilter passes (upstream returns nil).
         assert_eq!(book.pre_filter(&p1, now), Ok(()));
-        book.apply_group(group("pg", 3, None));
+        book.apply_group(&group("pg", 3, None));
         book.pod_pending(&p1);
         book.pod_pending(&member("p2", "pg"));
         assert_eq!(
@@ -396,7 +479,7 @@ mod tests {
     fn permit_waits_until_min_member_then_releases_all() {
         let book = GangBook::new();
         let now = Instant::now();
-        book.apply_group(group("pg", 3, None));
+        book.apply_group(&group("pg", 3, None));
         let n: Arc<str> = Arc::from("n1");
         let pods: Vec<_> = (1..=3).map(|i| member(&format!("p{i}"), "pg")).collect();
         assert!(matches!(
@@ -429,7 +512,7 @@ mod tests {
             PermitOutcome::Reject(m) => assert_eq!(m, "PodGroup not found"),
             other => panic!("expected Reject, got {other:?}"),
         }
-        book.apply_group(group("pg", 2, None));
+        book.apply_group(&group("pg", 2, None));
         book.pod_bound(&member("p0", "pg"));
         assert!(matches!(book.permit(&p, &n, now), PermitOutcome::Ready(_, m) if m.len() == 1));
         let solo = Arc::new(PodBuilder::new("solo").build_info());
@@ -443,8 +526,8 @@ mod tests {
     fn waiting_members_expire_after_the_group_timeout() {
         let book = GangBook::new();
         book.configure(Duration::from_secs(60), None);
-        book.apply_group(group("short", 3, Some(5)));
-        book.apply_group(group("long", 3, None));
+        book.apply_group(&group("short", 3, Some(5)));
+        book.apply_group(&group("long", 3, None));
         let t0 = Instant::now();
         let n: Arc<str> = Arc::from("n1");
         book.permit(&member("a", "short"), &n, t0);
@@ -465,7 +548,7 @@ mod tests {
         let n: Arc<str> = Arc::from("n1");
         // minMember 4, 2 waiting: gap 50 % → siblings rejected.
         let book = GangBook::new();
-        book.apply_group(group("pg", 4, None));
+        book.apply_group(&group("pg", 4, None));
         book.permit(&member("p1", "pg"), &n, now);
         book.permit(&member("p2", "pg"), &n, now);
         let (released, msg) = book.post_filter(&member("p3", "pg"), now);
@@ -478,7 +561,7 @@ mod tests {
         );
         // minMember 10, 9 placed: gap 10 % → keep waiting.
         let book = GangBook::new();
-        book.apply_group(group("big", 10, None));
+        book.apply_group(&group("big", 10, None));
         for i in 0..9 {
             book.permit(&member(&format!("b{i}"), "big"), &n, now);
         }
@@ -494,7 +577,7 @@ mod tests {
         let n: Arc<str> = Arc::from("n1");
         let book = GangBook::new();
         book.configure(DEFAULT_PERMIT_WAITING_TIME, Some(Duration::from_secs(10)));
-        book.apply_group(group("pg", 2, None));
+        book.apply_group(&group("pg", 2, None));
         let p1 = member("p1", "pg");
         let p2 = member("p2", "pg");
         book.pod_pending(&p1);
@@ -506,6 +589,135 @@ mod tests {
             Err("podGroup default/pg failed recently".into())
         );
         assert_eq!(book.pre_filter(&p1, now + Duration::from_secs(10)), Ok(()));
+    }
+
+    fn workload(name: &str, policy: serde_json::Value) -> GangObject {
+        GangObject::Workload(Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": gang::V1BETA1, "kind": "PodGroup",
+                "metadata": {"name": name, "namespace": "default"},
+                "spec": {"schedulingPolicy": policy},
+            }))
+            .unwrap(),
+        ))
+    }
+
+    fn grouped(name: &str, g: &str) -> Arc<PodInfo> {
+        Arc::new(PodBuilder::new(name).pod_group_name(g).build_info())
+    }
+
+    #[test]
+    fn upstream_pre_enqueue_waits_for_the_group_and_min_count() {
+        let book = GangBook::new();
+        let p1 = grouped("p1", "pg");
+        assert_eq!(
+            book.pre_enqueue(&p1),
+            Err("waiting for pods's pod group \"pg\" to appear in scheduling queue".into())
+        );
+        book.apply(&workload(
+            "pg",
+            serde_json::json!({"gang": {"minCount": 2}}),
+        ));
+        book.pod_pending(&p1);
+        assert_eq!(
+            book.pre_enqueue(&p1),
+            Err("waiting for minCount pods from a gang to appear in scheduling queue".into())
+        );
+        book.pod_pending(&grouped("p2", "pg"));
+        assert_eq!(book.pre_enqueue(&p1), Ok(()));
+        // The scheduler-plugins check does not apply to it, nor this one to
+        // a labelled pod.
+        assert_eq!(book.pre_filter(&p1, Instant::now()), Ok(()));
+        assert_eq!(book.pre_enqueue(&member("c", "pg")), Ok(()));
+        // Basic: nothing to wait for; invalid: the field error.
+        book.apply(&workload("web", serde_json::json!({"basic": {}})));
+        assert_eq!(book.pre_enqueue(&grouped("w", "web")), Ok(()));
+        book.apply(&workload(
+            "bad",
+            serde_json::json!({"gang": {"minCount": -1}}),
+        ));
+        assert_eq!(
+            book.pre_enqueue(&grouped("b", "bad")),
+            Err("PodGroup default/bad: spec.schedulingPolicy.gang.minCount: Invalid value: -1: must be greater than zero".into())
+        );
+    }
+
+    #[test]
+    fn upstream_permit_waits_for_min_count_and_times_out_after_five_minutes() {
+        let book = GangBook::new();
+        let now = Instant::now();
+        let n: Arc<str> = Arc::from("n1");
+        book.apply(&workload(
+            "pg",
+            serde_json::json!({"gang": {"minCount": 3}}),
+        ));
+        let (p1, p2, p3) = (
+            grouped("p1", "pg"),
+            grouped("p2", "pg"),
+            grouped("p3", "pg"),
+        );
+        for p in [&p1, &p2, &p3] {
+            book.pod_pending(p);
+        }
+        assert!(matches!(book.permit(&p1, &n, now), PermitOutcome::Wait));
+        assert!(matches!(book.permit(&p2, &n, now), PermitOutcome::Wait));
+        match book.permit(&p3, &n, now) {
+            PermitOutcome::Ready(g, members) => {
+                assert_eq!(g, "podgroups.scheduling.k8s.io/default/pg");
+                assert_eq!(members.len(), 3);
+            }
+            o => panic!("{o:?}"),
+        }
+        // Waiting members are released after upstream's fixed 5 minutes.
+        book.permit(&p1, &n, now);
+        let early = now + gang::WORKLOAD_PERMIT_TIMEOUT - Duration::from_secs(1);
+        assert!(book.take_expired(early).is_empty());
+        let expired = book.take_expired(now + gang::WORKLOAD_PERMIT_TIMEOUT);
+        assert_eq!(expired.len(), 1);
+        assert_eq!(expired[0].1, Duration::from_secs(300));
+        assert_eq!(go_duration(expired[0].1), "5m0s");
+    }
+
+    #[test]
+    fn an_upstream_gang_is_rejected_as_a_unit_and_basic_members_go_alone() {
+        let book = GangBook::new();
+        let now = Instant::now();
+        let n: Arc<str> = Arc::from("n1");
+        book.apply(&workload(
+            "pg",
+            serde_json::json!({"gang": {"minCount": 3}}),
+        ));
+        let (p1, p2, p3) = (
+            grouped("p1", "pg"),
+            grouped("p2", "pg"),
+            grouped("p3", "pg"),
+        );
+        for p in [&p1, &p2, &p3] {
+            book.pod_pending(p);
+        }
+        book.permit(&p1, &n, now);
+        book.permit(&p2, &n, now);
+        // p3 fits nowhere: the scheduler-plugins PostFilter does not apply
+        // (no 10 % rule), the group is rejected whole.
+        assert!(book.post_filter(&p3, now).0.is_empty());
+        let released = book.reject_workload_gang(&p3);
+        assert_eq!(released.len(), 2);
+        assert_eq!(book.waiting_len(), 0);
+        book.apply(&workload("web", serde_json::json!({"basic": {}})));
+        assert!(matches!(
+            book.permit(&grouped("w", "web"), &n, now),
+            PermitOutcome::NotGang
+        ));
+        // A PodGroup gone since dispatch: upstream Permit's error.
+        match book.permit(&grouped("x", "gone"), &n, now) {
+            PermitOutcome::Reject(m) => {
+                assert_eq!(
+                    m,
+                    "failed to get podGroup default/gone: podgroup \"gone\" not found"
+                );
+            }
+            o => panic!("{o:?}"),
+        }
     }
 
     #[test]

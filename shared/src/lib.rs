@@ -45,6 +45,7 @@ pub mod affinity_counts;
 pub mod extender;
 pub mod fit;
 pub mod framework;
+pub mod gang;
 pub mod http;
 pub mod images;
 pub mod label_selector;

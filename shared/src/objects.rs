@@ -7,6 +7,7 @@ use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 
+use crate::gang::WorkloadPodGroup;
 use crate::pod_group::PodGroup;
 
 /// Namespace given to namespaced objects that have none.
@@ -32,6 +33,9 @@ pub struct ClusterObjects {
     /// PodGroups (`scheduling.x-k8s.io/v1alpha1`: gangs, in profiles that
     /// enable Coscheduling).
     pub pod_groups: Vec<PodGroup>,
+    /// PodGroups of Kubernetes' own API (`scheduling.k8s.io` `v1alpha2` /
+    /// `v1beta1`: gangs and basic groups, served by GangScheduling).
+    pub workload_pod_groups: Vec<WorkloadPodGroup>,
     /// Bad objects skipped (when the loader was told to skip them) and
     /// objects of other kinds,
     /// in input order.

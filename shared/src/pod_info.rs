@@ -145,6 +145,10 @@ pub struct PodInfo {
     /// The annotation `scheduling.flotilla.dev/max-instances-per-node`, as
     /// written (read by [`crate::max_instances`]).
     pub max_instances_annotation: Option<Arc<str>>,
+    /// `spec.schedulingGroup.podGroupName` (empty maps to `None`): the
+    /// `scheduling.k8s.io` PodGroup of the pod's namespace it belongs to
+    /// (see [`crate::gang`]).
+    pub pod_group_name: Option<Arc<str>>,
 }
 
 /// A pod that cannot be read; names the object and the field.
@@ -411,6 +415,12 @@ impl PodInfo {
                 .as_ref()
                 .and_then(|a| a.get(crate::max_instances::ANNOTATION_MAX_INSTANCES_PER_NODE))
                 .map(|v| Arc::from(v.as_str())),
+            pod_group_name: spec
+                .scheduling_group
+                .as_ref()
+                .and_then(|g| g.pod_group_name.as_deref())
+                .filter(|n| !n.is_empty())
+                .map(Arc::from),
             source: ObjectSource::Object(pod),
             scheduling_gates,
             nominated_node_name,

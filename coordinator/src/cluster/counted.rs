@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use flotilla_shared::gang::{PodGroupCondition, WorkloadPodGroup};
 use flotilla_shared::metrics::metrics;
 use flotilla_shared::pod_group::{PodGroup, PodGroupStatus};
 use futures::stream::BoxStream;
@@ -81,6 +82,17 @@ impl Cluster for Counted {
     ) -> Result<(), ClusterError> {
         self.count("pod_group_status");
         self.inner.update_pod_group_status(group, status).await
+    }
+
+    async fn set_workload_pod_group_condition(
+        &self,
+        group: &WorkloadPodGroup,
+        condition: &PodGroupCondition,
+    ) -> Result<(), ClusterError> {
+        self.count("pod_group_status");
+        self.inner
+            .set_workload_pod_group_condition(group, condition)
+            .await
     }
 
     async fn delete_pod(&self, pod: &PodRef, grace: Option<i64>) -> Result<(), ClusterError> {

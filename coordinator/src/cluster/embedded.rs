@@ -1,6 +1,6 @@
 //! The embedded simulated cluster: an in-memory API server for Nodes, Pods,
-//! PodGroups (`scheduling.x-k8s.io/v1alpha1`, with their `status`
-//! subresource), PriorityClasses and PodDisruptionBudgets with
+//! PodGroups (`scheduling.x-k8s.io/v1alpha1`, and Kubernetes' own
+//! `scheduling.k8s.io` ones, with their `status` subresource), PriorityClasses and PodDisruptionBudgets with
 //! resourceVersions, list + watch, Bindings, graceful pod deletion, pod
 //! status conditions and
 //! recorded Events.
@@ -19,13 +19,14 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
+use flotilla_shared::gang::{self, PodGroupCondition, WorkloadPodGroup};
 use flotilla_shared::pod_group::{PodGroup, PodGroupStatus};
 use futures::StreamExt as _;
 use futures::stream::BoxStream;
 use k8s_openapi::api::core::v1::{Node, Pod, PodCondition, PodStatus};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
@@ -65,6 +66,8 @@ struct State {
     events_recorded: u64,
     /// PodGroups by (namespace, name).
     pod_groups: BTreeMap<(String, String), Arc<PodGroup>>,
+    /// `scheduling.k8s.io` PodGroups by (namespace, name).
+    workload_pod_groups: BTreeMap<(String, String), Arc<WorkloadPodGroup>>,
     priority_classes: BTreeMap<String, Arc<PriorityClass>>,
     /// `priority_classes` indexed for admission; rebuilt on first use after
     /// they change.
@@ -521,24 +524,11 @@ impl EmbeddedCluster {
         let mut st = self.state.lock();
         let key = (ns, name);
         let rv = st.next_rv();
-        if let Some(old) = st.pod_groups.get(&key) {
-            group.metadata.uid.clone_from(&old.metadata.uid);
-            group
-                .metadata
-                .creation_timestamp
-                .clone_from(&old.metadata.creation_timestamp);
+        let old = st.pod_groups.get(&key);
+        if let Some(old) = old {
             group.status = old.status.clone();
         }
-        if group.metadata.uid.as_deref().is_none_or(str::is_empty) {
-            group.metadata.uid = Some(format!("embedded-{rv}"));
-        }
-        if group.metadata.creation_timestamp.is_none() {
-            group.metadata.creation_timestamp =
-                Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-                    k8s_openapi::jiff::Timestamp::now(),
-                ));
-        }
-        group.metadata.resource_version = Some(rv);
+        applied_metadata(&mut group.metadata, old.map(|o| &o.metadata), rv);
         let group = Arc::new(group);
         st.pod_groups.insert(key, group.clone());
         st.emit(WatchEvent::PodGroupApplied(group));
@@ -570,6 +560,75 @@ impl EmbeddedCluster {
         self.state
             .lock()
             .pod_groups
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .cloned()
+    }
+
+    /// Creates or replaces a `scheduling.k8s.io` PodGroup (like `kubectl
+    /// apply`; the `status` kept from the current object, as a write to the
+    /// main resource does). An empty `apiVersion` becomes
+    /// [`gang::V1BETA1`], an empty `kind` `PodGroup`, a missing namespace
+    /// `default`; a missing uid is generated.
+    ///
+    /// # Errors
+    /// [`AdminError::MissingName`].
+    pub fn apply_workload_pod_group(&self, mut group: WorkloadPodGroup) -> Result<(), AdminError> {
+        let name = group
+            .metadata
+            .name
+            .clone()
+            .filter(|n| !n.is_empty())
+            .ok_or(AdminError::MissingName { kind: "PodGroup" })?;
+        let ns = group
+            .metadata
+            .namespace
+            .get_or_insert_with(|| "default".into())
+            .clone();
+        if group.api_version.is_empty() {
+            gang::V1BETA1.clone_into(&mut group.api_version);
+        }
+        if group.kind.is_empty() {
+            "PodGroup".clone_into(&mut group.kind);
+        }
+        let mut st = self.state.lock();
+        let key = (ns, name);
+        let rv = st.next_rv();
+        let old = st.workload_pod_groups.get(&key);
+        if let Some(old) = old {
+            group.status = old.status.clone();
+        }
+        applied_metadata(&mut group.metadata, old.map(|o| &o.metadata), rv);
+        let group = Arc::new(group);
+        st.workload_pod_groups.insert(key, group.clone());
+        st.emit(WatchEvent::WorkloadPodGroupApplied(group));
+        Ok(())
+    }
+
+    /// Deletes a `scheduling.k8s.io` PodGroup.
+    ///
+    /// # Errors
+    /// [`AdminError::NotFound`].
+    pub fn delete_workload_pod_group(&self, namespace: &str, name: &str) -> Result<(), AdminError> {
+        let mut st = self.state.lock();
+        let key = (namespace.to_owned(), name.to_owned());
+        let group = st
+            .workload_pod_groups
+            .remove(&key)
+            .ok_or_else(|| AdminError::NotFound {
+                kind: "PodGroup",
+                name: format!("{namespace}/{name}"),
+            })?;
+        st.next_rv();
+        st.emit(WatchEvent::WorkloadPodGroupDeleted(group));
+        Ok(())
+    }
+
+    /// The current `scheduling.k8s.io` PodGroup, if it exists.
+    #[must_use]
+    pub fn workload_pod_group(&self, namespace: &str, name: &str) -> Option<Arc<WorkloadPodGroup>> {
+        self.state
+            .lock()
+            .workload_pod_groups
             .get(&(namespace.to_owned(), name.to_owned()))
             .cloned()
     }
@@ -724,6 +783,23 @@ fn set_condition(pod: &mut Pod, status: &str, reason: Option<&str>, message: Opt
     }
 }
 
+/// The metadata an applied object gets, as the API server sets it: the
+/// uid and creation time of the object it replaces (`old`), else a new uid
+/// and now; the new `resource_version`.
+fn applied_metadata(meta: &mut ObjectMeta, old: Option<&ObjectMeta>, rv: String) {
+    if let Some(old) = old {
+        meta.uid.clone_from(&old.uid);
+        meta.creation_timestamp.clone_from(&old.creation_timestamp);
+    }
+    if meta.uid.as_deref().is_none_or(str::is_empty) {
+        meta.uid = Some(format!("embedded-{rv}"));
+    }
+    if meta.creation_timestamp.is_none() {
+        meta.creation_timestamp = Some(Time(Timestamp::now()));
+    }
+    meta.resource_version = Some(rv);
+}
+
 #[tonic::async_trait]
 impl ListWatch for EmbeddedCluster {
     async fn list(&self) -> Result<ClusterList, ClusterError> {
@@ -737,6 +813,7 @@ impl ListWatch for EmbeddedCluster {
             nodes: st.nodes.values().cloned().collect(),
             pods: Vec::new(),
             pod_groups: st.pod_groups.values().cloned().collect(),
+            workload_pod_groups: st.workload_pod_groups.values().cloned().collect(),
             resource_version: st.resource_version,
             priority_classes: st.priority_classes.values().cloned().collect(),
             pdbs: st.pdbs.values().cloned().collect(),
@@ -867,6 +944,43 @@ impl Cluster for EmbeddedCluster {
         let next = Arc::new(next);
         st.pod_groups.insert(key, next.clone());
         st.emit(WatchEvent::PodGroupApplied(next));
+        Ok(())
+    }
+
+    async fn set_workload_pod_group_condition(
+        &self,
+        group: &WorkloadPodGroup,
+        condition: &PodGroupCondition,
+    ) -> Result<(), ClusterError> {
+        let mut st = self.state.lock();
+        let key = (
+            group
+                .metadata
+                .namespace
+                .clone()
+                .unwrap_or_else(|| "default".into()),
+            group.metadata.name.clone().unwrap_or_default(),
+        );
+        let Some(current) = st.workload_pod_groups.get(&key) else {
+            return Err(ClusterError::Unavailable(format!(
+                "podgroup {}/{} (scheduling.k8s.io) not found",
+                key.0, key.1
+            )));
+        };
+        // The stored conditions, not the caller's copy: this is the server.
+        let Some(conditions) = super::kube::pod_group_conditions_with(
+            &current.status.conditions,
+            condition,
+            Timestamp::now(),
+        ) else {
+            return Ok(());
+        };
+        let mut next = (**current).clone();
+        next.status.conditions = conditions;
+        next.metadata.resource_version = Some(st.next_rv());
+        let next = Arc::new(next);
+        st.workload_pod_groups.insert(key, next.clone());
+        st.emit(WatchEvent::WorkloadPodGroupApplied(next));
         Ok(())
     }
 
@@ -1313,5 +1427,160 @@ mod tests {
                 name: "default/nope".into()
             })
         );
+    }
+    fn workload_group(name: &str, min_count: i32) -> WorkloadPodGroup {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name},
+            "spec": {"schedulingPolicy": {"gang": {"minCount": min_count}}},
+        }))
+        .expect("a PodGroup")
+    }
+
+    fn scheduled(status: &str, reason: &str, message: &str) -> PodGroupCondition {
+        PodGroupCondition {
+            type_: gang::condition::INITIALLY_SCHEDULED.into(),
+            status: status.into(),
+            reason: reason.into(),
+            message: message.into(),
+            last_transition_time: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn workload_pod_groups_are_listed_watched_and_keep_their_status() {
+        let c = EmbeddedCluster::new();
+        c.apply_workload_pod_group(workload_group("pg", 3)).unwrap();
+        let list = c.list().await.unwrap();
+        assert_eq!(list.workload_pod_groups.len(), 1);
+        let g = &list.workload_pod_groups[0];
+        assert_eq!(g.api_version, gang::V1BETA1, "apiVersion defaulted");
+        assert_eq!(g.kind, "PodGroup");
+        assert_eq!(g.metadata.namespace.as_deref(), Some("default"));
+        let uid = g.metadata.uid.clone().expect("a uid");
+        assert!(g.metadata.creation_timestamp.is_some());
+        assert_eq!(g.min_count(), Ok(Some(3)));
+        // The scheduler-plugins kind of the same name is another object.
+        assert!(list.pod_groups.is_empty());
+        assert!(c.pod_group("default", "pg").is_none());
+
+        let mut w = c.watch(list.resource_version);
+        let cond = scheduled("False", "Unschedulable", "0/3 nodes are available");
+        c.set_workload_pod_group_condition(g, &cond).await.unwrap();
+        let Some(Ok(WatchEvent::WorkloadPodGroupApplied(written))) = w.next().await else {
+            panic!("the condition write is watched")
+        };
+        let got = written.scheduled_condition().expect("the condition");
+        assert_eq!(
+            (got.status.as_str(), got.reason.as_str()),
+            ("False", "Unschedulable")
+        );
+        let first_ltt = got.last_transition_time.clone();
+        assert!(first_ltt.is_some(), "lastTransitionTime set");
+
+        // The same condition again writes nothing.
+        let rv = written.metadata.resource_version.clone();
+        c.set_workload_pod_group_condition(&written, &cond)
+            .await
+            .unwrap();
+        assert_eq!(
+            c.workload_pod_group("default", "pg")
+                .unwrap()
+                .metadata
+                .resource_version,
+            rv
+        );
+        // Another message, same status: the transition time stays.
+        let cond = scheduled("False", "Unschedulable", "0/4 nodes are available");
+        c.set_workload_pod_group_condition(&written, &cond)
+            .await
+            .unwrap();
+        let now = c.workload_pod_group("default", "pg").unwrap();
+        let got = now.scheduled_condition().unwrap();
+        assert_eq!(got.message, "0/4 nodes are available");
+        assert_eq!(got.last_transition_time, first_ltt);
+        // Another writer's condition stays; ours is replaced, not added.
+        let mut other = (*now).clone();
+        other.status.conditions.insert(
+            0,
+            PodGroupCondition {
+                type_: "Other".into(),
+                status: "True".into(),
+                ..PodGroupCondition::default()
+            },
+        );
+        c.state
+            .lock()
+            .workload_pod_groups
+            .insert(("default".into(), "pg".into()), Arc::new(other));
+        c.set_workload_pod_group_condition(&now, &scheduled("True", "Scheduled", ""))
+            .await
+            .unwrap();
+        let now = c.workload_pod_group("default", "pg").unwrap();
+        let types: Vec<(&str, &str)> = now
+            .status
+            .conditions
+            .iter()
+            .map(|c| (c.type_.as_str(), c.status.as_str()))
+            .collect();
+        assert_eq!(
+            types,
+            [
+                ("Other", "True"),
+                (gang::condition::INITIALLY_SCHEDULED, "True")
+            ]
+        );
+
+        // A re-apply keeps uid and status, as a write to the main resource.
+        c.apply_workload_pod_group(workload_group("pg", 4)).unwrap();
+        let again = c.workload_pod_group("default", "pg").unwrap();
+        assert_eq!(again.metadata.uid.as_deref(), Some(uid.as_str()));
+        assert_eq!(again.status, now.status);
+        assert_eq!(again.min_count(), Ok(Some(4)));
+
+        // v1alpha2 keeps its version (its condition type differs).
+        let mut alpha = workload_group("alpha", 2);
+        alpha.api_version = gang::V1ALPHA2.into();
+        alpha.metadata.namespace = Some("ml".into());
+        c.apply_workload_pod_group(alpha).unwrap();
+        let alpha = c.workload_pod_group("ml", "alpha").unwrap();
+        assert_eq!(alpha.api_version, gang::V1ALPHA2);
+        assert_eq!(alpha.condition_type(), gang::condition::SCHEDULED);
+
+        c.delete_workload_pod_group("default", "pg").unwrap();
+        assert!(c.workload_pod_group("default", "pg").is_none());
+        assert_eq!(
+            c.delete_workload_pod_group("default", "pg"),
+            Err(AdminError::NotFound {
+                kind: "PodGroup",
+                name: "default/pg".into()
+            })
+        );
+        assert!(matches!(
+            c.set_workload_pod_group_condition(&now, &cond).await,
+            Err(ClusterError::Unavailable(m)) if m.contains("default/pg")
+        ));
+        assert_eq!(
+            c.apply_workload_pod_group(WorkloadPodGroup::default()),
+            Err(AdminError::MissingName { kind: "PodGroup" })
+        );
+        let mut seen = Vec::new();
+        while let Some(Some(Ok(e))) = futures::FutureExt::now_or_never(w.next()) {
+            seen.push(match e {
+                WatchEvent::WorkloadPodGroupApplied(g) => format!("applied {}", g.full_name()),
+                WatchEvent::WorkloadPodGroupDeleted(g) => format!("deleted {}", g.full_name()),
+                other => format!("{other:?}"),
+            });
+        }
+        assert_eq!(
+            seen,
+            [
+                "applied default/pg",
+                "applied default/pg",
+                "applied default/pg",
+                "applied ml/alpha",
+                "deleted default/pg"
+            ]
+        );
+        assert_eq!(c.list().await.unwrap().workload_pod_groups.len(), 1);
     }
 }

@@ -7,12 +7,17 @@
 //!   after an expired resourceVersion (410) and its `Init`/`InitApply`/
 //!   `InitDone` become our `Relisting`/`*Applied`/`Listed`.
 //! - **PodGroups** (`scheduling.x-k8s.io/v1alpha1` `podgroups`, typed as
-//!   [`PodGroup`]) and **PodDisruptionBudgets**: watched like the others
+//!   [`PodGroup`]), **Kubernetes' PodGroups** (`scheduling.k8s.io`
+//!   `podgroups`, [`WorkloadPodGroup`]: `v1beta1` when served, else
+//!   `v1alpha2`) and **PodDisruptionBudgets**: watched like the others
 //!   once the server serves them. While the list answers 404 (PodGroup CRD
-//!   not installed; `policy/v1` before Kubernetes 1.21) the kind counts as
-//!   listed and empty (logged once at info) and the list is tried again
-//!   every [`OPTIONAL_KIND_RETRY`]. Status writes are a merge patch of the
-//!   `status` subresource, best effort.
+//!   not installed; neither `scheduling.k8s.io` version served, as before
+//!   Kubernetes 1.36; `policy/v1` before 1.21) the kind counts as listed
+//!   and empty (logged once at info) and the list is tried again every
+//!   [`OPTIONAL_KIND_RETRY`]. Status writes are a merge patch of the
+//!   `status` subresource, best effort; a `scheduling.k8s.io` PodGroup's
+//!   condition is written with the whole `status.conditions` list (a merge
+//!   patch replaces lists), in the object's own `apiVersion`.
 //! - **Bind**: `POST pods/<name>/binding` with a `v1` Binding (metadata
 //!   namespace, name and uid; target Node), as upstream's DefaultBinder. 409 →
 //!   [`ClusterError::AlreadyBound`], 404 → [`ClusterError::PodNotFound`],
@@ -55,12 +60,17 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use ::kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use ::kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams,
+    PostParams, Preconditions,
+};
 use ::kube::config::{KubeConfigOptions, Kubeconfig};
 use ::kube::runtime::WatchStreamExt as _;
 use ::kube::runtime::watcher::{self, Event as WatcherEvent};
 use ::kube::{Client, Config};
+use futures::FutureExt as _;
 use futures::StreamExt as _;
+use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use k8s_openapi::api::core::v1::{
     Binding, Event as CoreEvent, EventSource, Namespace, Node, ObjectReference, Pod, PodCondition,
@@ -75,6 +85,7 @@ use tracing::{info, warn};
 use super::events::{EventCounts, EventLimits, EventRecorder, EventWriter, REPORTING_CONTROLLER};
 use super::ratelimit::{self, RateLimit, TokenBucket};
 use super::{Cluster, ClusterError, Kind, PodRef, SchedulingEvent, WatchEvent};
+use flotilla_shared::gang::{self, PodGroupCondition, WorkloadPodGroup};
 use flotilla_shared::pod_group::{PodGroup, PodGroupStatus};
 
 /// How often a kind the server does not serve (404 on list) is listed
@@ -84,6 +95,74 @@ pub const OPTIONAL_KIND_RETRY: Duration = Duration::from_secs(180);
 
 /// See [`OPTIONAL_KIND_RETRY`].
 pub const POD_GROUP_CRD_RETRY: Duration = OPTIONAL_KIND_RETRY;
+
+/// First wait before probing again after a probe failed with something
+/// else than 404 (connection refused, 5xx, 403): doubled on each failure up
+/// to [`OPTIONAL_PROBE_BACKOFF_MAX`], as kube's default watcher backoff.
+const OPTIONAL_PROBE_BACKOFF_MIN: Duration = Duration::from_millis(800);
+
+/// Longest wait between failed probes.
+const OPTIONAL_PROBE_BACKOFF_MAX: Duration = Duration::from_secs(30);
+
+/// Whether the server serves `api`'s resource: a list of one item answers
+/// (`Ok(true)`) or 404 (`Ok(false)`); any other failure is the error.
+async fn probe_served<K>(api: &Api<K>) -> Result<bool, ::kube::Error>
+where
+    K: ::kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.list(&::kube::api::ListParams::default().limit(1)).await {
+        Ok(_) => Ok(true),
+        Err(::kube::Error::Api(s)) if s.code == 404 => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// One version of a kind the server may not serve: how to ask whether it
+/// is served, and its change stream once it is.
+struct OptionalVersion {
+    /// `apiVersion`, for messages.
+    api_version: &'static str,
+    probe: Box<dyn Fn() -> BoxFuture<'static, Result<bool, ::kube::Error>> + Send + Sync>,
+    watch: Box<dyn Fn() -> BoxStream<'static, Result<WatchEvent, ClusterError>> + Send + Sync>,
+}
+
+impl OptionalVersion {
+    /// The version `api` reads, its objects becoming `applied` / `deleted`.
+    fn of<K>(
+        api: Api<K>,
+        kind: Kind,
+        applied: fn(Arc<K>) -> WatchEvent,
+        deleted: fn(Arc<K>) -> WatchEvent,
+    ) -> Self
+    where
+        K: ::kube::Resource
+            + k8s_openapi::Resource
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug
+            + Send
+            + Sync
+            + 'static,
+    {
+        let probe_api = api.clone();
+        OptionalVersion {
+            api_version: <K as k8s_openapi::Resource>::API_VERSION,
+            probe: Box::new(move || {
+                let api = probe_api.clone();
+                async move { probe_served(&api).await }.boxed()
+            }),
+            watch: Box::new(move || {
+                watch_stream(
+                    api.clone(),
+                    watcher::Config::default(),
+                    kind,
+                    applied,
+                    deleted,
+                )
+            }),
+        }
+    }
+}
 
 /// The change stream of a kind the server may not serve: the watcher once
 /// the list works; while it answers 404, an empty list every
@@ -98,6 +177,7 @@ fn optional_stream<K>(
 ) -> BoxStream<'static, Result<WatchEvent, ClusterError>>
 where
     K: ::kube::Resource
+        + k8s_openapi::Resource
         + Clone
         + serde::de::DeserializeOwned
         + std::fmt::Debug
@@ -105,14 +185,58 @@ where
         + Sync
         + 'static,
 {
+    optional_versions_stream(
+        kind,
+        vec![OptionalVersion::of(api, kind, applied, deleted)],
+        missing,
+    )
+}
+
+/// The change stream of a kind served in one of several versions, or
+/// none: each version is probed in turn (a list of one) and the first one
+/// served is followed with its watcher from then on. While every version
+/// answers 404 the kind is listed empty every [`OPTIONAL_KIND_RETRY`]
+/// (logged once at info with `missing`). A probe failing otherwise (the
+/// server unreachable, 5xx, 403) is reported on the stream and probing
+/// starts again after a backoff, so a passing failure never picks a version
+/// the server does not serve.
+fn optional_versions_stream(
+    kind: Kind,
+    versions: Vec<OptionalVersion>,
+    missing: &'static str,
+) -> BoxStream<'static, Result<WatchEvent, ClusterError>> {
     let (tx, rx) = tokio::sync::mpsc::channel(1024);
     tokio::spawn(async move {
         let mut logged = false;
-        loop {
-            let probe = api.list(&::kube::api::ListParams::default().limit(1)).await;
-            if let Err(::kube::Error::Api(s)) = &probe
-                && s.code == 404
-            {
+        let mut backoff = OPTIONAL_PROBE_BACKOFF_MIN;
+        'probe: loop {
+            let mut served = None;
+            for v in &versions {
+                match (v.probe)().await {
+                    Ok(true) => {
+                        served = Some(v);
+                        break;
+                    }
+                    Ok(false) => {}
+                    Err(e) => {
+                        let err = ClusterError::Unavailable(format!(
+                            "watching {kind} ({}): {e}",
+                            v.api_version
+                        ));
+                        if tx.send(Err(err)).await.is_err() {
+                            return;
+                        }
+                        tokio::select! {
+                            () = tokio::time::sleep(backoff) => {}
+                            () = tx.closed() => return,
+                        }
+                        backoff = (backoff * 2).min(OPTIONAL_PROBE_BACKOFF_MAX);
+                        continue 'probe;
+                    }
+                }
+            }
+            backoff = OPTIONAL_PROBE_BACKOFF_MIN;
+            let Some(v) = served else {
                 if !logged {
                     info!(
                         "{missing}; checking again every {}s",
@@ -129,16 +253,13 @@ where
                     () = tokio::time::sleep(OPTIONAL_KIND_RETRY) => continue,
                     () = tx.closed() => return,
                 }
+            };
+            // Served: follow its watcher from now on (it retries errors
+            // with backoff and relists by itself).
+            if logged {
+                info!(%kind, api_version = v.api_version, "now served; watching it");
             }
-            // Listed (or another error, which the watcher retries with
-            // backoff): follow the watcher from now on.
-            let mut watch = watch_stream(
-                api.clone(),
-                watcher::Config::default(),
-                kind,
-                applied,
-                deleted,
-            );
+            let mut watch = (v.watch)();
             while let Some(e) = watch.next().await {
                 if tx.send(e).await.is_err() {
                     return;
@@ -148,6 +269,149 @@ where
         }
     });
     tokio_stream::wrappers::ReceiverStream::new(rx).boxed()
+}
+
+/// `scheduling.k8s.io` PodGroup as served in one version: [`WorkloadPodGroup`]
+/// typed for `kube`'s [`Api`], so one type per version.
+trait WorkloadPodGroupVersion: k8s_openapi::Resource + Clone {
+    fn into_inner(self) -> WorkloadPodGroup;
+}
+
+macro_rules! workload_pod_group_version {
+    ($(#[$doc:meta])* $name:ident, $version:literal, $api_version:path) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+        #[serde(transparent)]
+        struct $name(WorkloadPodGroup);
+
+        impl k8s_openapi::Resource for $name {
+            const API_VERSION: &'static str = $api_version;
+            const GROUP: &'static str = gang::WORKLOAD_GROUP;
+            const KIND: &'static str = "PodGroup";
+            const VERSION: &'static str = $version;
+            const URL_PATH_SEGMENT: &'static str = "podgroups";
+            type Scope = k8s_openapi::NamespaceResourceScope;
+        }
+
+        impl k8s_openapi::ListableResource for $name {
+            const LIST_KIND: &'static str = "PodGroupList";
+        }
+
+        impl k8s_openapi::Metadata for $name {
+            type Ty = ObjectMeta;
+
+            fn metadata(&self) -> &ObjectMeta {
+                &self.0.metadata
+            }
+
+            fn metadata_mut(&mut self) -> &mut ObjectMeta {
+                &mut self.0.metadata
+            }
+        }
+
+        impl WorkloadPodGroupVersion for $name {
+            fn into_inner(self) -> WorkloadPodGroup {
+                self.0
+            }
+        }
+    };
+}
+
+workload_pod_group_version!(
+    /// `scheduling.k8s.io/v1beta1` PodGroup (Kubernetes 1.37).
+    PodGroupV1beta1,
+    "v1beta1",
+    gang::V1BETA1
+);
+workload_pod_group_version!(
+    /// `scheduling.k8s.io/v1alpha2` PodGroup (Kubernetes 1.36).
+    PodGroupV1alpha2,
+    "v1alpha2",
+    gang::V1ALPHA2
+);
+
+/// The [`WorkloadPodGroup`] read as `K`, with `apiVersion` and `kind` set
+/// to `K`'s when the server left them out (list items do).
+fn workload_pod_group<K: WorkloadPodGroupVersion>(o: Arc<K>) -> Arc<WorkloadPodGroup> {
+    let mut g = Arc::unwrap_or_clone(o).into_inner();
+    if g.api_version.is_empty() {
+        K::API_VERSION.clone_into(&mut g.api_version);
+    }
+    if g.kind.is_empty() {
+        K::KIND.clone_into(&mut g.kind);
+    }
+    Arc::new(g)
+}
+
+fn workload_pod_group_applied<K: WorkloadPodGroupVersion>(o: Arc<K>) -> WatchEvent {
+    WatchEvent::WorkloadPodGroupApplied(workload_pod_group(o))
+}
+
+fn workload_pod_group_deleted<K: WorkloadPodGroupVersion>(o: Arc<K>) -> WatchEvent {
+    WatchEvent::WorkloadPodGroupDeleted(workload_pod_group(o))
+}
+
+/// Logged once while neither `scheduling.k8s.io` PodGroup version is served.
+const WORKLOAD_POD_GROUPS_MISSING: &str = "the scheduling.k8s.io PodGroup API (v1beta1 or v1alpha2) \
+     is not served: pods naming spec.schedulingGroup wait for their PodGroup";
+
+/// The change stream of `scheduling.k8s.io` PodGroups: `v1beta1` when
+/// served, else `v1alpha2`, else none (see [`optional_versions_stream`]).
+fn workload_pod_group_stream(
+    client: &Client,
+) -> BoxStream<'static, Result<WatchEvent, ClusterError>> {
+    let kind = Kind::WorkloadPodGroup;
+    optional_versions_stream(
+        kind,
+        vec![
+            OptionalVersion::of(
+                Api::<PodGroupV1beta1>::all(client.clone()),
+                kind,
+                workload_pod_group_applied,
+                workload_pod_group_deleted,
+            ),
+            OptionalVersion::of(
+                Api::<PodGroupV1alpha2>::all(client.clone()),
+                kind,
+                workload_pod_group_applied,
+                workload_pod_group_deleted,
+            ),
+        ],
+        WORKLOAD_POD_GROUPS_MISSING,
+    )
+}
+
+/// `current` with `condition` in place of the one of the same type (added
+/// when there is none): its `lastTransitionTime` is the old one's when the
+/// status stays the same, else `now`. `None` when the current condition
+/// already says so (same status, reason and message): nothing to write.
+#[must_use]
+pub fn pod_group_conditions_with(
+    current: &[PodGroupCondition],
+    condition: &PodGroupCondition,
+    now: Timestamp,
+) -> Option<Vec<PodGroupCondition>> {
+    let old = current.iter().position(|c| c.type_ == condition.type_);
+    let mut new = condition.clone();
+    new.last_transition_time = Some(Time(now));
+    let mut conditions = current.to_vec();
+    match old {
+        Some(i) => {
+            let old = &conditions[i];
+            if old.status == new.status {
+                if old.reason == new.reason && old.message == new.message {
+                    return None;
+                }
+                if old.last_transition_time.is_some() {
+                    new.last_transition_time
+                        .clone_from(&old.last_transition_time);
+                }
+            }
+            conditions[i] = new;
+        }
+        None => conditions.push(new),
+    }
+    Some(conditions)
 }
 
 /// Field selector of the pod watch: non-terminal pods only (upstream's
@@ -690,8 +954,17 @@ impl Cluster for KubeCluster {
             "the PodGroup CRD (scheduling.x-k8s.io/v1alpha1 podgroups) is not installed: \
              no gang scheduling groups",
         );
-        futures::stream::select_all([namespaces, nodes, pods, pod_groups, priority_classes, pdbs])
-            .boxed()
+        let workload_pod_groups = workload_pod_group_stream(&self.client);
+        futures::stream::select_all([
+            namespaces,
+            nodes,
+            pods,
+            pod_groups,
+            workload_pod_groups,
+            priority_classes,
+            pdbs,
+        ])
+        .boxed()
     }
 
     async fn bind(&self, pod: &PodRef, node: &str) -> Result<(), ClusterError> {
@@ -763,6 +1036,54 @@ impl Cluster for KubeCluster {
             .map_err(|e| {
                 ClusterError::Unavailable(format!("patching podgroup {ns}/{name} status: {e}"))
             })
+    }
+
+    async fn set_workload_pod_group_condition(
+        &self,
+        group: &WorkloadPodGroup,
+        condition: &PodGroupCondition,
+    ) -> Result<(), ClusterError> {
+        self.fence.check()?;
+        let Some(conditions) =
+            pod_group_conditions_with(&group.status.conditions, condition, Timestamp::now())
+        else {
+            return Ok(());
+        };
+        let ns = group
+            .metadata
+            .namespace
+            .as_deref()
+            .unwrap_or(flotilla_shared::objects::DEFAULT_NAMESPACE);
+        let name = group.metadata.name.as_deref().unwrap_or_default();
+        let api_version = if group.api_version.is_empty() {
+            gang::V1BETA1
+        } else {
+            group.api_version.as_str()
+        };
+        let what = || format!("patching podgroup {api_version} {ns}/{name} status");
+        let (group_name, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        let resource = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk(group_name, version, "PodGroup"),
+            "podgroups",
+        );
+        let _in_flight = self.throttle().await;
+        let api = Api::<DynamicObject>::namespaced_with(self.client.clone(), ns, &resource);
+        // A merge patch replaces a list whole: every condition is sent,
+        // guarded by the resourceVersion they were read at, so a condition
+        // another writer set meanwhile is never dropped (the conflict is
+        // logged; the object's change comes back through the watch and the
+        // coordinator writes again).
+        let mut patch = serde_json::json!({ "status": { "conditions": conditions } });
+        if let Some(rv) = &group.metadata.resource_version {
+            patch["metadata"] = serde_json::json!({ "resourceVersion": rv });
+        }
+        self.timed(
+            what,
+            api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch)),
+        )
+        .await?
+        .map(|_| ())
+        .map_err(|e| ClusterError::Unavailable(format!("{}: {e}", what())))
     }
 
     async fn mark_preemption_victim(
@@ -948,3 +1269,450 @@ impl EventWriter for KubeEventWriter {
 
 #[cfg(test)]
 mod tests;
+
+/// `scheduling.k8s.io` PodGroups against a mock API server: the version
+/// probe, the list without `apiVersion`, none served, the condition patch.
+#[cfg(test)]
+mod workload_pod_group_tests {
+    use std::pin::pin;
+
+    use ::kube::client::Body;
+    use http::{Request, Response, StatusCode};
+    use serde_json::{Value, json};
+    use tower_test::mock;
+
+    use super::*;
+    use crate::cluster::events::EventLimits;
+
+    type Handle = mock::Handle<Request<Body>, Response<Body>>;
+
+    fn respond(code: u16, body: &Value) -> Response<Body> {
+        Response::builder()
+            .status(StatusCode::from_u16(code).expect("valid code"))
+            .header("content-type", "application/json")
+            .body(Body::from(serde_json::to_vec(body).expect("json")))
+            .expect("response")
+    }
+
+    fn not_found() -> (u16, Value) {
+        (
+            404,
+            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                   "message": "the server could not find the requested resource",
+                   "reason": "NotFound", "code": 404}),
+        )
+    }
+
+    /// A request as the mock saw it.
+    #[derive(Debug, Clone)]
+    struct Seen {
+        method: String,
+        path: String,
+        query: String,
+        content_type: String,
+        body: Value,
+    }
+
+    /// Answers every request with `route`, recording it; a watch request
+    /// is held open (answered with an empty stream that never ends).
+    fn serve(
+        handle: Handle,
+        route: impl Fn(&Seen) -> (u16, Value) + Send + 'static,
+    ) -> (
+        tokio::task::JoinHandle<()>,
+        std::sync::Arc<parking_lot::Mutex<Vec<Seen>>>,
+    ) {
+        let log = std::sync::Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let seen = log.clone();
+        let task = tokio::spawn(async move {
+            let mut handle = pin!(handle);
+            let mut open_watches = Vec::new();
+            while let Some((req, send)) = handle.next_request().await {
+                let (parts, body) = req.into_parts();
+                let bytes = http_body_util::BodyExt::collect(body)
+                    .await
+                    .expect("body")
+                    .to_bytes();
+                let s = Seen {
+                    method: parts.method.to_string(),
+                    path: parts.uri.path().to_owned(),
+                    query: parts.uri.query().unwrap_or_default().to_owned(),
+                    content_type: parts
+                        .headers
+                        .get("content-type")
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or_default()
+                        .to_owned(),
+                    body: if bytes.is_empty() {
+                        Value::Null
+                    } else {
+                        serde_json::from_slice(&bytes).expect("JSON body")
+                    },
+                };
+                seen.lock().push(s.clone());
+                if s.query.contains("watch=true") {
+                    // Never answered: the watch stays open.
+                    open_watches.push(send);
+                    continue;
+                }
+                let (code, body) = route(&s);
+                send.send_response(respond(code, &body));
+            }
+        });
+        (task, log)
+    }
+
+    fn client() -> (Client, Handle) {
+        let (svc, handle) = mock::pair::<Request<Body>, Response<Body>>();
+        (Client::new(svc, "default"), handle)
+    }
+
+    async fn next(
+        s: &mut BoxStream<'static, Result<WatchEvent, ClusterError>>,
+    ) -> Result<WatchEvent, ClusterError> {
+        next_within(s, Duration::from_secs(5)).await
+    }
+
+    async fn next_within(
+        s: &mut BoxStream<'static, Result<WatchEvent, ClusterError>>,
+        wait: Duration,
+    ) -> Result<WatchEvent, ClusterError> {
+        tokio::time::timeout(wait, s.next())
+            .await
+            .expect("an event in time")
+            .expect("stream open")
+    }
+
+    fn pod_group_list(api_version: &str, items: &[Value]) -> Value {
+        json!({"kind": "PodGroupList", "apiVersion": api_version,
+               "metadata": {"resourceVersion": "7"}, "items": items})
+    }
+
+    #[tokio::test]
+    async fn the_first_served_version_is_watched_and_its_objects_carry_it() {
+        let (client, handle) = client();
+        let (server, log) = serve(handle, |s| match s.path.as_str() {
+            "/apis/scheduling.k8s.io/v1beta1/podgroups" => not_found(),
+            "/apis/scheduling.k8s.io/v1alpha2/podgroups" => (
+                200,
+                // Items of a built-in list have no apiVersion or kind.
+                pod_group_list(
+                    "scheduling.k8s.io/v1alpha2",
+                    &[
+                        json!({"metadata": {"name": "w", "namespace": "ml", "resourceVersion": "6"},
+                             "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}}}),
+                    ],
+                ),
+            ),
+            _ => not_found(),
+        });
+        let mut s = workload_pod_group_stream(&client);
+        assert!(matches!(
+            next(&mut s).await,
+            Ok(WatchEvent::Relisting(Kind::WorkloadPodGroup))
+        ));
+        let Ok(WatchEvent::WorkloadPodGroupApplied(g)) = next(&mut s).await else {
+            panic!("the group")
+        };
+        assert_eq!(
+            g.api_version,
+            gang::V1ALPHA2,
+            "filled from the version read"
+        );
+        assert_eq!(g.kind, "PodGroup");
+        assert_eq!(g.key(), "podgroups.scheduling.k8s.io/ml/w");
+        assert_eq!(g.min_count(), Ok(Some(2)));
+        assert!(matches!(
+            next(&mut s).await,
+            Ok(WatchEvent::Listed(Kind::WorkloadPodGroup))
+        ));
+        let paths: Vec<(String, String)> = log
+            .lock()
+            .iter()
+            .map(|s| (s.path.clone(), s.query.clone()))
+            .collect();
+        assert_eq!(paths[0].0, "/apis/scheduling.k8s.io/v1beta1/podgroups");
+        assert!(paths[0].1.contains("limit=1"), "{paths:?}");
+        assert_eq!(paths[1].0, "/apis/scheduling.k8s.io/v1alpha2/podgroups");
+        assert!(paths[1].1.contains("limit=1"), "{paths:?}");
+        assert!(
+            paths[2..]
+                .iter()
+                .all(|(p, _)| p == "/apis/scheduling.k8s.io/v1alpha2/podgroups"),
+            "only the served version is followed: {paths:?}"
+        );
+        drop(s);
+        drop(client);
+        server.abort();
+    }
+
+    #[tokio::test]
+    async fn v1beta1_wins_when_served() {
+        let (client, handle) = client();
+        let (server, log) = serve(handle, |s| match s.path.as_str() {
+            "/apis/scheduling.k8s.io/v1beta1/podgroups" => (
+                200,
+                pod_group_list(
+                    "scheduling.k8s.io/v1beta1",
+                    &[
+                        json!({"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+                             "metadata": {"name": "b", "namespace": "ml"},
+                             "spec": {"schedulingPolicy": {"basic": {}}}}),
+                    ],
+                ),
+            ),
+            _ => not_found(),
+        });
+        let mut s = workload_pod_group_stream(&client);
+        assert!(matches!(next(&mut s).await, Ok(WatchEvent::Relisting(_))));
+        let Ok(WatchEvent::WorkloadPodGroupApplied(g)) = next(&mut s).await else {
+            panic!("the group")
+        };
+        assert_eq!(g.api_version, gang::V1BETA1);
+        assert_eq!(g.min_count(), Ok(None), "basic");
+        assert!(
+            log.lock().iter().all(|s| !s.path.contains("v1alpha2")),
+            "v1alpha2 is not asked"
+        );
+        drop(s);
+        server.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn neither_version_served_lists_none_and_checks_again() {
+        let (client, handle) = client();
+        let (server, log) = serve(handle, |_| not_found());
+        let mut s = workload_pod_group_stream(&client);
+        for _ in 0..2 {
+            assert!(matches!(
+                next_within(&mut s, OPTIONAL_KIND_RETRY * 2).await,
+                Ok(WatchEvent::Relisting(Kind::WorkloadPodGroup))
+            ));
+            assert!(matches!(
+                next_within(&mut s, OPTIONAL_KIND_RETRY * 2).await,
+                Ok(WatchEvent::Listed(Kind::WorkloadPodGroup))
+            ));
+        }
+        let paths: Vec<String> = log.lock().iter().map(|s| s.path.clone()).collect();
+        assert_eq!(
+            paths,
+            [
+                "/apis/scheduling.k8s.io/v1beta1/podgroups",
+                "/apis/scheduling.k8s.io/v1alpha2/podgroups",
+                "/apis/scheduling.k8s.io/v1beta1/podgroups",
+                "/apis/scheduling.k8s.io/v1alpha2/podgroups",
+            ],
+            "both probed, then again after OPTIONAL_KIND_RETRY"
+        );
+        drop(s);
+        server.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_probe_is_reported_and_probing_starts_over() {
+        let (client, handle) = client();
+        let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let n = calls.clone();
+        let (server, _log) = serve(handle, move |s| {
+            // The first answer is a 503; v1beta1 is not served, v1alpha2 is.
+            if n.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+                return (
+                    503,
+                    json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
+                           "status": "Failure", "message": "etcd is down",
+                           "reason": "ServiceUnavailable", "code": 503}),
+                );
+            }
+            match s.path.as_str() {
+                "/apis/scheduling.k8s.io/v1alpha2/podgroups" => {
+                    (200, pod_group_list("scheduling.k8s.io/v1alpha2", &[]))
+                }
+                _ => not_found(),
+            }
+        });
+        let mut s = workload_pod_group_stream(&client);
+        match next(&mut s).await {
+            Err(ClusterError::Unavailable(m)) => {
+                assert!(m.contains("scheduling.k8s.io/v1beta1"), "{m}");
+            }
+            other => panic!("the failure, got {other:?}"),
+        }
+        assert!(matches!(next(&mut s).await, Ok(WatchEvent::Relisting(_))));
+        assert!(matches!(next(&mut s).await, Ok(WatchEvent::Listed(_))));
+        drop(s);
+        server.abort();
+    }
+
+    fn cluster(handle_client: Client) -> KubeCluster {
+        let options = KubeOptions {
+            events: EventLimits::default(),
+            request_timeout: Duration::from_secs(5),
+            reporting_instance: "flotilla.io/scheduler-test".into(),
+            fence: WriteFence::new(),
+            write_limit: None,
+            concurrent_writes: DEFAULT_CONCURRENT_WRITES,
+        };
+        let info = ServerInfo {
+            version: "v1.36.0".into(),
+            events_v1: true,
+            scheduling_gates: true,
+        };
+        KubeCluster::new(handle_client, info, options)
+    }
+
+    fn condition(
+        type_: &str,
+        status: &str,
+        reason: &str,
+        message: &str,
+        ltt: Option<&str>,
+    ) -> PodGroupCondition {
+        PodGroupCondition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: reason.into(),
+            message: message.into(),
+            last_transition_time: ltt.map(|t| Time(t.parse().expect("a timestamp"))),
+        }
+    }
+
+    #[test]
+    fn the_condition_replaces_its_type_and_keeps_its_transition_time() {
+        let now: Timestamp = "2026-11-02T00:00:00Z".parse().unwrap();
+        let t0 = "2026-11-01T00:00:00Z";
+        let current = [
+            condition("Other", "True", "X", "", Some(t0)),
+            condition("PodGroupScheduled", "False", "Unschedulable", "a", Some(t0)),
+        ];
+        // Same status, new message: replaced in place, time kept.
+        let got = pod_group_conditions_with(
+            &current,
+            &condition("PodGroupScheduled", "False", "Unschedulable", "b", None),
+            now,
+        )
+        .expect("a change");
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0], current[0]);
+        assert_eq!(got[1].message, "b");
+        assert_eq!(got[1].last_transition_time, current[1].last_transition_time);
+        // New status: the time is now.
+        let got = pod_group_conditions_with(
+            &current,
+            &condition("PodGroupScheduled", "True", "Scheduled", "", None),
+            now,
+        )
+        .expect("a change");
+        assert_eq!(got[1].status, "True");
+        assert_eq!(got[1].last_transition_time, Some(Time(now)));
+        // Already so: nothing to write.
+        assert_eq!(
+            pod_group_conditions_with(
+                &current,
+                &condition("PodGroupScheduled", "False", "Unschedulable", "a", None),
+                now,
+            ),
+            None
+        );
+        // No condition of that type yet: added.
+        let got = pod_group_conditions_with(
+            &current[..1],
+            &condition("PodGroupScheduled", "False", "Unschedulable", "a", None),
+            now,
+        )
+        .expect("a change");
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[1].last_transition_time, Some(Time(now)));
+    }
+
+    #[tokio::test]
+    async fn the_condition_is_merge_patched_whole_in_the_objects_version() {
+        let (client, handle) = client();
+        let (server, log) = serve(handle, |_| {
+            (
+                200,
+                json!({"apiVersion": "scheduling.k8s.io/v1alpha2",
+            "kind": "PodGroup", "metadata": {"name": "w", "namespace": "ml"}}),
+            )
+        });
+        let c = cluster(client);
+        let group: WorkloadPodGroup = serde_json::from_value(json!({
+            "apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "PodGroup",
+            "metadata": {"name": "w", "namespace": "ml"},
+            "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}},
+            "status": {"conditions": [{"type": "Other", "status": "True", "reason": "X",
+                       "message": "", "lastTransitionTime": "2026-11-01T00:00:00Z"}]},
+        }))
+        .unwrap();
+        let cond = condition(group.condition_type(), "True", "Scheduled", "", None);
+        c.set_workload_pod_group_condition(&group, &cond)
+            .await
+            .expect("patched");
+        let seen = log.lock().clone();
+        assert_eq!(seen.len(), 1);
+        let s = &seen[0];
+        assert_eq!(s.method, "PATCH");
+        assert_eq!(
+            s.path,
+            "/apis/scheduling.k8s.io/v1alpha2/namespaces/ml/podgroups/w/status"
+        );
+        assert_eq!(s.content_type, "application/merge-patch+json");
+        let conditions = &s.body["status"]["conditions"];
+        assert_eq!(conditions[0]["type"], "Other", "{conditions}");
+        assert_eq!(conditions[1]["type"], "PodGroupScheduled");
+        assert_eq!(conditions[1]["status"], "True");
+        assert_eq!(conditions[1]["reason"], "Scheduled");
+        assert!(
+            conditions[1]["lastTransitionTime"].is_string(),
+            "{conditions}"
+        );
+        assert_eq!(conditions.as_array().map(Vec::len), Some(2));
+        drop(c);
+        server.abort();
+    }
+
+    #[tokio::test]
+    async fn a_failed_condition_patch_names_the_object() {
+        let (client, handle) = client();
+        let (server, _log) = serve(handle, |_| {
+            (
+                500,
+                json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                       "message": "boom", "reason": "InternalError", "code": 500}),
+            )
+        });
+        let c = cluster(client);
+        let group: WorkloadPodGroup = serde_json::from_value(json!({
+            "apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+            "metadata": {"name": "w", "namespace": "ml"},
+        }))
+        .unwrap();
+        let cond = condition(
+            group.condition_type(),
+            "False",
+            "Unschedulable",
+            "no room",
+            None,
+        );
+        match c.set_workload_pod_group_condition(&group, &cond).await {
+            Err(ClusterError::Unavailable(m)) => {
+                assert!(m.contains("scheduling.k8s.io/v1beta1 ml/w"), "{m}");
+                assert!(m.contains("boom"), "{m}");
+            }
+            other => panic!("Unavailable, got {other:?}"),
+        }
+        // A closed fence stops the write before it leaves.
+        let fenced = KubeCluster {
+            fence: {
+                let f = WriteFence::new();
+                f.set(false);
+                f
+            },
+            ..c
+        };
+        assert!(matches!(
+            fenced.set_workload_pod_group_condition(&group, &cond).await,
+            Err(ClusterError::Unavailable(m)) if m.contains("not the leader")
+        ));
+        server.abort();
+    }
+}

@@ -9,7 +9,8 @@
 //!
 //! # The change stream
 //! For each kind ([`Kind::Namespace`], [`Kind::Node`], [`Kind::Pod`],
-//! [`Kind::PodGroup`], [`Kind::PriorityClass`], [`Kind::PodDisruptionBudget`]) a backend emits
+//! [`Kind::PodGroup`], [`Kind::WorkloadPodGroup`], [`Kind::PriorityClass`],
+//! [`Kind::PodDisruptionBudget`]) a backend emits
 //! `Relisting(kind)`, then every object of that kind as `*Applied`, then
 //! `Listed(kind)`: objects of that kind the consumer knows but that were not
 //! applied in between no longer exist. After that come single changes, in
@@ -27,6 +28,7 @@ pub mod ratelimit;
 use std::sync::Arc;
 use std::time::Duration;
 
+use flotilla_shared::gang::{PodGroupCondition, WorkloadPodGroup};
 use flotilla_shared::pod_group::{PodGroup, PodGroupStatus};
 use futures::StreamExt as _;
 use futures::stream::BoxStream;
@@ -86,6 +88,9 @@ pub enum Kind {
     /// `scheduling.x-k8s.io/v1alpha1` PodGroup (gang scheduling). A cluster
     /// without the CustomResourceDefinition lists none.
     PodGroup,
+    /// `scheduling.k8s.io` PodGroup (`v1beta1`, else `v1alpha2`): Kubernetes'
+    /// own gangs. A server that serves neither lists none.
+    WorkloadPodGroup,
     /// `scheduling.k8s.io/v1` PriorityClass (resolves `spec.priority` of
     /// pods that admission did not see).
     PriorityClass,
@@ -96,11 +101,12 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind; the consumer is synced once each was listed.
-    pub const ALL: [Kind; 6] = [
+    pub const ALL: [Kind; 7] = [
         Kind::Namespace,
         Kind::Node,
         Kind::Pod,
         Kind::PodGroup,
+        Kind::WorkloadPodGroup,
         Kind::PriorityClass,
         Kind::PodDisruptionBudget,
     ];
@@ -113,6 +119,7 @@ impl std::fmt::Display for Kind {
             Kind::Node => "nodes",
             Kind::Pod => "pods",
             Kind::PodGroup => "podgroups",
+            Kind::WorkloadPodGroup => "podgroups.scheduling.k8s.io",
             Kind::PriorityClass => "priorityclasses",
             Kind::PodDisruptionBudget => "poddisruptionbudgets",
         })
@@ -130,6 +137,8 @@ pub struct ClusterList {
     pub pods: Vec<Arc<Pod>>,
     /// All PodGroups.
     pub pod_groups: Vec<Arc<PodGroup>>,
+    /// All `scheduling.k8s.io` PodGroups.
+    pub workload_pod_groups: Vec<Arc<WorkloadPodGroup>>,
     /// Watch from here to miss nothing.
     pub resource_version: u64,
     /// All PriorityClasses.
@@ -163,6 +172,10 @@ pub enum WatchEvent {
     PodGroupApplied(Arc<PodGroup>),
     /// A PodGroup was deleted (last state).
     PodGroupDeleted(Arc<PodGroup>),
+    /// A `scheduling.k8s.io` PodGroup was created or changed (or listed).
+    WorkloadPodGroupApplied(Arc<WorkloadPodGroup>),
+    /// A `scheduling.k8s.io` PodGroup was deleted (last state).
+    WorkloadPodGroupDeleted(Arc<WorkloadPodGroup>),
     /// A PriorityClass was created or changed (or listed).
     PriorityClassApplied(Arc<PriorityClass>),
     /// A PriorityClass was deleted (last state).
@@ -183,6 +196,9 @@ impl WatchEvent {
             WatchEvent::PodApplied(_) | WatchEvent::PodDeleted(_) => Kind::Pod,
             WatchEvent::Relisting(k) | WatchEvent::Listed(k) => *k,
             WatchEvent::PodGroupApplied(_) | WatchEvent::PodGroupDeleted(_) => Kind::PodGroup,
+            WatchEvent::WorkloadPodGroupApplied(_) | WatchEvent::WorkloadPodGroupDeleted(_) => {
+                Kind::WorkloadPodGroup
+            }
             WatchEvent::PriorityClassApplied(_) | WatchEvent::PriorityClassDeleted(_) => {
                 Kind::PriorityClass
             }
@@ -287,6 +303,21 @@ pub trait Cluster: Send + Sync + 'static {
         &self,
         _group: &PodGroup,
         _status: &PodGroupStatus,
+    ) -> Result<(), ClusterError> {
+        Ok(())
+    }
+
+    /// Sets `condition` on `scheduling.k8s.io` PodGroup `group` (its
+    /// `status` subresource, in the object's `apiVersion`; other conditions
+    /// stay). Best effort, as [`Cluster::update_pod_group_status`]. The
+    /// default writes nothing.
+    ///
+    /// # Errors
+    /// `Unavailable`.
+    async fn set_workload_pod_group_condition(
+        &self,
+        _group: &WorkloadPodGroup,
+        _condition: &PodGroupCondition,
     ) -> Result<(), ClusterError> {
         Ok(())
     }
@@ -426,7 +457,16 @@ async fn list_watch_loop<S: ListWatch + ?Sized>(
                 WatchEvent::Relisting(Kind::PodGroup),
             ])
             .chain(list.pod_groups.into_iter().map(WatchEvent::PodGroupApplied))
-            .chain(std::iter::once(WatchEvent::Listed(Kind::PodGroup)));
+            .chain([
+                WatchEvent::Listed(Kind::PodGroup),
+                WatchEvent::Relisting(Kind::WorkloadPodGroup),
+            ])
+            .chain(
+                list.workload_pod_groups
+                    .into_iter()
+                    .map(WatchEvent::WorkloadPodGroupApplied),
+            )
+            .chain(std::iter::once(WatchEvent::Listed(Kind::WorkloadPodGroup)));
         for e in listed {
             if tx.send(Ok(e)).await.is_err() {
                 return;

@@ -167,6 +167,16 @@ impl Inner {
         let pod = rec.info.json();
         let mut trace_context = Carrier::new();
         let group = gang::group_of(&rec.info);
+        if self.synced
+            && let Some(g) = &group
+            && let Err(message) = self.gangs.admission(g)
+        {
+            // A `scheduling.k8s.io` group that cannot be scheduled yet (or
+            // as written): its members wait here, the reason on each.
+            let g = g.clone();
+            self.hold_gang_member(&g, uid, message);
+            return;
+        }
         let picked = if self.synced {
             // A gang goes whole to the worker already serving it.
             group
@@ -245,6 +255,7 @@ impl Inner {
         for pod in waiting {
             Coordinator::apply_pod(self, pod);
         }
+        self.run_gang_checks();
     }
 
     /// A pod was deleted (or left the watched set): its record, worker,
@@ -254,6 +265,9 @@ impl Inner {
             return;
         };
         self.foreign.remove(uid);
+        if let Some(g) = self.gangs.scheduler_name_gone(uid) {
+            self.recheck_gang(&g);
+        }
         let Some((uid, _)) = self.pods.get_key_value(uid) else {
             return;
         };
@@ -262,7 +276,9 @@ impl Inner {
         self.unresolved.remove(&uid);
         self.evicting.remove(&uid);
         let rec = self.pods.remove(&uid).expect("present");
-        self.gangs.member_gone(&rec.info);
+        if let Some(g) = self.gangs.member_gone(&rec.info) {
+            self.recheck_gang(&g);
+        }
         self.clear_nomination(&rec.info);
         if let PodPhase::Granted(n) | PodPhase::Bound(n) = &rec.phase {
             self.unplace(n, &uid);
@@ -374,6 +390,15 @@ impl Coordinator {
         {
             inner.gangs.member_seen(&info);
         }
+        let names_changed = if info.terminal {
+            inner.gangs.scheduler_name_gone(&uid)
+        } else {
+            inner.gangs.scheduler_name_seen(&info)
+        };
+        if let Some(g) = names_changed {
+            // Checked once the pod's own record is in place (below).
+            inner.gangs.to_check.push(g);
+        }
         if info.terminal {
             inner.unresolved.remove(&uid);
             inner.evicting.remove(&uid);
@@ -385,7 +410,9 @@ impl Coordinator {
                     inner.broadcast(&WorkerEvent::PodDeleted(PodIdentity::of(&info)));
                 }
                 inner.pods.remove(&uid);
-                inner.gangs.member_gone(&rec.info);
+                if let Some(g) = inner.gangs.member_gone(&rec.info) {
+                    inner.gangs.to_check.push(g);
+                }
             }
             return;
         }

@@ -161,11 +161,18 @@ impl Coordinator {
                     rec.unschedulable = Some(message.to_owned());
                     rec.failing = error;
                     rec.rejections = rejections.into();
-                    rec.info.pod_once()
+                    let current = rec.info.pod_once();
+                    if let Some(g) = flotilla_shared::gang::gang_of(&rec.info) {
+                        inner.gangs.member_failed(&g, message, error);
+                    }
+                    current
                 }
                 _ => return,
             }
         };
+        if self.inner.lock().gangs.has_dirty() {
+            self.write_pod_group_status().await;
+        }
         self.cluster
             .record_event(SchedulingEvent::failed_scheduling(pod, message));
         let written = if error {

@@ -8,6 +8,8 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Pod;
 use tracing::{info, warn};
 
+use flotilla_shared::gang::GangObject;
+
 use super::stream::WorkerEvent;
 use super::{Coordinator, Inner};
 use crate::cluster::{ClusterError, Kind, PodRef, SchedulingEvent, WatchEvent};
@@ -206,16 +208,20 @@ impl Coordinator {
                     Self::apply_locked(inner, WatchEvent::PodDeleted(p));
                 }
             }
-            Kind::PodGroup => {
-                let names: HashSet<String> = listed
+            Kind::PodGroup | Kind::WorkloadPodGroup => {
+                let keys: HashSet<String> = listed
                     .iter()
                     .filter_map(|e| match e {
                         WatchEvent::PodGroupApplied(g) => Some(g.full_name()),
+                        WatchEvent::WorkloadPodGroupApplied(g) => Some(g.key()),
                         _ => None,
                     })
                     .collect();
-                for g in inner.gangs.groups_not_in(&names) {
-                    Self::apply_locked(inner, WatchEvent::PodGroupDeleted(g));
+                for g in inner
+                    .gangs
+                    .groups_not_in(&keys, kind == Kind::WorkloadPodGroup)
+                {
+                    inner.pod_group_deleted(&g);
                 }
             }
             Kind::PriorityClass => {
@@ -277,10 +283,19 @@ impl Coordinator {
             WatchEvent::NodeDeleted(node) => inner.node_deleted(node),
             WatchEvent::NamespaceApplied(ns) => inner.namespace_applied(ns),
             WatchEvent::NamespaceDeleted(ns) => inner.namespace_deleted(ns),
-            WatchEvent::PodApplied(pod) => Self::apply_pod(inner, pod),
+            WatchEvent::PodApplied(pod) => {
+                Self::apply_pod(inner, pod);
+                inner.run_gang_checks();
+            }
             WatchEvent::PodDeleted(pod) => inner.pod_deleted(pod),
-            WatchEvent::PodGroupApplied(g) => inner.pod_group_applied(g),
-            WatchEvent::PodGroupDeleted(g) => inner.pod_group_deleted(g),
+            WatchEvent::PodGroupApplied(g) => inner.pod_group_applied(GangObject::Coscheduling(g)),
+            WatchEvent::PodGroupDeleted(g) => inner.pod_group_deleted(&GangObject::Coscheduling(g)),
+            WatchEvent::WorkloadPodGroupApplied(g) => {
+                inner.pod_group_applied(GangObject::Workload(g));
+            }
+            WatchEvent::WorkloadPodGroupDeleted(g) => {
+                inner.pod_group_deleted(&GangObject::Workload(g));
+            }
             WatchEvent::Relisting(_) | WatchEvent::Listed(_) => {}
             WatchEvent::PriorityClassApplied(pc) => inner.priority_class_applied(pc),
             WatchEvent::PriorityClassDeleted(pc) => inner.priority_class_deleted(pc),

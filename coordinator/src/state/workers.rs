@@ -95,8 +95,8 @@ impl Coordinator {
         for n in inner.nodes.values() {
             let _ = tx.send(WorkerEvent::NodeUpsert(n.spec.json()));
         }
-        for g in inner.gangs.groups() {
-            let _ = tx.send(WorkerEvent::PodGroupUpsert(json(&**g)));
+        for e in inner.gangs.group_events() {
+            let _ = tx.send(e);
         }
         for rec in inner.pods.values() {
             if let PodPhase::Bound(_) = rec.phase {

@@ -18,16 +18,16 @@ use tokio::task::JoinHandle;
 
 use crate::{Harness, OUTCOME, STEP, node_of, unschedulable_message, wait_until, within};
 
-const CLASS_LABEL: &str = "flotilla.io/workload-class";
+pub(crate) const CLASS_LABEL: &str = "flotilla.io/workload-class";
 
-struct Worker {
+pub(crate) struct Worker {
     stats: Arc<WorkerStats>,
     handle: JoinHandle<Result<(), WorkerError>>,
 }
 
 /// The default profile with Coscheduling (default permit wait 60 s; groups
 /// set their own timeout).
-fn gang_profile() -> Profile {
+pub(crate) fn gang_profile() -> Profile {
     let mut profile = Profile::default();
     profile
         .plugins
@@ -39,7 +39,7 @@ fn gang_profile() -> Profile {
 
 /// A coordinator over `cluster` serving [`gang_profile`], as its workers
 /// run it.
-async fn start(cluster: EmbeddedCluster) -> Harness {
+pub(crate) async fn start(cluster: EmbeddedCluster) -> Harness {
     let served = flotilla_scheduler::config::SchedulerConfig {
         profiles: vec![gang_profile()],
         ..Default::default()
@@ -50,7 +50,7 @@ async fn start(cluster: EmbeddedCluster) -> Harness {
 }
 
 /// A batch worker running [`gang_profile`].
-fn spawn_worker(h: &Harness, name: &str) -> Worker {
+pub(crate) fn spawn_worker(h: &Harness, name: &str) -> Worker {
     let mut cfg = WorkerConfig::new(&h.url(), name, WorkloadClass::Batch);
     cfg.profiles = vec![gang_profile()];
     let stats = Arc::new(WorkerStats::default());
@@ -61,7 +61,7 @@ fn spawn_worker(h: &Harness, name: &str) -> Worker {
     Worker { stats, handle }
 }
 
-async fn start_workers(h: &Harness, n: usize) -> Vec<Worker> {
+pub(crate) async fn start_workers(h: &Harness, n: usize) -> Vec<Worker> {
     let workers: Vec<Worker> = (0..n)
         .map(|i| spawn_worker(h, &format!("batch-{i}")))
         .collect();
@@ -76,7 +76,7 @@ async fn start_workers(h: &Harness, n: usize) -> Vec<Worker> {
     workers
 }
 
-async fn stop(h: Harness, workers: Vec<Worker>) {
+pub(crate) async fn stop(h: Harness, workers: Vec<Worker>) {
     h.token.cancel();
     for w in workers {
         within(STEP, "worker stopping", w.handle)
@@ -87,7 +87,7 @@ async fn stop(h: Harness, workers: Vec<Worker>) {
     h.shutdown().await;
 }
 
-fn pod_group(name: &str, min: i32, timeout: Option<i32>) -> PodGroup {
+pub(crate) fn pod_group(name: &str, min: i32, timeout: Option<i32>) -> PodGroup {
     let mut g = PodGroup::default();
     g.metadata.name = Some(name.into());
     g.metadata.namespace = Some("default".into());
@@ -96,7 +96,7 @@ fn pod_group(name: &str, min: i32, timeout: Option<i32>) -> PodGroup {
     g
 }
 
-fn member(name: &str, group: &str, cpu: &str) -> Pod {
+pub(crate) fn member(name: &str, group: &str, cpu: &str) -> Pod {
     PodBuilder::new(name)
         .cpu(cpu)
         .label(CLASS_LABEL, "batch")
@@ -104,7 +104,7 @@ fn member(name: &str, group: &str, cpu: &str) -> Pod {
         .build()
 }
 
-fn bound_names(cluster: &EmbeddedCluster) -> Vec<String> {
+pub(crate) fn bound_names(cluster: &EmbeddedCluster) -> Vec<String> {
     let mut v: Vec<String> = cluster
         .pods()
         .iter()
@@ -115,7 +115,7 @@ fn bound_names(cluster: &EmbeddedCluster) -> Vec<String> {
     v
 }
 
-fn node(name: &str, cpu: &str) -> k8s_openapi::api::core::v1::Node {
+pub(crate) fn node(name: &str, cpu: &str) -> k8s_openapi::api::core::v1::Node {
     NodeBuilder::new(name)
         .cpu(cpu)
         .memory("64Gi")

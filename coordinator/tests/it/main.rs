@@ -17,6 +17,7 @@ mod real_workers;
 mod relist;
 mod shutdown;
 mod sync_gate;
+mod workload_gang;
 
 use std::future::Future;
 use std::net::SocketAddr;

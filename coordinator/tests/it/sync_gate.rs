@@ -150,6 +150,9 @@ async fn pods_listed_first_wait_for_every_list_and_namespaces_reach_workers() {
             // A cluster without the PodGroup CRD lists none.
             WatchEvent::Relisting(Kind::PodGroup),
             WatchEvent::Listed(Kind::PodGroup),
+            // Nor a server without scheduling.k8s.io PodGroups.
+            WatchEvent::Relisting(Kind::WorkloadPodGroup),
+            WatchEvent::Listed(Kind::WorkloadPodGroup),
         ],
     )
     .await;

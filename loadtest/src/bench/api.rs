@@ -1134,6 +1134,7 @@ pub async fn run_api_bench(
     if !w.priority_classes.is_empty()
         || !w.pod_disruption_budgets.is_empty()
         || !w.pod_groups.is_empty()
+        || !w.workload_pod_groups.is_empty()
     {
         return Err(ApiBenchError::Unsupported(
             name,

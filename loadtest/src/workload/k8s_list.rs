@@ -2,6 +2,14 @@
 //! for runs) or as [`ClusterObjects`] (also Namespaces, PriorityClasses,
 //! PodDisruptionBudgets and PodGroups, for `simulate` / `explain`).
 //!
+//! A `PodGroup` is read by its `apiVersion`: `scheduling.x-k8s.io/*` (or
+//! none) is the scheduler-plugins kind ([`ClusterObjects::pod_groups`]);
+//! `scheduling.k8s.io/v1beta1` and `scheduling.k8s.io/v1alpha2` are
+//! Kubernetes' own ([`ClusterObjects::workload_pod_groups`]); any other
+//! (another `scheduling.k8s.io` version, Volcano's) is skipped with a
+//! warning. Items of a typed list (`PodGroupList`) without an `apiVersion`
+//! take the list's.
+//!
 //! Accepted shapes, in one file:
 //! - a `List` (`apiVersion: v1`, `kind: List`, `items: [...]`), as written by
 //!   `kubectl get nodes,pods -A -o yaml` (or `-o json`);
@@ -40,6 +48,7 @@ use super::{
     ClusterObjects, LoadError, LoadWarning, OnBadInput, Result, Workload, deterministic_uid,
     file_label,
 };
+use flotilla_shared::gang::{self, WorkloadPodGroup};
 
 pub use flotilla_shared::objects::DEFAULT_NAMESPACE;
 
@@ -99,15 +108,17 @@ pub fn load_k8s_list(path: &Path, on_bad: OnBadInput) -> Result<Workload> {
         priority_classes: objects.priority_classes,
         pod_disruption_budgets: objects.pod_disruption_budgets,
         pod_groups: objects.pod_groups,
+        workload_pod_groups: objects.workload_pod_groups,
         timeline: Vec::new(),
     })
 }
 
 /// Loads every object of a Kubernetes object dump that `simulate` reads:
 /// Nodes, Pods, Namespaces, PriorityClasses, PodDisruptionBudgets and
-/// PodGroups (`scheduling.x-k8s.io`). Same formats, bad-input policy and
-/// errors as [`load_k8s_list`]; a PodGroup of another API group is skipped
-/// with a warning.
+/// PodGroups (`scheduling.x-k8s.io`, and `scheduling.k8s.io` `v1beta1` /
+/// `v1alpha2`). Same formats, bad-input policy and errors as
+/// [`load_k8s_list`]; a PodGroup of another API (group or version) is
+/// skipped with a warning.
 ///
 /// # Errors
 /// As [`load_k8s_list`].
@@ -182,6 +193,7 @@ fn load(path: &Path, on_bad: OnBadInput, kinds: Kinds) -> Result<ClusterObjects>
         priority_classes = objects.priority_classes.len(),
         pod_disruption_budgets = objects.pod_disruption_budgets.len(),
         pod_groups = objects.pod_groups.len(),
+        workload_pod_groups = objects.workload_pod_groups.len(),
         warnings = objects.warnings.len(),
         "loaded Kubernetes objects"
     );
@@ -248,9 +260,10 @@ struct Loader {
     on_bad: OnBadInput,
     kinds: Kinds,
     objects: ClusterObjects,
-    /// (kind, `namespace/name` or `name`) → item number of the object's
-    /// first occurrence.
-    seen: HashMap<(&'static str, String), usize>,
+    /// (API group, kind, `namespace/name` or `name`) → item number of the
+    /// object's first occurrence (the two PodGroup kinds are different
+    /// objects).
+    seen: HashMap<(&'static str, &'static str, String), usize>,
     /// Number of the next item.
     next_item: usize,
 }
@@ -260,7 +273,9 @@ impl Loader {
     fn document(&mut self, number: usize, document: Value) -> Result<()> {
         match document {
             Value::Null => Ok(()),
-            Value::Array(items) => items.into_iter().try_for_each(|item| self.item(item, None)),
+            Value::Array(items) => items
+                .into_iter()
+                .try_for_each(|item| self.item(item, None, None)),
             Value::Object(mut object) => {
                 let list_kind = object
                     .get("kind")
@@ -268,16 +283,21 @@ impl Loader {
                     .and_then(|kind| kind.strip_suffix("List"))
                     .map(str::to_owned);
                 let Some(item_kind) = list_kind else {
-                    return self.item(Value::Object(object), None);
+                    return self.item(Value::Object(object), None, None);
                 };
                 match object.remove("items") {
                     None | Some(Value::Null) => Ok(()),
                     Some(Value::Array(items)) => {
                         // `List` items carry their own kind; `NodeList` items may not.
                         let default_kind = Some(item_kind.as_str()).filter(|k| !k.is_empty());
-                        items
-                            .into_iter()
-                            .try_for_each(|item| self.item(item, default_kind))
+                        // Items of a typed list may omit their apiVersion too.
+                        let default_api_version = default_kind
+                            .and(object.get("apiVersion"))
+                            .and_then(Value::as_str)
+                            .map(str::to_owned);
+                        items.into_iter().try_for_each(|item| {
+                            self.item(item, default_kind, default_api_version.as_deref())
+                        })
                     }
                     Some(other) => {
                         let err = LoadError::InvalidObject {
@@ -304,10 +324,15 @@ impl Loader {
     }
 
     /// Loads one object, applying the bad-input policy to its error.
-    fn item(&mut self, value: Value, default_kind: Option<&str>) -> Result<()> {
+    fn item(
+        &mut self,
+        value: Value,
+        default_kind: Option<&str>,
+        default_api_version: Option<&str>,
+    ) -> Result<()> {
         let number = self.next_item;
         self.next_item += 1;
-        match self.load_object(number, value, default_kind) {
+        match self.load_object(number, value, default_kind, default_api_version) {
             Ok(()) => Ok(()),
             Err(err) => self.on_bad.handle(err, &mut self.objects.warnings),
         }
@@ -318,6 +343,7 @@ impl Loader {
         number: usize,
         value: Value,
         default_kind: Option<&str>,
+        default_api_version: Option<&str>,
     ) -> Result<()> {
         let Value::Object(object) = &value else {
             return Err(self.invalid(
@@ -350,10 +376,10 @@ impl Loader {
         let namespace = meta_str("namespace")
             .filter(|n| !n.is_empty())
             .map(str::to_owned);
-        let api_version = object
-            .get("apiVersion")
-            .and_then(Value::as_str)
-            .map(str::to_owned);
+        let api_version = match object.get("apiVersion") {
+            Some(Value::String(v)) if !v.is_empty() => Some(v.clone()),
+            _ => default_api_version.map(str::to_owned),
+        };
         let (name, namespace) = (name.as_deref(), namespace.as_deref());
 
         let kept = self.kinds.keeps(&kind);
@@ -399,6 +425,18 @@ impl Loader {
             "PodGroup" if kept => {
                 let api_version = api_version.as_deref().unwrap_or(pod_group::API_VERSION);
                 let group = api_version.split_once('/').map_or("", |(group, _)| group);
+                if gang::API_VERSIONS.contains(&api_version) {
+                    let WorkloadPodGroupObject(mut pg) =
+                        self.decode_object(number, value, Some(namespace), name, |_| None)?;
+                    if pg.api_version.is_empty() {
+                        api_version.clone_into(&mut pg.api_version);
+                    }
+                    if pg.kind.is_empty() {
+                        "PodGroup".clone_into(&mut pg.kind);
+                    }
+                    self.objects.workload_pod_groups.push(pg);
+                    return Ok(());
+                }
                 if group != pod_group::GROUP {
                     let item = describe(
                         number,
@@ -409,8 +447,10 @@ impl Loader {
                     self.skip(
                         &item,
                         format!(
-                            "skipped: PodGroup of apiVersion {api_version} is not loaded (only {})",
-                            pod_group::API_VERSION
+                            "skipped: PodGroup of apiVersion {api_version} is not loaded (only {}, {} and {})",
+                            pod_group::API_VERSION,
+                            gang::V1BETA1,
+                            gang::V1ALPHA2,
                         ),
                     );
                     return Ok(());
@@ -488,10 +528,11 @@ impl Loader {
         } else {
             name
         };
-        if let Some(&first_item) = self.seen.get(&(kind, key.clone())) {
+        let seen_key = (T::GROUP, kind, key);
+        if let Some(&first_item) = self.seen.get(&seen_key) {
             return Err(self.duplicate(item, first_item));
         }
-        self.seen.insert((kind, key), number);
+        self.seen.insert(seen_key, number);
         Ok(object)
     }
 
@@ -536,6 +577,34 @@ impl Loader {
             item,
             first_item,
         }
+    }
+}
+
+/// A `scheduling.k8s.io` PodGroup as [`Loader::decode_object`] reads it
+/// (kind `PodGroup`, group `scheduling.k8s.io`: not a duplicate of the
+/// scheduler-plugins PodGroup of the same name).
+#[derive(serde::Deserialize)]
+#[serde(transparent)]
+struct WorkloadPodGroupObject(WorkloadPodGroup);
+
+impl k8s_openapi::Resource for WorkloadPodGroupObject {
+    const API_VERSION: &'static str = gang::V1BETA1;
+    const GROUP: &'static str = gang::WORKLOAD_GROUP;
+    const KIND: &'static str = "PodGroup";
+    const VERSION: &'static str = "v1beta1";
+    const URL_PATH_SEGMENT: &'static str = "podgroups";
+    type Scope = k8s_openapi::NamespaceResourceScope;
+}
+
+impl k8s_openapi::Metadata for WorkloadPodGroupObject {
+    type Ty = ObjectMeta;
+
+    fn metadata(&self) -> &ObjectMeta {
+        &self.0.metadata
+    }
+
+    fn metadata_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.0.metadata
     }
 }
 
@@ -1120,7 +1189,8 @@ spec: {containers: [{name: c}]}
             got,
             [
                 "kinds.yaml: item 5 (PodGroup team-a/vc-gang): skipped: PodGroup of apiVersion \
-              scheduling.volcano.sh/v1beta1 is not loaded (only scheduling.x-k8s.io/v1alpha1)"
+              scheduling.volcano.sh/v1beta1 is not loaded (only scheduling.x-k8s.io/v1alpha1, \
+              scheduling.k8s.io/v1beta1 and scheduling.k8s.io/v1alpha2)"
             ]
         );
 
@@ -1179,6 +1249,174 @@ spec: {containers: [{name: c}]}
             let f = TempFile::new("bad.yaml", yaml);
             let err = load_cluster_objects(f.path(), OnBadInput::Fail).expect_err(want);
             assert_eq!(err.to_string(), want);
+        }
+    }
+
+    /// `kubectl get podgroups.scheduling.k8s.io -A -o yaml` of a 1.37 and a
+    /// 1.36 cluster (one file), with the scheduler-plugins kind beside them.
+    const WORKLOAD_POD_GROUPS_YAML: &str = r#"
+apiVersion: v1
+kind: List
+metadata:
+  resourceVersion: ""
+items:
+- apiVersion: scheduling.k8s.io/v1beta1
+  kind: PodGroup
+  metadata:
+    creationTimestamp: "2026-11-01T10:00:00Z"
+    generation: 1
+    name: workers
+    namespace: ml
+    resourceVersion: "4711"
+    uid: 6f1c2d4e-0000-4000-8000-000000000001
+  spec:
+    podGroupTemplateRef:
+      workload:
+        podGroupTemplateName: workers
+        workloadName: training
+    schedulingPolicy:
+      gang:
+        minCount: 4
+  status:
+    conditions:
+    - lastTransitionTime: "2026-11-01T10:00:05Z"
+      message: ""
+      reason: Scheduled
+      status: "True"
+      type: PodGroupInitiallyScheduled
+- apiVersion: scheduling.k8s.io/v1alpha2
+  kind: PodGroup
+  metadata:
+    creationTimestamp: "2026-11-01T10:00:00Z"
+    name: loners
+    namespace: ml
+    uid: 6f1c2d4e-0000-4000-8000-000000000002
+  spec:
+    schedulingPolicy:
+      basic: {}
+- apiVersion: scheduling.x-k8s.io/v1alpha1
+  kind: PodGroup
+  metadata: {name: workers, namespace: ml}
+  spec: {minMember: 2}
+- apiVersion: scheduling.k8s.io/v1alpha3
+  kind: PodGroup
+  metadata: {name: future, namespace: ml}
+  spec: {schedulingPolicy: {basic: {}}}
+- apiVersion: v1
+  kind: Pod
+  metadata: {name: w-0, namespace: ml}
+  spec:
+    containers: [{name: c}]
+    schedulingGroup: {podGroupName: workers}
+"#;
+
+    #[test]
+    fn scheduling_k8s_io_pod_groups_load_beside_the_scheduler_plugins_kind() {
+        let f = TempFile::new("groups.yaml", WORKLOAD_POD_GROUPS_YAML);
+        let o = load_cluster_objects(f.path(), OnBadInput::Fail).expect("load");
+        assert_eq!(o.workload_pod_groups.len(), 2);
+        let beta = &o.workload_pod_groups[0];
+        assert_eq!(beta.api_version, gang::V1BETA1);
+        assert_eq!(beta.kind, "PodGroup");
+        assert_eq!(beta.key(), "podgroups.scheduling.k8s.io/ml/workers");
+        assert_eq!(beta.min_count(), Ok(Some(4)));
+        assert_eq!(
+            beta.scheduled_condition().map(|c| c.status.as_str()),
+            Some("True")
+        );
+        let alpha = &o.workload_pod_groups[1];
+        assert_eq!(alpha.api_version, gang::V1ALPHA2);
+        assert_eq!(alpha.full_name(), "ml/loners");
+        assert_eq!(alpha.min_count(), Ok(None), "basic");
+        // The scheduler-plugins PodGroup of the same name is another object.
+        assert_eq!(o.pod_groups.len(), 1);
+        assert_eq!(o.pod_groups[0].full_name(), "ml/workers");
+        assert_eq!(o.pods.len(), 1);
+        let got: Vec<String> = o.warnings.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            got,
+            [
+                "groups.yaml: item 4 (PodGroup ml/future): skipped: PodGroup of apiVersion \
+                 scheduling.k8s.io/v1alpha3 is not loaded (only scheduling.x-k8s.io/v1alpha1, \
+                 scheduling.k8s.io/v1beta1 and scheduling.k8s.io/v1alpha2)"
+            ]
+        );
+
+        // A run creates them too.
+        let w = load_k8s_list(f.path(), OnBadInput::Fail).expect("load as workload");
+        assert_eq!(w.workload_pod_groups, o.workload_pod_groups);
+        assert_eq!(w.pod_groups.len(), 1);
+        assert_eq!(w.warnings.len(), 1);
+
+        // The same group twice is a duplicate, whatever its version.
+        let twice = r#"
+- {apiVersion: scheduling.k8s.io/v1beta1, kind: PodGroup, metadata: {name: g}, spec: {schedulingPolicy: {basic: {}}}}
+- {apiVersion: scheduling.k8s.io/v1alpha2, kind: PodGroup, metadata: {name: g, namespace: default}, spec: {schedulingPolicy: {basic: {}}}}
+"#;
+        let f = TempFile::new("twice.yaml", twice);
+        let err = load_cluster_objects(f.path(), OnBadInput::Fail).expect_err("duplicate");
+        assert_eq!(
+            err.to_string(),
+            "twice.yaml: item 2 (PodGroup default/g): duplicate object (first as item 1)"
+        );
+    }
+
+    #[test]
+    fn items_of_a_typed_pod_group_list_take_its_api_version() {
+        // What a live server's list answers: items without apiVersion or kind.
+        let json = r#"{"apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "PodGroupList",
+            "metadata": {"resourceVersion": "9"},
+            "items": [{"metadata": {"name": "g", "namespace": "ml"},
+                       "spec": {"schedulingPolicy": {"gang": {"minCount": 3}}}}]}"#;
+        let f = TempFile::new("list.json", json);
+        let o = load_cluster_objects(f.path(), OnBadInput::Fail).expect("load");
+        assert!(o.pod_groups.is_empty());
+        assert_eq!(o.workload_pod_groups.len(), 1);
+        let g = &o.workload_pod_groups[0];
+        assert_eq!(
+            (g.api_version.as_str(), g.kind.as_str()),
+            (gang::V1ALPHA2, "PodGroup")
+        );
+        assert_eq!(g.min_count(), Ok(Some(3)));
+
+        // No apiVersion anywhere: the scheduler-plugins kind, as before.
+        let f = TempFile::new(
+            "bare.yaml",
+            "kind: PodGroupList\nitems:\n- metadata: {name: g}\n  spec: {minMember: 2}\n",
+        );
+        let o = load_cluster_objects(f.path(), OnBadInput::Fail).expect("load");
+        assert_eq!(o.pod_groups.len(), 1);
+        assert!(o.workload_pod_groups.is_empty());
+    }
+
+    #[test]
+    fn bad_scheduling_k8s_io_pod_groups_name_the_object_and_field() {
+        let cases = [
+            (
+                "kind: PodGroup\napiVersion: scheduling.k8s.io/v1beta1\nmetadata: {name: g}\n\
+                 spec: {schedulingPolicy: {gang: {minCount: many}}}\n",
+                "bad.yaml: item 1 (PodGroup default/g): spec.schedulingPolicy.gang.minCount: \
+                 invalid type: string \"many\", expected i32",
+            ),
+            (
+                "kind: PodGroup\napiVersion: scheduling.k8s.io/v1alpha2\nmetadata: {name: g, namespace: ml}\n\
+                 spec: {schedulingPolicy: {basic: yes}}\n",
+                "bad.yaml: item 1 (PodGroup ml/g): spec.schedulingPolicy.basic: \
+                 invalid type: string \"yes\", expected a map",
+            ),
+            (
+                "kind: PodGroup\napiVersion: scheduling.k8s.io/v1beta1\nmetadata: {namespace: ml}\n\
+                 spec: {schedulingPolicy: {basic: {}}}\n",
+                "bad.yaml: item 1 (PodGroup): metadata.name is missing",
+            ),
+        ];
+        for (yaml, want) in cases {
+            let f = TempFile::new("bad.yaml", yaml);
+            let err = load_cluster_objects(f.path(), OnBadInput::Fail).expect_err(want);
+            assert_eq!(err.to_string(), want);
+            let o = load_cluster_objects(f.path(), OnBadInput::Skip).expect("skipped");
+            assert!(o.workload_pod_groups.is_empty());
+            assert_eq!(o.warnings.len(), 1);
         }
     }
 

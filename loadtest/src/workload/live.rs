@@ -8,12 +8,14 @@
 //!   phase, as `kubectl get pods -A`), Namespaces (`/api/v1/namespaces`) and
 //!   PriorityClasses (`/apis/scheduling.k8s.io/v1/priorityclasses`): a list
 //!   failing is an error naming the resource.
-//! - PodDisruptionBudgets (`policy/v1`, served since Kubernetes 1.21) and
+//! - PodDisruptionBudgets (`policy/v1`, served since Kubernetes 1.21),
 //!   PodGroups (`scheduling.x-k8s.io/v1alpha1`, a CRD of
-//!   kubernetes-sigs/scheduler-plugins): first found by discovery
-//!   (`GET /apis/<group>/<version>`); when the server does not serve them,
-//!   or the caller may not list them (403), they are skipped with a note
-//!   (preemption then sees no budget; no pod forms a gang).
+//!   kubernetes-sigs/scheduler-plugins) and Kubernetes' own PodGroups
+//!   (`scheduling.k8s.io/v1beta1` in 1.37, else `v1alpha2` in 1.36): first
+//!   found by discovery (`GET /apis/<group>/<version>`, each version in
+//!   turn); when the server does not serve them, or the caller may not list
+//!   them (403), they are skipped with a note (preemption then sees no
+//!   budget; no pod forms a gang).
 //!
 //! Lists are read in pages of [`PAGE_SIZE`] with continue tokens, so every
 //! page of one resource comes from the same snapshot (the API server's
@@ -33,6 +35,7 @@ use serde_json::Value;
 
 use crate::workload::k8s_list::cluster_objects_from_documents;
 use crate::workload::{ClusterObjects, LoadError, OnBadInput, pod_group};
+use flotilla_shared::gang;
 
 /// Objects per list page (`limit`), kubectl's default chunk size.
 pub const PAGE_SIZE: u32 = 500;
@@ -43,59 +46,72 @@ struct Resource {
     plural: &'static str,
     /// Kind, for notes (`PodDisruptionBudgets`).
     kinds: &'static str,
-    /// `v1` (core) or `group/version`.
-    api_version: &'static str,
+    /// `v1` (core) or `group/version`: the first served one is read (the
+    /// preferred first; more than one only for an optional kind).
+    api_versions: &'static [&'static str],
     /// Whether the read may be skipped (not served, or forbidden).
     optional: bool,
 }
 
 impl Resource {
-    /// The collection's URL path, cluster-wide.
-    fn path(&self) -> String {
-        if self.api_version == "v1" {
+    /// The collection's URL path in `api_version`, cluster-wide.
+    fn path(&self, api_version: &str) -> String {
+        if api_version == "v1" {
             format!("/api/v1/{}", self.plural)
         } else {
-            format!("/apis/{}/{}", self.api_version, self.plural)
+            format!("/apis/{}/{}", api_version, self.plural)
         }
+    }
+
+    /// The versions, for notes: `policy/v1`, `scheduling.k8s.io/v1beta1 or
+    /// scheduling.k8s.io/v1alpha2`.
+    fn versions(&self) -> String {
+        self.api_versions.join(" or ")
     }
 }
 
 /// Every kind read, in this order.
-const RESOURCES: [Resource; 6] = [
+const RESOURCES: [Resource; 7] = [
     Resource {
         plural: "nodes",
         kinds: "Nodes",
-        api_version: "v1",
+        api_versions: &["v1"],
         optional: false,
     },
     Resource {
         plural: "pods",
         kinds: "Pods",
-        api_version: "v1",
+        api_versions: &["v1"],
         optional: false,
     },
     Resource {
         plural: "namespaces",
         kinds: "Namespaces",
-        api_version: "v1",
+        api_versions: &["v1"],
         optional: false,
     },
     Resource {
         plural: "priorityclasses",
         kinds: "PriorityClasses",
-        api_version: "scheduling.k8s.io/v1",
+        api_versions: &["scheduling.k8s.io/v1"],
         optional: false,
     },
     Resource {
         plural: "poddisruptionbudgets",
         kinds: "PodDisruptionBudgets",
-        api_version: "policy/v1",
+        api_versions: &["policy/v1"],
         optional: true,
     },
     Resource {
         plural: "podgroups",
         kinds: "PodGroups",
-        api_version: pod_group::API_VERSION,
+        api_versions: &[pod_group::API_VERSION],
+        optional: true,
+    },
+    Resource {
+        plural: "podgroups",
+        kinds: "PodGroups (scheduling.k8s.io)",
+        api_versions: &gang::API_VERSIONS,
         optional: true,
     },
 ];
@@ -132,7 +148,7 @@ pub struct LiveCluster {
 }
 
 /// Reads Nodes, Pods, Namespaces, PriorityClasses and, when served,
-/// PodDisruptionBudgets and PodGroups from the API server behind `client`
+/// PodDisruptionBudgets and PodGroups (both APIs) from the API server behind `client`
 /// (see the module docs), with `GET` requests only. `server` is the
 /// server's URL, for names and messages (a trailing `/` is dropped).
 ///
@@ -144,30 +160,41 @@ pub async fn read_cluster(client: &Client, server: &str) -> Result<LiveCluster, 
     let name = format!("cluster {server}");
     let mut documents = Vec::new();
     let mut notes = Vec::new();
-    for resource in &RESOURCES {
+    'resources: for resource in &RESOURCES {
+        let mut api_version = resource.api_versions[0];
         if resource.optional {
-            match served(client, resource).await {
-                Ok(true) => {}
-                Ok(false) => {
-                    notes.push(format!(
-                        "{} skipped: {} {} is not served by {server}",
-                        resource.kinds, resource.api_version, resource.plural
-                    ));
-                    continue;
+            let mut found = None;
+            for &v in resource.api_versions {
+                match served(client, v, resource.plural).await {
+                    Ok(true) => {
+                        found = Some(v);
+                        break;
+                    }
+                    Ok(false) => {}
+                    Err(e) if is_forbidden(&e) => {
+                        notes.push(forbidden_note(resource, v, server, &e));
+                        continue 'resources;
+                    }
+                    Err(source) => return Err(list_error(resource, v, server, source)),
                 }
-                Err(e) if is_forbidden(&e) => {
-                    notes.push(forbidden_note(resource, server, &e));
-                    continue;
-                }
-                Err(source) => return Err(list_error(resource, server, source)),
             }
+            let Some(v) = found else {
+                notes.push(format!(
+                    "{} skipped: {} {} is not served by {server}",
+                    resource.kinds,
+                    resource.versions(),
+                    resource.plural
+                ));
+                continue;
+            };
+            api_version = v;
         }
-        match list_all(client, resource).await {
+        match list_all(client, &resource.path(api_version)).await {
             Ok(pages) => documents.extend(pages),
             Err(e) if resource.optional && (is_forbidden(&e) || is_not_found(&e)) => {
-                notes.push(forbidden_note(resource, server, &e));
+                notes.push(forbidden_note(resource, api_version, server, &e));
             }
-            Err(source) => return Err(list_error(resource, server, source)),
+            Err(source) => return Err(list_error(resource, api_version, server, source)),
         }
     }
     let objects = cluster_objects_from_documents(&name, &name, documents, OnBadInput::Fail)?;
@@ -180,19 +207,19 @@ pub async fn read_cluster(client: &Client, server: &str) -> Result<LiveCluster, 
     Ok(LiveCluster { objects, notes })
 }
 
-/// Whether discovery lists `resource` in its group version (404 on the
-/// group version: not served).
-async fn served(client: &Client, resource: &Resource) -> Result<bool, kube::Error> {
-    match client.list_api_group_resources(resource.api_version).await {
-        Ok(list) => Ok(list.resources.iter().any(|r| r.name == resource.plural)),
+/// Whether discovery lists `plural` in the group version `api_version`
+/// (404 on the group version: not served).
+async fn served(client: &Client, api_version: &str, plural: &str) -> Result<bool, kube::Error> {
+    match client.list_api_group_resources(api_version).await {
+        Ok(list) => Ok(list.resources.iter().any(|r| r.name == plural)),
         Err(e) if is_not_found(&e) => Ok(false),
         Err(e) => Err(e),
     }
 }
 
-/// Every page of `resource`'s cluster-wide list, as the server sent them.
-async fn list_all(client: &Client, resource: &Resource) -> Result<Vec<Value>, kube::Error> {
-    let request = Request::new(resource.path());
+/// Every page of the cluster-wide list at `path`, as the server sent them.
+async fn list_all(client: &Client, path: &str) -> Result<Vec<Value>, kube::Error> {
+    let request = Request::new(path);
     let mut params = ListParams::default().limit(PAGE_SIZE);
     let mut pages = Vec::new();
     loop {
@@ -238,21 +265,26 @@ fn describe(e: &kube::Error) -> String {
     text
 }
 
-fn forbidden_note(resource: &Resource, server: &str, e: &kube::Error) -> String {
+fn forbidden_note(resource: &Resource, api_version: &str, server: &str, e: &kube::Error) -> String {
     format!(
         "{} skipped: cannot list {} {} from {server}: {}",
         resource.kinds,
-        resource.api_version,
+        api_version,
         resource.plural,
         describe(e)
     )
 }
 
-fn list_error(resource: &Resource, server: &str, source: kube::Error) -> LiveError {
-    let what = if resource.api_version == "v1" {
+fn list_error(
+    resource: &Resource,
+    api_version: &str,
+    server: &str,
+    source: kube::Error,
+) -> LiveError {
+    let what = if api_version == "v1" {
         resource.plural.to_owned()
     } else {
-        format!("{} {}", resource.api_version, resource.plural)
+        format!("{} {}", api_version, resource.plural)
     };
     LiveError::List {
         resource: what,

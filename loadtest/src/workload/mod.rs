@@ -13,7 +13,9 @@
 //! - [`k8s_list`]: a Kubernetes `List` or multi-document YAML/JSON dump, as
 //!   written by `kubectl get nodes,pods -A -o yaml` ([`k8s_list::load_k8s_list`];
 //!   [`k8s_list::load_cluster_objects`] also keeps Namespaces,
-//!   PriorityClasses, PodDisruptionBudgets and [`pod_group::PodGroup`]s);
+//!   PriorityClasses, PodDisruptionBudgets, [`pod_group::PodGroup`]s and
+//!   `scheduling.k8s.io` PodGroups
+//!   ([`flotilla_shared::gang::WorkloadPodGroup`]));
 //! - [`live`]: the same [`ClusterObjects`] read from a live API server,
 //!   read-only ([`live::read_cluster`]), for `simulate` / `explain`.
 //!
@@ -203,6 +205,10 @@ pub struct Workload {
     pub pod_disruption_budgets: Vec<k8s_openapi::api::policy::v1::PodDisruptionBudget>,
     /// PodGroups to create before the pods (gangs, with Coscheduling).
     pub pod_groups: Vec<pod_group::PodGroup>,
+    /// `scheduling.k8s.io` PodGroups to create before the pods (gangs and
+    /// basic groups their pods name in `spec.schedulingGroup`, with
+    /// GangScheduling).
+    pub workload_pod_groups: Vec<flotilla_shared::gang::WorkloadPodGroup>,
     /// Timed cluster changes: a trace's arrivals and deletions, upstream
     /// `scheduler_perf`'s `churn` op. Applied in `at` order, `at` counted
     /// from the moment the last wave of `pods` is submitted. Empty: none.

@@ -14,6 +14,7 @@ mod run_priorities_gangs;
 mod simulate;
 mod simulate_matches_run;
 mod simulate_preemption;
+mod upstream_gangs;
 mod webhook;
 
 use std::collections::HashMap;

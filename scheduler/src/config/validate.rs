@@ -61,6 +61,7 @@ const UPSTREAM_PLUGINS: &[&str] = &[
     "DefaultBinder",
     "DynamicResources",
     "NodeDeclaredFeatures",
+    "GangScheduling",
 ];
 
 /// The error for a name the registry does not know.

@@ -48,6 +48,7 @@ use crate::gang::{self, GangBook, PermitOutcome, Placement};
 use crate::plugins::names;
 use crate::preemption::{self, Candidate, PostFilterOutcome};
 use crate::webhook::{Ask, Resolution, Shard, Webhook};
+use flotilla_shared::gang::{GangApi, is_workload_key};
 
 pub use rng::CycleRng;
 
@@ -126,6 +127,10 @@ pub struct Unschedulable {
     pub released: Vec<Placement>,
     /// Coscheduling's PostFilter message, when it released the gang.
     pub gang_message: Option<String>,
+    /// The pod's `scheduling.k8s.io` gang is rejected as a unit (upstream's
+    /// pod group cycle): `released` and the members not tried yet wait with
+    /// this pod, with its message.
+    pub gang_rejected: bool,
 }
 
 /// Who chose the node of a pod whose profile has a placement webhook.
@@ -258,6 +263,14 @@ impl Cycle<'_> {
         let Some(p) = self.profile(pod) else {
             return self.no_profile(pod, num_all_nodes);
         };
+        if let Some(decision) = self.pre_enqueue(p.framework, pod) {
+            return Attempt {
+                decision,
+                detail: None,
+                webhook: None,
+                num_all_nodes,
+            };
+        }
         let mut rng = CycleRng::for_attempt(self.seed, &pod.uid, attempt);
         let mut detail = self.detail.then(CycleDetail::default);
         let mut candidates = p.webhook.map(|_| Candidates::new());
@@ -350,6 +363,10 @@ impl Cycle<'_> {
         // (index, its in-process result, its candidates, its random source)
         let mut placed = Vec::new();
         for (i, (pod, n)) in pods.iter().enumerate() {
+            if let Some(d) = self.pre_enqueue(fw, pod) {
+                out[i] = Some(attempt(d, None));
+                continue;
+            }
             let mut rng = CycleRng::for_attempt(self.seed, &pod.uid, *n);
             let mut candidates = Candidates::new();
             match fw.run(pod, snapshot, &mut rng, None, Some(&mut candidates)) {
@@ -418,17 +435,59 @@ impl Cycle<'_> {
                 for (pod, _) in &members {
                     self.cache.forget(&pod.uid);
                 }
+                let plugin = if is_workload_key(&group) {
+                    names::GANG_SCHEDULING
+                } else {
+                    names::COSCHEDULING
+                };
                 ExpiredGang {
-                    group,
                     message: format!(
-                        "rejected due to timeout after waiting {} at plugin {}",
+                        "rejected due to timeout after waiting {} at plugin {plugin}",
                         gang::go_duration(waited),
-                        names::COSCHEDULING
                     ),
+                    group,
                     members,
                 }
             })
             .collect()
+    }
+
+    /// GangScheduling's PreEnqueue, when the profile enables it: a member
+    /// of a `scheduling.k8s.io` group that may not be scheduled yet is
+    /// `UnschedulableAndUnresolvable` with upstream's message, and waits for
+    /// the plugin's events ([`crate::gang::GangBook::pre_enqueue`]).
+    fn pre_enqueue(&self, fw: &Framework, pod: &PodInfo) -> Option<Decision> {
+        pod.pod_group_name.as_ref()?;
+        if !fw
+            .enabled_at(ExtensionPoint::PreEnqueue)
+            .contains(&names::GANG_SCHEDULING)
+        {
+            return None;
+        }
+        let message = self.gangs.pre_enqueue(pod).err()?;
+        Some(Decision::Unschedulable(Box::new(Unschedulable {
+            message,
+            fit: None,
+            plugins: BTreeSet::from([names::GANG_SCHEDULING]),
+            nominate: None,
+            clear_nomination: false,
+            released: Vec::new(),
+            gang_message: None,
+            gang_rejected: false,
+        })))
+    }
+
+    /// The plugin holding `pod` at Permit, when it is a gang member and its
+    /// profile enables that plugin there (`Coscheduling` for the
+    /// scheduler-plugins API, `GangScheduling` for `scheduling.k8s.io`).
+    fn gang_plugin(fw: &Framework, pod: &PodInfo) -> Option<&'static str> {
+        let plugin = match GangBook::permit_plugin(pod)? {
+            GangApi::Coscheduling => names::COSCHEDULING,
+            GangApi::GangScheduling => names::GANG_SCHEDULING,
+        };
+        fw.enabled_at(ExtensionPoint::Permit)
+            .contains(&plugin)
+            .then_some(plugin)
     }
 
     fn profile(&self, pod: &PodInfo) -> Option<Profiled<'_>> {
@@ -552,12 +611,9 @@ impl Cycle<'_> {
                 report: None,
             };
         }
-        if !fw
-            .enabled_at(ExtensionPoint::Permit)
-            .contains(&names::COSCHEDULING)
-        {
+        let Some(plugin) = Self::gang_plugin(fw, pod) else {
             return Decision::Bind(r);
-        }
+        };
         match self.gangs.permit(pod, &r.node, now) {
             PermitOutcome::NotGang => Decision::Bind(r),
             PermitOutcome::Wait => Decision::Wait(r),
@@ -571,11 +627,12 @@ impl Cycle<'_> {
                 Decision::Unschedulable(Box::new(Unschedulable {
                     message,
                     fit: None,
-                    plugins: BTreeSet::from([names::COSCHEDULING]),
+                    plugins: BTreeSet::from([plugin]),
                     nominate: None,
                     clear_nomination: false,
                     released: Vec::new(),
                     gang_message: None,
+                    gang_rejected: false,
                 }))
             }
         }
@@ -649,6 +706,20 @@ impl Cycle<'_> {
                 _ => {}
             }
         }
+        let gang_rejected = Self::gang_plugin(fw, pod) == Some(names::GANG_SCHEDULING)
+            && self
+                .gangs
+                .group(&gang::group_of(pod).unwrap_or_default())
+                .is_some_and(|g| g.min_count.is_some());
+        if gang_rejected {
+            // Upstream 1.37 rejects a PodGroup as a unit when a member fits
+            // nowhere: the members waiting at Permit go back to the queue.
+            let members = self.gangs.reject_workload_gang(pod);
+            for (m, _) in &members {
+                self.cache.forget(&m.uid);
+            }
+            released = members;
+        }
         let mut message = fit.to_string();
         if let Some(m) = &gang_message {
             // Upstream appends the PostFilter messages to the FitError,
@@ -668,6 +739,7 @@ impl Cycle<'_> {
             clear_nomination,
             released,
             gang_message,
+            gang_rejected,
         }))
     }
 }

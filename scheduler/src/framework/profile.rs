@@ -85,9 +85,10 @@ pub struct Profile {
     pub webhook: Option<WebhookConfig>,
 }
 
-/// Upstream's default `multiPoint` plugins (`getDefaultPlugins`, 1.35), in
-/// upstream order, restricted to the plugins Flotilla implements, with
-/// upstream's score weights. Volume plugins are not
+/// Upstream's default `multiPoint` plugins (`getDefaultPlugins`, 1.35, and
+/// `GangScheduling` as with the `GenericWorkload` feature), in upstream
+/// order, restricted to the plugins Flotilla implements, with upstream's
+/// score weights. Volume plugins are not
 /// in it yet (see [`names::NOT_IMPLEMENTED`]).
 #[must_use]
 pub fn default_multi_point() -> Vec<PluginRef> {
@@ -106,6 +107,9 @@ pub fn default_multi_point() -> Vec<PluginRef> {
         (names::NODE_RESOURCES_BALANCED_ALLOCATION, 1),
         (names::IMAGE_LOCALITY, 1),
         (names::DEFAULT_BINDER, 0),
+        // Upstream adds it with the `GenericWorkload` feature (the
+        // `scheduling.k8s.io` PodGroup API): it acts only on pods naming one.
+        (names::GANG_SCHEDULING, 0),
     ]
     .into_iter()
     .map(|(n, w)| PluginRef::new(n, w))

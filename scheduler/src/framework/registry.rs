@@ -12,6 +12,7 @@ use crate::plugins::{
     coscheduling::{self, Coscheduling},
     default_binder::{self, DefaultBinder},
     default_preemption::{self, DefaultPreemption},
+    gang_scheduling::{self, GangScheduling},
     image_locality::ImageLocality,
     inter_pod_affinity::{InterPodAffinity, InterPodAffinityArgs},
     max_instances_per_node::MaxInstancesPerNode,
@@ -382,6 +383,14 @@ impl Registry {
                 Ok(PluginHandle::new(p.clone())
                     .other_points(default_preemption::POINTS)
                     .preemption_args(p.args))
+            }),
+        );
+        add(
+            &mut r,
+            names::GANG_SCHEDULING,
+            Arc::new(|_| {
+                Ok(PluginHandle::new(Arc::new(GangScheduling))
+                    .other_points(gang_scheduling::POINTS))
             }),
         );
         r.replace(

@@ -561,6 +561,12 @@ impl Framework {
                             fw.interest.entry(*ev).or_default().insert(name);
                         }
                     }
+                    // PreEnqueue and Permit plugins reject too (GangScheduling).
+                    ExtensionPoint::PreEnqueue | ExtensionPoint::Permit => {
+                        for ev in h.plugin.events_to_register() {
+                            fw.interest.entry(*ev).or_default().insert(name);
+                        }
+                    }
                     ExtensionPoint::PreScore => fw.pre_scores.extend(h.pre_score.clone()),
                     ExtensionPoint::PostFilter => {
                         fw.preemption = fw.preemption.or(h.preemption_args);

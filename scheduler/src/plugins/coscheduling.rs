@@ -192,7 +192,7 @@ mod tests {
         g.metadata.name = Some("pg".into());
         g.metadata.namespace = Some("default".into());
         g.spec.min_member = 2;
-        book.apply_group(Arc::new(g));
+        book.apply_group(&g);
         let pod = PodBuilder::new("p1")
             .label(LABEL_POD_GROUP, "pg")
             .build_info();

@@ -27,6 +27,11 @@
 //! [`SchedulingGates`] is a PreEnqueue plugin the queue runs: a pod with
 //! `spec.schedulingGates` waits in the queue's gated set until they are removed.
 //!
+//! [`Coscheduling`] (scheduler-plugins gangs, not in the default profile)
+//! and [`GangScheduling`] (Kubernetes' `scheduling.k8s.io` gangs, in it) hold
+//! gang members at Permit; the worker sends each gang whole to the
+//! coordinator (see [`crate::gang`]).
+//!
 //! [`resource_allocation`] holds what the two resource score plugins share.
 //! [`DefaultPreemption`] (PostFilter) only carries its args; the algorithm
 //! is [`crate::preemption`].
@@ -44,6 +49,7 @@
 pub mod coscheduling;
 pub mod default_binder;
 pub mod default_preemption;
+pub mod gang_scheduling;
 pub mod image_locality;
 pub mod inter_pod_affinity;
 pub mod max_instances_per_node;
@@ -63,6 +69,7 @@ pub mod taint_toleration;
 pub use coscheduling::Coscheduling;
 pub use default_binder::DefaultBinder;
 pub use default_preemption::DefaultPreemption;
+pub use gang_scheduling::GangScheduling;
 pub use image_locality::ImageLocality;
 pub use inter_pod_affinity::InterPodAffinity;
 pub use max_instances_per_node::MaxInstancesPerNode;

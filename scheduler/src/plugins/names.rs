@@ -28,6 +28,8 @@ pub const IMAGE_LOCALITY: &str = "ImageLocality";
 pub const DEFAULT_PREEMPTION: &str = "DefaultPreemption";
 /// `Coscheduling` (scheduler-plugins gang scheduling; not a default plugin).
 pub const COSCHEDULING: &str = "Coscheduling";
+/// `GangScheduling` (Kubernetes' own gangs: `scheduling.k8s.io` PodGroups).
+pub const GANG_SCHEDULING: &str = "GangScheduling";
 /// `MaxInstancesPerNode` (Flotilla: at most `k` pods of one app per node,
 /// from a pod annotation; not a default plugin).
 pub const MAX_INSTANCES_PER_NODE: &str = "MaxInstancesPerNode";

@@ -213,7 +213,15 @@ struct Inner {
     /// that can help *its* rejecting plugins happened during its cycle
     /// (upstream's in-flight events checked with queueing hints).
     last_event_cycle: HashMap<ClusterEvent, u64>,
+    /// Queued members of each `scheduling.k8s.io` gang: the gang is rejected,
+    /// parked and woken as a unit (upstream's pod group cycle).
+    gangs: HashMap<String, HashSet<Arc<str>>>,
     closed: bool,
+}
+
+/// The `scheduling.k8s.io` gang `pod` belongs to, if any.
+fn workload_gang(pod: &PodInfo) -> Option<String> {
+    flotilla_shared::gang::gang_of(pod).filter(|g| flotilla_shared::gang::is_workload_key(g))
 }
 
 /// Sizes of the three queues (for metrics and reports).
@@ -361,6 +369,23 @@ impl SchedulingQueue {
                 error_backoff: false,
             },
         );
+        if let Some(g) = workload_gang(&inner.pods[&uid].info.pod) {
+            // A new member may complete a parked gang: it is tried again
+            // with it (GangScheduling's `Pod/Add` hint).
+            let parked: Vec<Arc<str>> = inner
+                .gangs
+                .get(&g)
+                .into_iter()
+                .flatten()
+                .filter(|u| inner.unschedulable.contains(*u))
+                .cloned()
+                .collect();
+            for u in &parked {
+                inner.unschedulable.remove(u);
+                Self::requeue(&mut inner, u, now);
+            }
+            inner.gangs.entry(g).or_default().insert(uid.clone());
+        }
         if gated {
             Self::set_gated(&mut inner, &uid);
         } else {
@@ -390,7 +415,23 @@ impl SchedulingQueue {
     pub fn delete(&self, uid: &str) -> bool {
         let mut inner = self.inner.lock();
         inner.unschedulable.remove(uid);
-        inner.pods.remove(uid).is_some()
+        Self::untrack(&mut inner, uid)
+    }
+
+    /// Stops tracking `uid`; whether it was tracked.
+    fn untrack(inner: &mut Inner, uid: &str) -> bool {
+        let Some(e) = inner.pods.remove(uid) else {
+            return false;
+        };
+        if let Some(g) = workload_gang(&e.info.pod)
+            && let Some(m) = inner.gangs.get_mut(&g)
+        {
+            m.remove(uid);
+            if m.is_empty() {
+                inner.gangs.remove(&g);
+            }
+        }
+        true
     }
 
     /// Records the node a preemption nominated for a tracked pod (`None`:
@@ -539,7 +580,7 @@ impl SchedulingQueue {
             .get(uid)
             .is_some_and(|e| e.loc == Location::InFlight)
         {
-            inner.pods.remove(uid);
+            Self::untrack(&mut inner, uid);
         }
     }
 
@@ -588,11 +629,72 @@ impl SchedulingQueue {
     /// arrived during its cycle.
     pub fn add_unschedulable(&self, uid: &str, plugins: BTreeSet<&'static str>, now: Instant) {
         let mut inner = self.inner.lock();
-        let Some((key, e)) = inner.pods.get_key_value(uid) else {
+        self.park(&mut inner, uid, plugins, now, None);
+    }
+
+    /// A gang rejected as a unit: `uid` (the member that fit nowhere) goes
+    /// where [`Self::add_unschedulable`] sends it, and `members` (released
+    /// from Permit) go to the same place with the same plugins, so that no
+    /// member is placed again, holding room, while the others wait.
+    pub fn add_unschedulable_group(
+        &self,
+        uid: &str,
+        members: &[Arc<str>],
+        plugins: &BTreeSet<&'static str>,
+        now: Instant,
+    ) {
+        let mut inner = self.inner.lock();
+        let moved = self.park(&mut inner, uid, plugins.clone(), now, None);
+        for m in members {
+            self.park(&mut inner, m, plugins.clone(), now, moved);
+        }
+        if moved != Some(false) {
+            return;
+        }
+        // Members not tried yet wait with the gang rather than be placed and
+        // hold room at Permit while it cannot be complete.
+        let Some(g) = inner.pods.get(uid).and_then(|e| workload_gang(&e.info.pod)) else {
             return;
         };
+        let queued: Vec<Arc<str>> = inner
+            .gangs
+            .get(&g)
+            .into_iter()
+            .flatten()
+            .filter(|u| {
+                inner
+                    .pods
+                    .get(*u)
+                    .is_some_and(|e| matches!(e.loc, Location::Active | Location::Backoff(_)))
+            })
+            .cloned()
+            .collect();
+        for u in queued {
+            inner.seq += 1;
+            let seq = inner.seq;
+            let e = inner.pods.get_mut(&u).expect("indexed pods are tracked");
+            e.version = seq;
+            e.loc = Location::Unschedulable(now);
+            e.info.unschedulable_plugins = plugins.clone();
+            inner.unschedulable.insert(u);
+        }
+    }
+
+    /// Parks in-flight pod `uid`: in the unschedulable pool, or in backoffQ
+    /// when `moved` says so (`None`: when a relevant event arrived during
+    /// its cycle). Returns where it went (`Some(true)`: backoffQ), `None`
+    /// when it was not in flight or is gated.
+    fn park(
+        &self,
+        inner: &mut Inner,
+        uid: &str,
+        plugins: BTreeSet<&'static str>,
+        now: Instant,
+        moved: Option<bool>,
+    ) -> Option<bool> {
+        let (key, e) = inner.pods.get_key_value(uid)?;
         if e.loc != Location::InFlight {
-            return;
+            return None;
         }
         let key = key.clone();
         if self.gate(&e.info.pod).is_some() {
@@ -601,19 +703,21 @@ impl SchedulingQueue {
             let e = inner.pods.get_mut(&key).expect("present");
             e.info.attempts += 1;
             e.info.unschedulable_plugins = plugins;
-            Self::set_gated(&mut inner, &key);
-            return;
+            Self::set_gated(inner, &key);
+            return None;
         }
         let popped = e.popped_at_cycle;
         // Only events that could help one of the rejecting plugins count
         // (any event, for a pod no plugin is recorded for).
-        let moved_meanwhile = inner.last_event_cycle.iter().any(|(ev, &c)| {
-            c > popped
-                && (plugins.is_empty()
-                    || self
-                        .interest
-                        .get(ev)
-                        .is_some_and(|set| plugins.iter().any(|p| set.contains(p))))
+        let moved_meanwhile = moved.unwrap_or_else(|| {
+            inner.last_event_cycle.iter().any(|(ev, &c)| {
+                c > popped
+                    && (plugins.is_empty()
+                        || self
+                            .interest
+                            .get(ev)
+                            .is_some_and(|set| plugins.iter().any(|p| set.contains(p))))
+            })
         });
         let until = self.backoff_until(e.info.failures() + 1, now);
         inner.seq += 1;
@@ -626,13 +730,14 @@ impl SchedulingQueue {
         e.info.unschedulable_plugins = plugins;
         e.backoff_expiry = Some(until);
         if moved_meanwhile {
-            Self::push_backoff(&mut inner, &key, until);
+            Self::push_backoff(inner, &key, until);
             self.wake.notify_one();
         } else {
             e.version = seq;
             e.loc = Location::Unschedulable(now);
             inner.unschedulable.insert(key);
         }
+        Some(moved_meanwhile)
     }
 
     /// The attempt failed for a reason other than fit (an error): back off
@@ -717,7 +822,28 @@ impl SchedulingQueue {
     /// gating plugin's own event, the pod update removing the gates, can
     /// release them). Returns how many moved.
     pub fn on_event(&self, event: ClusterEvent, now: Instant) -> usize {
+        self.on_event_except(event, now, &[])
+    }
+
+    /// [`SchedulingQueue::on_event`], leaving the pods `except`, and every
+    /// queued member of their `scheduling.k8s.io` gangs, where they are: the
+    /// event is their own doing (a gang rejected as a unit frees the room
+    /// its members held; that cannot help the gang itself).
+    pub fn on_event_except(&self, event: ClusterEvent, now: Instant, except: &[Arc<str>]) -> usize {
         let mut inner = self.inner.lock();
+        let except_gangs: HashSet<String> = except
+            .iter()
+            .filter_map(|u| inner.pods.get(u).and_then(|e| workload_gang(&e.info.pod)))
+            .collect();
+        let excepted = |inner: &Inner, uid: &Arc<str>| {
+            except.contains(uid)
+                || (!except_gangs.is_empty()
+                    && inner
+                        .pods
+                        .get(uid)
+                        .and_then(|e| workload_gang(&e.info.pod))
+                        .is_some_and(|g| except_gangs.contains(&g)))
+        };
         let interested = self.interest.get(&event);
         // An event no plugin registered for cannot help a rejected pod: it
         // neither moves pods parked by plugins nor marks the cycle (so a
@@ -730,6 +856,7 @@ impl SchedulingQueue {
         let movable: Vec<Arc<str>> = inner
             .unschedulable
             .iter()
+            .filter(|uid| !excepted(&inner, uid))
             .filter(|uid| {
                 inner.pods.get(*uid).is_some_and(|e| {
                     e.info.unschedulable_plugins.is_empty()
@@ -740,6 +867,32 @@ impl SchedulingQueue {
             })
             .cloned()
             .collect();
+        // A gang is woken whole: its members are tried together again.
+        let mut movable = movable;
+        let mut gangs_woken = HashSet::new();
+        for uid in movable.clone() {
+            if let Some(g) = inner
+                .pods
+                .get(&uid)
+                .and_then(|e| workload_gang(&e.info.pod))
+                && gangs_woken.insert(g.clone())
+            {
+                movable.extend(
+                    inner
+                        .gangs
+                        .get(&g)
+                        .into_iter()
+                        .flatten()
+                        .filter(|u| {
+                            inner.unschedulable.contains(*u)
+                                && !excepted(&inner, u)
+                                && !movable.contains(*u)
+                        })
+                        .cloned()
+                        .collect::<Vec<_>>(),
+                );
+            }
+        }
         for uid in &movable {
             inner.unschedulable.remove(uid);
             Self::requeue(&mut inner, uid, now);
@@ -1176,6 +1329,99 @@ mod tests {
             q.location(&a.pod.uid),
             Some(Location::Active) | Some(Location::Backoff(_))
         ));
+    }
+
+    fn member(name: &str, group: &str) -> Arc<PodInfo> {
+        Arc::new(PodBuilder::new(name).pod_group_name(group).build_info())
+    }
+
+    #[test]
+    fn a_gang_rejected_as_a_unit_waits_together_and_is_woken_together() {
+        let q = queue();
+        let t0 = Instant::now();
+        for n in ["m0", "m1", "m2", "m3"] {
+            q.add(member(n, "g"), t0);
+        }
+        let m0 = q.pop(t0).unwrap().pod.uid.clone();
+        // An event m0's rejecting plugin registered for, while m0 waited
+        // at Permit: alone, m0 would go to backoff.
+        q.on_event(ClusterEvent::AssignedPodDeleted, t0);
+        let (m1, m2) = (
+            q.pop(t0).unwrap().pod.uid.clone(),
+            q.pop(t0).unwrap().pod.uid.clone(),
+        );
+        let plugins = BTreeSet::from([NODE_RESOURCES_FIT]);
+        // m2 fits nowhere (no event in its cycle): the whole gang parks,
+        // m3 (not tried yet) too, so it is not placed to wait in vain.
+        q.add_unschedulable_group(&m2, &[m0.clone(), m1.clone()], &plugins, t0);
+        let all = ["uid-m0", "uid-m1", "uid-m2", "uid-m3"];
+        for uid in all {
+            assert!(
+                matches!(q.location(uid), Some(Location::Unschedulable(_))),
+                "{uid}: {:?}",
+                q.location(uid)
+            );
+        }
+        assert!(q.pop(t0).is_none(), "nothing of the gang is tried alone");
+        // The room they held is free: that wakes others, not them.
+        q.add(pod("other", 0), t0);
+        let other = q.pop(t0).unwrap().pod.uid.clone();
+        q.add_unschedulable(&other, plugins.clone(), t0);
+        // The worker names the pods it released (not m3, parked by the
+        // queue): the whole gang stays.
+        let released = [m0.clone(), m1.clone(), m2.clone()];
+        assert_eq!(
+            q.on_event_except(ClusterEvent::AssignedPodDeleted, t0, &released),
+            1
+        );
+        for uid in all {
+            assert!(
+                matches!(q.location(uid), Some(Location::Unschedulable(_))),
+                "{uid}"
+            );
+        }
+        assert!(!matches!(
+            q.location(&other),
+            Some(Location::Unschedulable(_))
+        ));
+        // An event that helps one member wakes the whole gang.
+        q.delete(&other);
+        assert_eq!(q.on_event(ClusterEvent::AssignedPodDeleted, t0), 4);
+        for uid in all {
+            assert!(
+                !matches!(q.location(uid), Some(Location::Unschedulable(_))),
+                "{uid}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_new_member_wakes_its_parked_gang() {
+        let q = queue();
+        let t0 = Instant::now();
+        q.add(member("m0", "g"), t0);
+        let m0 = q.pop(t0).unwrap().pod.uid.clone();
+        q.add_unschedulable_group(
+            &m0,
+            &[],
+            &BTreeSet::from([crate::plugins::names::GANG_SCHEDULING]),
+            t0,
+        );
+        assert!(matches!(q.location(&m0), Some(Location::Unschedulable(_))));
+        // Another gang's member changes nothing; its own gang's does.
+        q.add(member("x", "other"), t0);
+        assert!(matches!(q.location(&m0), Some(Location::Unschedulable(_))));
+        q.add(member("m1", "g"), t0);
+        assert!(!matches!(q.location(&m0), Some(Location::Unschedulable(_))));
+        // Done and deleted members leave the index.
+        assert!(q.delete("uid-m1"));
+        assert!(q.delete(&m0));
+        assert!(
+            !q.inner
+                .lock()
+                .gangs
+                .contains_key("podgroups.scheduling.k8s.io/default/g")
+        );
     }
 
     #[test]

@@ -104,6 +104,7 @@ use crate::gang::GangBook;
 use crate::plugins::names;
 use crate::webhook::Webhook;
 use crate::{Framework, Profile, Registry};
+use flotilla_shared::gang::{self, GangObject};
 
 /// Namespace label the apiserver sets on every namespace to its name.
 pub const LABEL_METADATA_NAME: &str = "kubernetes.io/metadata.name";
@@ -379,7 +380,19 @@ pub fn simulate_with(
         };
         let mut admitted = pod.clone();
         match classes.admit(&mut admitted) {
-            Ok(priority) => queue.push((priority, order, PodInfo::from_pod(Arc::new(admitted))?)),
+            Ok(priority) => {
+                let info = PodInfo::from_pod(Arc::new(admitted))?;
+                if let Some(message) = gang::gang_of(&info).and_then(|g| scheduler.held.get(&g)) {
+                    let mut r = PodResult::refused(key, fw, cluster.node_count, String::new());
+                    r.priority = Some(priority);
+                    r.outcome = Outcome::Unschedulable {
+                        message: message.clone(),
+                    };
+                    refused.push(r);
+                    continue;
+                }
+                queue.push((priority, order, info));
+            }
             Err(e) => {
                 // Still read the pod, so bad fields are reported as such.
                 PodInfo::from_pod(Arc::new(admitted))?;
@@ -463,7 +476,11 @@ pub fn simulate_with(
             Decision::Unschedulable(u) => {
                 // A member that fits nowhere may doom its waiting siblings
                 // (the cycle forgot them).
-                if let Some(m) = &u.gang_message {
+                if let Some(m) = u.gang_message.as_ref().or_else(|| {
+                    // A `scheduling.k8s.io` gang is rejected as a unit:
+                    // its waiting members get the failing member's reason.
+                    u.gang_rejected.then_some(&u.message)
+                }) {
                     for (sibling, _) in &u.released {
                         if let Some(i) = waiting.remove(&sibling.uid) {
                             sim.results[i].outcome = Outcome::Unschedulable { message: m.clone() };
@@ -656,6 +673,9 @@ fn compile_pdbs(objects: &ClusterObjects, notes: &mut Vec<String>) -> Vec<PdbInf
 struct Scheduler {
     profiles: ProfileMap,
     webhooks: HashMap<String, Arc<Webhook>>,
+    /// `scheduling.k8s.io` groups whose members are held, with the reason
+    /// ([`gang::admission`]).
+    held: HashMap<String, String>,
     gangs: Arc<GangBook>,
     pdbs: Vec<PdbInfo>,
     seed: Option<u64>,
@@ -700,18 +720,46 @@ impl Scheduler {
             }
         }
         for g in &objects.pod_groups {
-            gangs.apply_group(Arc::new(g.clone()));
+            gangs.apply_group(g);
         }
+        for g in &objects.workload_pod_groups {
+            gangs.apply(&GangObject::Workload(Arc::new(g.clone())));
+        }
+        // Scheduler names of each `scheduling.k8s.io` group's pods.
+        let mut scheduler_names: HashMap<String, Vec<Arc<str>>> = HashMap::new();
         for pod in &objects.pods {
+            let info = PodInfo::from_pod(Arc::new(pod.clone()))?;
             if is_bound(pod) {
-                gangs.pod_bound(&PodInfo::from_pod(Arc::new(pod.clone()))?);
+                gangs.pod_bound(&info);
             } else if not_schedulable_reason(pod).is_none() || is_gated(pod) {
-                gangs.pod_pending(&PodInfo::from_pod(Arc::new(pod.clone()))?);
+                gangs.pod_pending(&info);
+            }
+            if !info.terminal
+                && let Some(g) = gang::gang_of(&info).filter(|g| gang::is_workload_key(g))
+            {
+                scheduler_names
+                    .entry(g)
+                    .or_default()
+                    .push(info.scheduler_name.clone());
             }
         }
+        // The coordinator's admission of each group: members of a group
+        // that may not be scheduled (no PodGroup, an invalid one, pods of
+        // different schedulers) are held with the reason.
+        let held = scheduler_names
+            .into_iter()
+            .filter_map(|(key, names)| {
+                let name = key.rsplit('/').next().unwrap_or_default().to_owned();
+                let group = gangs.group(&key);
+                gang::admission(&name, group.as_deref(), names.iter().map(|n| &**n))
+                    .err()
+                    .map(|m| (key, m))
+            })
+            .collect();
         Ok(Scheduler {
             profiles: map,
             webhooks,
+            held,
             gangs,
             pdbs: compile_pdbs(objects, notes),
             seed: opts.seed,

@@ -131,9 +131,9 @@ pub(super) fn apply_event(
             s.queue.delete(&r.uid);
         }
         Event::PodGroupUpsert(raw) => {
-            match serde_json::from_slice::<flotilla_shared::pod_group::PodGroup>(&raw.json) {
+            match flotilla_shared::gang::GangObject::from_json(&raw.json) {
                 Ok(g) => {
-                    s.gangs.apply_group(Arc::new(g));
+                    s.gangs.apply(&g);
                     s.queue.on_event(ClusterEvent::PodGroupChanged, now);
                 }
                 Err(e) => warn!(error = %e, "coordinator sent a PodGroup that does not parse"),

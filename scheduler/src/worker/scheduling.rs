@@ -284,9 +284,30 @@ fn unschedulable(
     if u.clear_nomination {
         s.queue.set_nominated_node(&pod.uid, None);
     }
-    release(s, &u.released, now);
+    if !u.gang_rejected {
+        release(s, &u.released, now);
+        s.queue.add_unschedulable(&pod.uid, u.plugins.clone(), now);
+    } else {
+        // A `scheduling.k8s.io` gang rejected as a unit (upstream's pod
+        // group cycle): every member waits, as this one does, for an event
+        // that may help, with its status; the room they held is free for
+        // the others, an event that does not wake the gang itself.
+        let members: Vec<Arc<str>> = u.released.iter().map(|(m, _)| m.uid.clone()).collect();
+        for (m, _) in &u.released {
+            s.cache.forget(&m.uid);
+            report(s, m, u.message.clone(), Vec::new(), Report::Unschedulable);
+        }
+        s.queue
+            .add_unschedulable_group(&pod.uid, &members, &u.plugins, now);
+        let mut group = members;
+        group.push(pod.uid.clone());
+        s.queue.on_event_except(
+            flotilla_shared::framework::ClusterEvent::AssignedPodDeleted,
+            now,
+            &group,
+        );
+    }
     debug!(message = %u.message, "unschedulable");
-    s.queue.add_unschedulable(&pod.uid, u.plugins, now);
     // A sample: the message counts every node.
     let node_statuses = u
         .fit

@@ -222,8 +222,9 @@ profiles:
     assert!(fw.preemption().is_some());
     assert_eq!(
         fw.enabled_at(ExtensionPoint::PreEnqueue),
-        ["SchedulingGates", "DefaultPreemption"],
-        "multiPoint enables DefaultPreemption at PreEnqueue, as upstream since 1.32"
+        ["SchedulingGates", "DefaultPreemption", "GangScheduling"],
+        "multiPoint enables DefaultPreemption at PreEnqueue, as upstream since 1.32, and \
+         GangScheduling, as upstream with GenericWorkload"
     );
 
     // The second profile: defaults, the global percentage, its class.

@@ -43,6 +43,9 @@ const UPSTREAM_POINTS: &[(&str, &[E])] = &[
     ("DefaultPreemption", &[E::PreEnqueue, E::PostFilter]),
     ("DefaultBinder", &[E::Bind]),
     ("MaxInstancesPerNode", &[E::PreFilter, E::Filter]),
+    // 1.36's GangScheduling (1.37 replaces Reserve and Permit with the pod
+    // group cycle's PlacementFeasible, which has no configuration point).
+    ("GangScheduling", &[E::PreEnqueue, E::Reserve, E::Permit]),
     // scheduler-plugins' Coscheduling also implements QueueSort, which
     // Flotilla's does not (docs/plugins.md).
     (

@@ -287,6 +287,16 @@ impl PodBuilder {
         self
     }
 
+    /// Sets `spec.schedulingGroup.podGroupName` (a `scheduling.k8s.io`
+    /// PodGroup gang).
+    #[must_use]
+    pub fn pod_group_name(mut self, name: &str) -> Self {
+        self.spec().scheduling_group = Some(k8s_openapi::api::core::v1::PodSchedulingGroup {
+            pod_group_name: Some(name.into()),
+        });
+        self
+    }
+
     /// Adds a label.
     #[must_use]
     pub fn label(mut self, k: &str, v: &str) -> Self {

@@ -206,6 +206,8 @@ async fn reads_every_kind_with_get_lists_only() {
             "/apis/policy/v1",
             "/apis/policy/v1/poddisruptionbudgets",
             "/apis/scheduling.x-k8s.io/v1alpha1",
+            "/apis/scheduling.k8s.io/v1beta1",
+            "/apis/scheduling.k8s.io/v1alpha2",
         ]
     );
     // Pages of PAGE_SIZE; the second page asked with the continue token.
@@ -231,12 +233,19 @@ async fn reads_every_kind_with_get_lists_only() {
     assert_eq!(o.priority_classes.len(), 1);
     assert_eq!(o.pod_disruption_budgets.len(), 1);
     assert!(o.pod_groups.is_empty());
+    assert!(o.workload_pod_groups.is_empty());
     assert!(o.warnings.is_empty(), "{:?}", o.warnings);
     assert_eq!(
         live.notes,
-        [format!(
-            "PodGroups skipped: scheduling.x-k8s.io/v1alpha1 podgroups is not served by {SERVER}"
-        )]
+        [
+            format!(
+                "PodGroups skipped: scheduling.x-k8s.io/v1alpha1 podgroups is not served by {SERVER}"
+            ),
+            format!(
+                "PodGroups (scheduling.k8s.io) skipped: scheduling.k8s.io/v1beta1 or \
+                 scheduling.k8s.io/v1alpha2 podgroups is not served by {SERVER}"
+            ),
+        ]
     );
 }
 
@@ -371,6 +380,59 @@ async fn optional_kinds_not_served_or_forbidden_are_skipped_with_a_note() {
                 "PodGroups skipped: cannot list scheduling.x-k8s.io/v1alpha1 podgroups from {SERVER}: \
                  HTTP 403 Forbidden: podgroups.scheduling.x-k8s.io is forbidden"
             ),
+            format!(
+                "PodGroups (scheduling.k8s.io) skipped: scheduling.k8s.io/v1beta1 or \
+                 scheduling.k8s.io/v1alpha2 podgroups is not served by {SERVER}"
+            ),
         ]
+    );
+}
+
+#[tokio::test]
+async fn scheduling_k8s_io_pod_groups_are_read_in_the_first_served_version() {
+    // A 1.36 server: scheduling.k8s.io/v1beta1 serves only PriorityClasses,
+    // v1alpha2 serves PodGroups (list items without apiVersion or kind).
+    let (client, log, server) = api_server(|path, query| match path {
+        "/apis/scheduling.k8s.io/v1beta1" => (
+            200,
+            resources("scheduling.k8s.io/v1beta1", "priorityclasses"),
+        ),
+        "/apis/scheduling.k8s.io/v1alpha2" => {
+            (200, resources("scheduling.k8s.io/v1alpha2", "podgroups"))
+        }
+        "/apis/scheduling.k8s.io/v1alpha2/podgroups" => (
+            200,
+            list(
+                "PodGroupList",
+                "scheduling.k8s.io/v1alpha2",
+                &[json!({"metadata": {"name": "workers", "namespace": "team"},
+                         "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}}})],
+                None,
+            ),
+        ),
+        _ => cluster_route(path, query),
+    });
+    let live = read_cluster(&client, SERVER_URL).await.expect("read");
+    drop(client);
+    server.await.expect("mock server");
+    let requests = log.take();
+    assert_read_only(&requests);
+    assert!(
+        !requests
+            .iter()
+            .any(|(_, uri)| uri.starts_with("/apis/scheduling.k8s.io/v1beta1/podgroups")),
+        "an unserved version is not listed: {requests:?}"
+    );
+    let groups = &live.objects.workload_pod_groups;
+    assert_eq!(groups.len(), 1);
+    assert_eq!(groups[0].api_version, "scheduling.k8s.io/v1alpha2");
+    assert_eq!(groups[0].key(), "podgroups.scheduling.k8s.io/team/workers");
+    assert_eq!(groups[0].min_count(), Ok(Some(2)));
+    assert!(live.objects.pod_groups.is_empty());
+    assert_eq!(
+        live.notes,
+        [format!(
+            "PodGroups skipped: scheduling.x-k8s.io/v1alpha1 podgroups is not served by {SERVER}"
+        )]
     );
 }
