@@ -173,6 +173,33 @@ items:
     }
 }
 
+#[test]
+fn members_waiting_for_a_gated_sibling_time_out_after_five_minutes() {
+    // Three members exist (minCount met), but one is scheduling-gated: the
+    // other two are placed and wait at Permit for it until upstream's fixed
+    // 5-minute timeout (simulate's clock jumps to the end), then both are
+    // released; nothing is placed.
+    let yaml = r#"
+apiVersion: v1
+kind: List
+items:
+- {apiVersion: scheduling.k8s.io/v1beta1, kind: PodGroup, metadata: {name: g, namespace: ml}, spec: {schedulingPolicy: {gang: {minCount: 3}}}}
+- {apiVersion: v1, kind: Node, metadata: {name: n1}, status: {allocatable: {cpu: "8", memory: 16Gi, pods: "110"}}}
+- {apiVersion: v1, kind: Pod, metadata: {name: a, namespace: ml}, spec: {schedulingGroup: {podGroupName: g}, containers: [{name: c}]}}
+- {apiVersion: v1, kind: Pod, metadata: {name: b, namespace: ml}, spec: {schedulingGroup: {podGroupName: g}, containers: [{name: c}]}}
+- {apiVersion: v1, kind: Pod, metadata: {name: gated, namespace: ml}, spec: {schedulingGroup: {podGroupName: g}, schedulingGates: [{name: wait}], containers: [{name: c}]}}
+"#;
+    let results = simulate_default("gated.yaml", yaml);
+    for p in ["ml/a", "ml/b"] {
+        let o = outcome(&results, p);
+        assert_eq!(o["status"], "Unschedulable", "{p}: {o}");
+        assert_eq!(
+            o["message"],
+            "rejected due to timeout after waiting 5m0s at plugin GangScheduling"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_run_places_the_upstream_gang_whole_and_the_other_not_at_all() {
     let dir = std::env::temp_dir().join(format!("flotilla-upstream-gangs-{}", std::process::id()));
