@@ -589,8 +589,8 @@ mod tests {
     /// the plugin unchecked.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_arbiter_grants_the_last_unit_once_and_only_with_the_check() {
-        use flotilla_coordinator::cluster::{EmbeddedCluster, PodRef, WatchEvent};
-        use flotilla_coordinator::{Coordinator, Decision};
+        use flotilla_coordinator::cluster::{EmbeddedCluster, PodRef};
+        use flotilla_coordinator::{Coordinator, Decision, PodPhase};
         use flotilla_shared::WorkloadClass;
 
         async fn race(registry: &Registry) -> (Decision, Decision, Vec<(String, String)>) {
@@ -601,26 +601,48 @@ mod tests {
                 .pods(110)
                 .resource("example.com/fpga", "1")
                 .build();
-            cluster.apply_node(node.clone()).expect("node");
+            cluster.apply_node(node).expect("node");
             let served = example_config(registry)
                 .served_profiles(registry)
                 .expect("the profile builds");
-            let coord = Coordinator::with_profiles(cluster.clone(), served);
-            coord.apply(WatchEvent::NodeApplied(Arc::new(node)));
+            let coord = Arc::new(Coordinator::with_profiles(cluster.clone(), served));
+            let stop = tokio_util::sync::CancellationToken::new();
+            let (synced_tx, synced) = tokio::sync::oneshot::channel();
+            tokio::spawn(coord.clone().sync_and_watch(stop.clone(), synced_tx));
+            synced.await.expect("the coordinator syncs");
+            // Two workers with open streams: each is handed the pod of its
+            // class, and may propose only that one.
             let (online, _) = coord.register("online-0", WorkloadClass::Online);
             let (batch, _) = coord.register("batch-0", WorkloadClass::Batch);
+            let _streams = (
+                coord.attach(online).expect("attach"),
+                coord.attach(batch).expect("attach"),
+            );
             let mut refs = Vec::new();
-            for name in ["a", "b"] {
+            for (name, class) in [("a", "online"), ("b", "batch")] {
                 let pod = PodBuilder::new(name)
                     .cpu("1")
+                    .label("flotilla.io/workload-class", class)
                     .request("example.com/fpga", "1")
                     .build();
                 cluster.create_pod(pod.clone()).expect("pod");
                 refs.push(PodRef::of(&pod));
-                coord.apply(WatchEvent::PodApplied(Arc::new(pod)));
             }
+            let handed = |name: &str, w| {
+                coord
+                    .record("default", name)
+                    .is_some_and(|r| r.phase == PodPhase::Pending(Some(w)))
+            };
+            tokio::time::timeout(std::time::Duration::from_secs(10), async {
+                while !(handed("a", online) && handed("b", batch)) {
+                    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                }
+            })
+            .await
+            .expect("each pod handed to its worker");
             let da = coord.propose(online, &refs[0], "n1").await;
             let db = coord.propose(batch, &refs[1], "n1").await;
+            stop.cancel();
             (da, db, coord.unchecked_filters())
         }
 

@@ -41,7 +41,7 @@ impl CoordinatorService {
     #[must_use]
     pub fn into_server(self) -> CoordinatorServer<Self> {
         CoordinatorServer::new(self)
-            .max_decoding_message_size(64 * 1024 * 1024)
+            .max_decoding_message_size(MAX_REQUEST_BYTES)
             .max_encoding_message_size(64 * 1024 * 1024)
     }
 }
@@ -58,15 +58,60 @@ fn carrier(md: &tonic::metadata::MetadataMap) -> flotilla_shared::trace::Carrier
         .collect()
 }
 
-fn parse_worker_id(s: &str) -> Result<WorkerId, Status> {
-    s.parse()
-        .map_err(|_| Status::invalid_argument(format!("worker_id: {s:?} is not a worker id")))
+/// The worker whose session `credential` (the `worker_id` Register
+/// answered) names; `Unauthenticated`, counted, for any other value.
+fn session(coordinator: &Coordinator, credential: &str, method: &str) -> Result<WorkerId, Status> {
+    coordinator.session(credential).map_err(|m| {
+        refused(method, "session");
+        Status::unauthenticated(m)
+    })
+}
+
+/// Counts a refused call (`flotilla_refused_calls_total`).
+fn refused(method: &str, reason: &str) {
+    flotilla_shared::metrics::metrics()
+        .refused_calls
+        .with_label_values(&[method, reason])
+        .inc();
+}
+
+/// Longest free text kept from a worker (a report's message): longer ones
+/// are cut, with a note, so no request can make the coordinator hold
+/// megabytes per pod.
+pub const MAX_MESSAGE_BYTES: usize = 8 * 1024;
+/// Longest per-node reason, node or plugin name kept from a report.
+const MAX_FIELD_BYTES: usize = 1024;
+/// Most reasons kept per node of a report.
+const MAX_REASONS_PER_NODE: usize = 16;
+/// Largest request the coordinator decodes (a batch of proposals or a
+/// gang is far smaller).
+pub const MAX_REQUEST_BYTES: usize = 16 * 1024 * 1024;
+
+/// `s` cut to at most `max` bytes (at a character boundary), with a note
+/// saying how long it was.
+fn bounded(mut s: String, max: usize) -> String {
+    if s.len() <= max {
+        return s;
+    }
+    let len = s.len();
+    let mut cut = max;
+    while !s.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    s.truncate(cut);
+    s.push_str(&format!(" … (cut from {len} bytes)"));
+    s
 }
 
 fn parse_pod(p: Option<pb::PodRef>) -> Result<PodRef, Status> {
     let p = p.ok_or_else(|| Status::invalid_argument("pod: required"))?;
     if p.name.is_empty() || p.uid.is_empty() {
         return Err(Status::invalid_argument("pod: name and uid are required"));
+    }
+    if p.name.len() > 253 || p.namespace.len() > 63 || p.uid.len() > 128 {
+        return Err(Status::invalid_argument(
+            "pod: name (253), namespace (63) or uid (128 bytes) too long",
+        ));
     }
     Ok(PodRef {
         namespace: if p.namespace.is_empty() {
@@ -260,7 +305,7 @@ async fn serve_bind_stream(
                         continue;
                     }
                 };
-                let worker = match parse_worker_id(&batch.worker_id) {
+                let worker = match session(&coordinator, &batch.worker_id, "BindStream") {
                     Ok(w) => w,
                     Err(st) => {
                         let _ = tx.send(Err(st));
@@ -354,7 +399,7 @@ impl CoordinatorApi for CoordinatorService {
         let name = if r.worker_name.is_empty() {
             format!("{class}-worker")
         } else {
-            r.worker_name
+            bounded(r.worker_name, 253)
         };
         if let Err(why) = self.coordinator.admits_profiles(r.profiles_fingerprint) {
             // Not refused: equal configurations can be written differently
@@ -362,9 +407,10 @@ impl CoordinatorApi for CoordinatorService {
             // cannot tell from a real difference.
             warn!(worker = %name, "{why}");
         }
-        let (id, epoch) = self.coordinator.register(&name, class);
+        // The worker names itself by the session's credential from now on.
+        let (_, epoch, credential) = self.coordinator.register_session(&name, class);
         Ok(Response::new(pb::RegisterResponse {
-            worker_id: id.to_string(),
+            worker_id: credential,
             epoch,
         }))
     }
@@ -375,8 +421,11 @@ impl CoordinatorApi for CoordinatorService {
         &self,
         req: Request<pb::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
-        let id = parse_worker_id(&req.into_inner().worker_id)?;
-        let rx = self.coordinator.attach(id).map_err(Status::not_found)?;
+        let id = session(&self.coordinator, &req.into_inner().worker_id, "Watch")?;
+        let rx = self.coordinator.attach(id).map_err(|m| {
+            refused("Watch", "already_watching");
+            Status::already_exists(m)
+        })?;
         Ok(Response::new(Box::pin(WorkerStream {
             rx,
             coordinator: self.coordinator.clone(),
@@ -390,7 +439,7 @@ impl CoordinatorApi for CoordinatorService {
     ) -> Result<Response<pb::BindDecision>, Status> {
         let parent = carrier(req.metadata());
         let r = req.into_inner();
-        let id = parse_worker_id(&r.worker_id)?;
+        let id = session(&self.coordinator, &r.worker_id, "ProposeBind")?;
         let pod = parse_pod(r.pod)?;
         if r.node_name.is_empty() {
             return Err(Status::invalid_argument("node_name: required"));
@@ -439,16 +488,28 @@ impl CoordinatorApi for CoordinatorService {
         req: Request<pb::UnschedulableReport>,
     ) -> Result<Response<pb::ReportAck>, Status> {
         let r = req.into_inner();
-        parse_worker_id(&r.worker_id)?;
+        let id = session(&self.coordinator, &r.worker_id, "ReportUnschedulable")?;
         let pod = parse_pod(r.pod)?;
+        if self.coordinator.pending_elsewhere(&pod, id) {
+            refused("ReportUnschedulable", "not_assigned");
+            return Err(Status::permission_denied(format!(
+                "pod {pod} is not assigned to this worker"
+            )));
+        }
+        let message = bounded(r.message, MAX_MESSAGE_BYTES);
         let nodes = r
             .node_statuses
             .into_iter()
             .take(pb::MAX_NODE_STATUSES)
             .map(|n| NodeRejection {
-                node: n.node_name,
-                reasons: n.reasons,
-                plugin: n.plugin,
+                node: bounded(n.node_name, MAX_FIELD_BYTES),
+                reasons: n
+                    .reasons
+                    .into_iter()
+                    .take(MAX_REASONS_PER_NODE)
+                    .map(|r| bounded(r, MAX_FIELD_BYTES))
+                    .collect(),
+                plugin: bounded(n.plugin, MAX_FIELD_BYTES),
             })
             .collect();
         if r.pod_group_timed_out {
@@ -458,7 +519,7 @@ impl CoordinatorApi for CoordinatorService {
             self.coordinator.end_nomination(&pod).await;
         }
         self.coordinator
-            .report_failure(&pod, &r.message, nodes, r.scheduler_error)
+            .report_failure(&pod, &message, nodes, r.scheduler_error)
             .await;
         Ok(Response::new(pb::ReportAck {}))
     }
@@ -469,9 +530,11 @@ impl CoordinatorApi for CoordinatorService {
     ) -> Result<Response<pb::GangDecision>, Status> {
         let parent = carrier(req.metadata());
         let r = req.into_inner();
-        let id = parse_worker_id(&r.worker_id)?;
-        if r.pod_group.is_empty() {
-            return Err(Status::invalid_argument("pod_group: required"));
+        let id = session(&self.coordinator, &r.worker_id, "ProposeGang")?;
+        if r.pod_group.is_empty() || r.pod_group.len() > MAX_FIELD_BYTES {
+            return Err(Status::invalid_argument(
+                "pod_group: required, at most 1024 bytes",
+            ));
         }
         if r.members.is_empty() {
             return Err(Status::invalid_argument(
@@ -525,7 +588,7 @@ impl CoordinatorApi for CoordinatorService {
     ) -> Result<Response<pb::PreemptionDecision>, Status> {
         let parent = carrier(req.metadata());
         let r = req.into_inner();
-        let id = parse_worker_id(&r.worker_id)?;
+        let id = session(&self.coordinator, &r.worker_id, "ProposePreemption")?;
         let pod = parse_pod(r.pod)?;
         if r.node_name.is_empty() {
             return Err(Status::invalid_argument("node_name: required"));

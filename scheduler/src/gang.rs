@@ -61,6 +61,31 @@ pub enum PermitOutcome {
     Reject(String),
 }
 
+impl Book {
+    /// Members of `g` bound, or allowed and being proposed.
+    fn placed(&self, g: &str) -> usize {
+        self.bound.get(g).map_or(0, HashSet::len) + self.proposed.get(g).map_or(0, HashSet::len)
+    }
+
+    /// `members` of `g` go to the coordinator: they count as placed.
+    fn proposing(&mut self, g: &str, members: &[Placement]) {
+        let set = self.proposed.entry(g.to_owned()).or_default();
+        for (p, _) in members {
+            set.insert(p.uid.clone());
+        }
+    }
+
+    /// `uid` is no longer being proposed (bound, released or gone).
+    fn not_proposing(&mut self, g: &str, uid: &str) {
+        if let Some(set) = self.proposed.get_mut(g) {
+            set.remove(uid);
+            if set.is_empty() {
+                self.proposed.remove(g);
+            }
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct Book {
     groups: HashMap<String, Arc<Gang>>,
@@ -72,6 +97,10 @@ struct Book {
     /// Member uid → group.
     group_of: HashMap<Arc<str>, String>,
     waiting: HashMap<String, WaitingGang>,
+    /// Group → members allowed at Permit whose gang proposal is in flight
+    /// (granted or not yet): they count as placed, as upstream's Permit
+    /// counts assumed pods, until confirmed bound or released.
+    proposed: HashMap<String, HashSet<Arc<str>>>,
     /// Groups PreFilter rejects until the instant (`podGroupBackoffSeconds`).
     backed_off: HashMap<String, Instant>,
     permit_waiting_time: Option<Duration>,
@@ -153,9 +182,7 @@ impl GangBook {
         };
         let n = b.members.get(&g).map_or(0, HashSet::len);
         if n < group.min_members() {
-            return Err(
-                "waiting for minCount pods from a gang to appear in scheduling queue".to_owned(),
-            );
+            return Err(gang::WAITING_FOR_MIN_COUNT.to_owned());
         }
         Ok(())
     }
@@ -194,6 +221,7 @@ impl GangBook {
             return;
         };
         let mut b = self.inner.lock();
+        b.not_proposing(&g, &pod.uid);
         b.members
             .entry(g.clone())
             .or_default()
@@ -206,24 +234,31 @@ impl GangBook {
     }
 
     /// A pod left (deleted, or no longer assigned here and not bound): it
-    /// no longer counts, and stops waiting.
-    pub fn pod_gone(&self, uid: &str) {
+    /// no longer counts, and stops waiting. Returns whether it was waiting
+    /// at Permit (the caller forgets it in the cache: its room is free).
+    pub fn pod_gone(&self, uid: &str) -> bool {
         let mut b = self.inner.lock();
         let Some(g) = b.group_of.remove(uid) else {
-            return;
+            return false;
         };
+        let was_waiting = b
+            .waiting
+            .get(&g)
+            .is_some_and(|w| w.members.iter().any(|(p, _)| &*p.uid == uid));
         if let Some(m) = b.members.get_mut(&g) {
             m.remove(uid);
         }
         if let Some(m) = b.bound.get_mut(&g) {
             m.remove(uid);
         }
+        b.not_proposing(&g, uid);
         if let Some(w) = b.waiting.get_mut(&g) {
             w.members.retain(|(p, _)| &*p.uid != uid);
             if w.members.is_empty() {
                 b.waiting.remove(&g);
             }
         }
+        was_waiting
     }
 
     /// Whether `uid` is bound according to the book.
@@ -284,7 +319,7 @@ impl GangBook {
             return PermitOutcome::Reject(if gang::is_workload_key(&g) {
                 // Upstream GangScheduling's Permit error.
                 format!(
-                    "failed to get podGroup {}/{}: podgroup {:?} not found",
+                    "failed to get podGroup {}/{}: podgroup.scheduling.k8s.io {:?} not found",
                     pod.key.namespace,
                     pod.pod_group_name.as_deref().unwrap_or_default(),
                     pod.pod_group_name.as_deref().unwrap_or_default()
@@ -297,12 +332,13 @@ impl GangBook {
             // `basic`: every member on its own.
             return PermitOutcome::NotGang;
         }
-        let bound = b.bound.get(&g).map_or(0, HashSet::len);
+        let placed = b.placed(&g);
         let waiting = b.waiting.get(&g).map_or(0, |w| w.members.len());
         let min = group.min_members();
-        if bound + waiting + 1 >= min {
+        if placed + waiting + 1 >= min {
             let mut members = b.waiting.remove(&g).map(|w| w.members).unwrap_or_default();
             members.push((pod.clone(), node.clone()));
+            b.proposing(&g, &members);
             return PermitOutcome::Ready(g, members);
         }
         let timeout = group.wait_time(b.permit_waiting_time.unwrap_or(DEFAULT_PERMIT_WAITING_TIME));
@@ -333,9 +369,9 @@ impl GangBook {
             return (Vec::new(), None);
         };
         let min = group.min_count.unwrap_or_default().max(0);
-        let bound = b.bound.get(&g).map_or(0, HashSet::len);
+        let placed = b.placed(&g);
         let waiting = b.waiting.get(&g).map_or(0, |w| w.members.len());
-        let assigned = i32::try_from(bound + waiting).unwrap_or(i32::MAX);
+        let assigned = i32::try_from(placed + waiting).unwrap_or(i32::MAX);
         if assigned >= min {
             return (Vec::new(), None);
         }
@@ -362,10 +398,52 @@ impl GangBook {
     /// rejected as a unit (upstream 1.37's pod group cycle: all or nothing on
     /// one snapshot), so its members waiting at Permit are released at once
     /// rather than at the timeout. Returns them (empty for other pods).
-    pub fn reject_workload_gang(&self, pod: &PodInfo) -> Vec<Placement> {
-        match group_of(pod).filter(|g| gang::is_workload_key(g)) {
-            Some(g) => self.reject_waiting(&g),
-            None => Vec::new(),
+    /// `None` when the rule does not apply: not a member of a
+    /// `scheduling.k8s.io` gang, a `basic` group, or a gang that already
+    /// has `minCount` members bound (the others go pod by pod, as
+    /// upstream's Permit then allows each).
+    pub fn reject_workload_gang(&self, pod: &PodInfo) -> Option<Vec<Placement>> {
+        let g = group_of(pod).filter(|g| gang::is_workload_key(g))?;
+        let mut b = self.inner.lock();
+        let group = b.groups.get(&g)?.clone();
+        group.min_count?;
+        if b.placed(&g) >= group.min_members() {
+            return None;
+        }
+        Some(b.waiting.remove(&g).map(|w| w.members).unwrap_or_default())
+    }
+
+    /// A member of `pod`'s group was bound: when the members waiting at
+    /// Permit, with the bound ones, now reach the group's minimum, they are
+    /// allowed and returned, to be proposed together. (Upstream's Permit
+    /// counts assumed pods too; here a member whose Permit ran while its
+    /// siblings' gang Binding was in flight waits for their confirmation.)
+    pub fn allow_waiting(&self, pod: &PodInfo) -> Option<(String, Vec<Placement>)> {
+        self.allow_waiting_group(&group_of(pod)?)
+    }
+
+    /// [`GangBook::allow_waiting`] for group `g`: also after its PodGroup
+    /// changed (`minCount` lowered, or turned `basic`: every waiting member
+    /// goes on).
+    pub fn allow_waiting_group(&self, g: &str) -> Option<(String, Vec<Placement>)> {
+        let g = g.to_owned();
+        let mut b = self.inner.lock();
+        let group = b.groups.get(&g)?.clone();
+        let waiting = b.waiting.get(&g)?.members.len();
+        if b.placed(&g) + waiting < group.min_members() {
+            return None;
+        }
+        let members = b.waiting.remove(&g)?.members;
+        b.proposing(&g, &members);
+        Some((g, members))
+    }
+
+    /// `members` of `group` were proposed and are not bound (the gang was
+    /// refused, or their Bindings failed): they no longer count as placed.
+    pub fn proposal_failed(&self, group: &str, members: &[Placement]) {
+        let mut b = self.inner.lock();
+        for (p, _) in members {
+            b.not_proposing(group, &p.uid);
         }
     }
 
@@ -668,8 +746,17 @@ mod tests {
             }
             o => panic!("{o:?}"),
         }
-        // Waiting members are released after upstream's fixed 5 minutes.
-        book.permit(&p1, &n, now);
+        // The three count as placed while their proposal is in flight: a
+        // fourth member goes on alone (upstream counts assumed pods).
+        let p4 = grouped("p4", "pg");
+        book.pod_pending(&p4);
+        assert!(matches!(book.permit(&p4, &n, now), PermitOutcome::Ready(_, m) if m.len() == 1));
+        // Waiting members of a gang short of minCount are released after
+        // upstream's fixed 5 minutes.
+        book.apply(&workload("t", serde_json::json!({"gang": {"minCount": 2}})));
+        let t1 = grouped("t1", "t");
+        book.pod_pending(&t1);
+        assert!(matches!(book.permit(&t1, &n, now), PermitOutcome::Wait));
         let early = now + gang::WORKLOAD_PERMIT_TIMEOUT - Duration::from_secs(1);
         assert!(book.take_expired(early).is_empty());
         let expired = book.take_expired(now + gang::WORKLOAD_PERMIT_TIMEOUT);
@@ -700,7 +787,9 @@ mod tests {
         // p3 fits nowhere: the scheduler-plugins PostFilter does not apply
         // (no 10 % rule), the group is rejected whole.
         assert!(book.post_filter(&p3, now).0.is_empty());
-        let released = book.reject_workload_gang(&p3);
+        let released = book
+            .reject_workload_gang(&p3)
+            .expect("a gang short of minCount");
         assert_eq!(released.len(), 2);
         assert_eq!(book.waiting_len(), 0);
         book.apply(&workload("web", serde_json::json!({"basic": {}})));
@@ -713,7 +802,7 @@ mod tests {
             PermitOutcome::Reject(m) => {
                 assert_eq!(
                     m,
-                    "failed to get podGroup default/gone: podgroup \"gone\" not found"
+                    "failed to get podGroup default/gone: podgroup.scheduling.k8s.io \"gone\" not found"
                 );
             }
             o => panic!("{o:?}"),

@@ -374,6 +374,21 @@ impl GangObject {
     }
 }
 
+/// Upstream GangScheduling's PreEnqueue message for a member of a gang with
+/// fewer than `minCount` pods.
+pub const WAITING_FOR_MIN_COUNT: &str =
+    "waiting for minCount pods from a gang to appear in scheduling queue";
+
+/// Whether `message` says a member waits for its group to be complete or
+/// to exist (upstream's PreEnqueue messages), not why the group failed: it
+/// does not become the PodGroup's condition.
+#[must_use]
+pub fn is_waiting_message(message: &str) -> bool {
+    message == WAITING_FOR_MIN_COUNT
+        || (message.starts_with("waiting for pods's pod group ")
+            && message.ends_with(" to appear in scheduling queue"))
+}
+
 /// Whether the members of the `scheduling.k8s.io` PodGroup `name` may be
 /// scheduled, given its [`Gang`] (`None`: the object does not exist) and
 /// the `spec.schedulerName`s of its non-terminal pods (bound ones too).

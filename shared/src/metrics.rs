@@ -36,6 +36,7 @@
 //! | `flotilla_api_writes_total` | `kind` (`binding`, `status`, `event`, `nomination`, `eviction`, `pod_group_status`) | coordinator writes to the cluster; per pod = its sum / `flotilla_pods_bound_total` |
 //! | `flotilla_pods_bound_total` | `class` | pods the coordinator bound |
 //! | `flotilla_dispatched_pods_total` | `class` | pods the coordinator handed to a worker (re-dispatches included) |
+//! | `flotilla_refused_calls_total` | `method`, `reason` (`session`: no such session; `not_assigned`: a pod not assigned to the caller; `already_watching`: a second `Watch`) | worker calls the coordinator refused |
 
 use std::sync::OnceLock;
 
@@ -86,6 +87,8 @@ pub struct Metrics {
     pub pods_bound: IntCounterVec,
     /// `flotilla_dispatched_pods_total{class}`.
     pub dispatched_pods: IntCounterVec,
+    /// `flotilla_refused_calls_total{method, reason}`.
+    pub refused_calls: IntCounterVec,
 }
 
 fn counter_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -259,6 +262,13 @@ impl Metrics {
                 "flotilla_dispatched_pods_total",
                 "Pods the coordinator handed to a worker (re-dispatches included), by class.",
                 &["class"],
+            ),
+            refused_calls: counter_vec(
+                &r,
+                "flotilla_refused_calls_total",
+                "Worker calls the coordinator refused: no such session, a pod not assigned \
+                 to the caller, a second Watch.",
+                &["method", "reason"],
             ),
             registry: r,
         }

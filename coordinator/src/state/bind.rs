@@ -288,7 +288,8 @@ impl Coordinator {
                     "pod {pod} is already bound to {n}"
                 )));
             }
-            PodPhase::Pending(_) => {}
+            PodPhase::Pending(Some(w)) if *w == worker => {}
+            PodPhase::Pending(_) => return Arbitration::Decided(not_assigned(pod, "ProposeBind")),
         }
         let info = rec.info.clone();
         let name = match inner.check_grant(&info, node) {
@@ -401,4 +402,15 @@ impl Coordinator {
         let message = format!("Binding rejected: {e}");
         self.report_failure(pod, &message, Vec::new(), true).await;
     }
+}
+
+/// The answer to a proposal for a pod the coordinator did not hand to the
+/// proposing worker (re-dispatched meanwhile, held back, or never its):
+/// nothing is granted, and the refusal is counted.
+pub(super) fn not_assigned(pod: &PodRef, method: &str) -> Decision {
+    flotilla_shared::metrics::metrics()
+        .refused_calls
+        .with_label_values(&[method, "not_assigned"])
+        .inc();
+    Decision::PodGone(format!("pod {pod} is not assigned to this worker"))
 }

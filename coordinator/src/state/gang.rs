@@ -244,7 +244,10 @@ impl Gangs {
     /// lack of room): a `scheduling.k8s.io` group not scheduled yet shows
     /// it in its condition.
     pub(super) fn member_failed(&mut self, group: &str, message: &str, error: bool) {
-        if !is_workload_key(group) || !self.groups.contains_key(group) {
+        if !is_workload_key(group)
+            || !self.groups.contains_key(group)
+            || gang::is_waiting_message(message)
+        {
             return;
         }
         let reason = if error {
@@ -584,7 +587,7 @@ impl Coordinator {
             let mut reserved: Vec<Reserved> = Vec::new();
             let mut failure = None;
             for (pod, node) in members {
-                match reserve(&mut inner, pod, node) {
+                match reserve(&mut inner, worker, pod, node) {
                     Ok(Some(r)) => reserved.push(r),
                     Ok(None) => {}
                     Err(d) => {
@@ -672,7 +675,12 @@ type Reserved = (Arc<str>, Arc<PodInfo>);
 
 /// Checks one gang member and places it in the view. `Ok(None)`: already
 /// bound or granted where proposed.
-fn reserve(inner: &mut Inner, pod: &PodRef, node: &str) -> Result<Option<Reserved>, Decision> {
+fn reserve(
+    inner: &mut Inner,
+    worker: WorkerId,
+    pod: &PodRef,
+    node: &str,
+) -> Result<Option<Reserved>, Decision> {
     let Some(rec) = inner.pods.get(pod.uid.as_str()) else {
         return Err(Decision::PodGone(format!("pod {pod} is not pending")));
     };
@@ -683,7 +691,8 @@ fn reserve(inner: &mut Inner, pod: &PodRef, node: &str) -> Result<Option<Reserve
                 "pod {pod} is already bound to {n}"
             )));
         }
-        PodPhase::Pending(_) => {}
+        PodPhase::Pending(Some(w)) if *w == worker => {}
+        PodPhase::Pending(_) => return Err(super::bind::not_assigned(pod, "ProposeGang")),
     }
     let info = rec.info.clone();
     let name = inner

@@ -95,10 +95,22 @@ pub use stream::{PodIdentity, WorkerEvent, WorkerTx};
 
 use sync::Deferred;
 
+/// How long a registration may wait for its `Watch` before it is dropped
+/// (at the next registration): a client that registers and never watches
+/// holds nothing for long.
+pub const REGISTRATION_TTL: std::time::Duration = std::time::Duration::from_secs(60);
+
 #[derive(Debug)]
 struct WorkerEntry {
     name: Arc<str>,
     class: WorkloadClass,
+    /// The session's secret: calls name the session as `<id>.<secret>`
+    /// ([`Coordinator::session`]), so no client can act for another by
+    /// guessing its (sequential) id.
+    secret: String,
+    /// When it registered; a registration never followed by `Watch`
+    /// expires after [`REGISTRATION_TTL`].
+    registered_at: std::time::Instant,
     tx: Option<WorkerTx>,
     assigned: HashSet<Arc<str>>,
     partition: Vec<Arc<str>>,

@@ -10,7 +10,7 @@ use tracing::{info, warn};
 use flotilla_shared::WorkloadClass;
 
 use super::stream::{WorkerEvent, json, namespace_event, nominated_event};
-use super::{Coordinator, Inner, PodPhase, WorkerEntry};
+use super::{Coordinator, Inner, PodPhase, REGISTRATION_TTL, WorkerEntry};
 use crate::partition::WorkerId;
 
 impl Inner {
@@ -59,7 +59,32 @@ impl Coordinator {
     /// Registers a worker of `class`; returns (id, epoch). It receives work
     /// once it opens its stream with [`Coordinator::attach`].
     pub fn register(&self, name: &str, class: WorkloadClass) -> (WorkerId, u64) {
+        let (id, epoch, _) = self.register_session(name, class);
+        (id, epoch)
+    }
+
+    /// [`Coordinator::register`], also returning the session's credential,
+    /// `<id>.<secret>` (128 random bits): what the worker names itself by in
+    /// every later call ([`Coordinator::session`]). Registrations that
+    /// never opened their stream within [`REGISTRATION_TTL`] are dropped
+    /// here, so registering in a loop cannot grow the table.
+    pub fn register_session(&self, name: &str, class: WorkloadClass) -> (WorkerId, u64, String) {
+        let secret = format!("{:032x}", rand::random::<u128>());
         let mut inner = self.inner.lock();
+        let now = std::time::Instant::now();
+        let expired: Vec<WorkerId> = inner
+            .workers
+            .iter()
+            .filter(|(_, w)| {
+                w.tx.is_none() && now.duration_since(w.registered_at) >= REGISTRATION_TTL
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        for id in expired {
+            if let Some(w) = inner.workers.remove(&id) {
+                warn!(worker = id, name = %w.name, "registration expired: no Watch followed it");
+            }
+        }
         let id = inner.next_worker_id;
         inner.next_worker_id += 1;
         inner.epoch += 1;
@@ -68,6 +93,8 @@ impl Coordinator {
             WorkerEntry {
                 name: Arc::from(name),
                 class,
+                secret: secret.clone(),
+                registered_at: now,
                 tx: None,
                 assigned: HashSet::new(),
                 partition: Vec::new(),
@@ -75,19 +102,59 @@ impl Coordinator {
             },
         );
         info!(worker = id, name, %class, "worker registered");
-        (id, inner.epoch)
+        (id, inner.epoch, format!("{id}.{secret}"))
+    }
+
+    /// The worker whose session `credential` (`<id>.<secret>`, from
+    /// [`Coordinator::register_session`]) names.
+    ///
+    /// # Errors
+    /// Not a credential, or no live session has it (never issued, expired,
+    /// or the worker left): the caller must register again.
+    pub fn session(&self, credential: &str) -> Result<WorkerId, String> {
+        let refused = || "worker_id: no such session (register again)".to_owned();
+        let (id, secret) = credential.split_once('.').ok_or_else(refused)?;
+        let id: WorkerId = id.parse().map_err(|_| refused())?;
+        let inner = self.inner.lock();
+        let w = inner.workers.get(&id).ok_or_else(refused)?;
+        // Compared in constant time: the answer's timing says nothing of
+        // how much of a guess was right.
+        let same = w.secret.len() == secret.len()
+            && w.secret
+                .bytes()
+                .zip(secret.bytes())
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0;
+        if same { Ok(id) } else { Err(refused()) }
+    }
+
+    /// Whether `pod` is pending and not handed to worker `id` (held back,
+    /// or another worker's): what that worker may not report about. A pod
+    /// bound or gone meanwhile is not (the report is simply late).
+    #[must_use]
+    pub fn pending_elsewhere(&self, pod: &crate::cluster::PodRef, id: WorkerId) -> bool {
+        self.inner
+            .lock()
+            .pods
+            .get(pod.uid.as_str())
+            .is_some_and(|r| matches!(r.phase, PodPhase::Pending(w) if w != Some(id)))
     }
 
     /// Opens worker `id`'s event stream: replays nodes, bound pods and its
     /// partition, dispatches waiting pods, then sends `SyncDone`.
     ///
     /// # Errors
-    /// The id is unknown (never registered, or already gone).
+    /// The id is unknown (never registered, or already gone), or its stream
+    /// is already open: a second `Watch` is refused, never a takeover (the
+    /// worker that has it keeps it).
     pub fn attach(&self, id: WorkerId) -> Result<mpsc::UnboundedReceiver<WorkerEvent>, String> {
         let (tx, rx) = mpsc::unbounded_channel();
         let mut inner = self.inner.lock();
-        if !inner.workers.contains_key(&id) {
+        let Some(w) = inner.workers.get(&id) else {
             return Err(format!("worker {id} is not registered"));
+        };
+        if w.tx.as_ref().is_some_and(|t| !t.is_closed()) {
+            return Err(format!("worker {id} is already watching"));
         }
         for (name, labels) in &inner.namespaces {
             let _ = tx.send(namespace_event(name, labels));

@@ -194,7 +194,8 @@ async fn proposal_for_an_already_bound_pod_is_pod_gone_and_never_double_binds() 
         .create_pod(PodBuilder::new("b").cpu("1").build())
         .expect("pod");
     let h = Harness::start(cluster).await;
-    let w1 = FakeWorker::register(&h, "online-0", Online).await;
+    // w1 watches, so the pods are handed to it; w2 only registered.
+    let w1 = FakeWorker::join(&h, "online-0", Online).await;
     let w2 = FakeWorker::register(&h, "online-1", Online).await;
 
     let d = w1.propose("a", "n1").await;
@@ -270,7 +271,7 @@ async fn proposal_for_an_unknown_node_is_a_conflict() {
         .create_pod(PodBuilder::new("a").cpu("1").build())
         .expect("pod");
     let h = Harness::start(cluster).await;
-    let w = FakeWorker::register(&h, "online-0", Online).await;
+    let w = FakeWorker::join(&h, "online-0", Online).await;
 
     let d = w.propose("a", "nx").await;
     assert_eq!(outcome(&d), pb::BindOutcome::Conflict, "{d:?}");
@@ -307,7 +308,7 @@ async fn a_proposal_for_an_unknown_pod_is_pod_gone() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn malformed_requests_are_invalid_argument_and_unknown_workers_cannot_watch() {
+async fn malformed_requests_are_invalid_argument_and_strangers_are_unauthenticated() {
     let cluster = EmbeddedCluster::new();
     cluster
         .apply_node(NodeBuilder::new("n1").cpu("4").pods(110).build())
@@ -325,12 +326,25 @@ async fn malformed_requests_are_invalid_argument_and_unknown_workers_cannot_watc
         node_name: node.into(),
         alternatives: Vec::new(),
     };
+    // Not a session: the sequential id alone, a guessed secret, nothing.
+    let forged = format!("{}.{}", w.id.split('.').next().expect("id"), "0".repeat(32));
+    for (what, worker_id) in [
+        ("empty worker_id", ""),
+        ("the bare id", w.id.split('.').next().expect("id")),
+        ("a forged secret", forged.as_str()),
+        ("a name", "online-0"),
+    ] {
+        let err = within(
+            STEP,
+            what,
+            c.propose_bind(propose(worker_id, Some(pod_ref("a")), "n1")),
+        )
+        .await
+        .expect_err(what);
+        assert_eq!(err.code(), Code::Unauthenticated, "{what}: {err:?}");
+        assert!(err.message().contains("register again"), "{what}: {err:?}");
+    }
     let cases = [
-        ("empty worker_id", propose("", Some(pod_ref("a")), "n1")),
-        (
-            "non-numeric worker_id",
-            propose("online-0", Some(pod_ref("a")), "n1"),
-        ),
         ("missing pod", propose(&w.id, None, "n1")),
         (
             "pod without a name",
@@ -390,7 +404,7 @@ async fn malformed_requests_are_invalid_argument_and_unknown_workers_cannot_watc
     )
     .await
     .expect_err("empty worker_id");
-    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    assert_eq!(err.code(), Code::Unauthenticated, "{err:?}");
 
     let err = within(
         STEP,
@@ -414,7 +428,7 @@ async fn malformed_requests_are_invalid_argument_and_unknown_workers_cannot_watc
     )
     .await
     .expect_err("unknown worker");
-    assert_eq!(err.code(), Code::NotFound, "{err:?}");
+    assert_eq!(err.code(), Code::Unauthenticated, "{err:?}");
 
     // Nothing was bound or recorded by the bad requests.
     assert_eq!(h.cluster.write_counts(), (0, 0));
@@ -435,7 +449,7 @@ async fn a_node_deleted_and_re_added_still_counts_the_pods_bound_to_it() {
         .create_pod(PodBuilder::new("b").cpu("1").build())
         .expect("pod");
     let h = Harness::start(cluster).await;
-    let w = FakeWorker::register(&h, "online-0", Online).await;
+    let w = FakeWorker::join(&h, "online-0", Online).await;
     let d = w.propose("a", "n1").await;
     assert_eq!(outcome(&d), pb::BindOutcome::Bound, "{d:?}");
 
@@ -487,7 +501,7 @@ async fn a_pod_bound_before_its_node_appears_is_counted_when_the_node_arrives() 
         c.node_pods("n1").is_some()
     })
     .await;
-    let w = FakeWorker::register(&h, "online-0", Online).await;
+    let w = FakeWorker::join(&h, "online-0", Online).await;
 
     let d = w.propose("b", "n1").await;
     assert_eq!(

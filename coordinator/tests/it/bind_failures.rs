@@ -120,7 +120,7 @@ async fn a_binding_that_fails_at_the_cluster_is_an_error_and_frees_the_room() {
         .create_pod(PodBuilder::new("a").cpu("4").build())
         .expect("pod");
     h.wait_for_record("uid-a").await;
-    let w = FakeWorker::register(&h, "online-0", Online).await;
+    let w = FakeWorker::join(&h, "online-0", Online).await;
 
     let release = gated.arm();
     let proposal = propose_in_background(&w, "a", "n1");

@@ -158,18 +158,19 @@ async fn proposals_in_one_message_are_arbitrated_in_order_and_answered_by_id() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_bad_worker_id_ends_the_stream_with_invalid_argument() {
+async fn a_stranger_s_worker_id_ends_the_stream_unauthenticated() {
     let (h, w) = one_room_two_pods().await;
     let (tx, mut answers) = open_raw(&w).await;
+    // The live worker's id without its session's secret.
     tx.send(pb::BindRequests {
-        worker_id: "not-a-number".into(),
+        worker_id: w.id.split('.').next().expect("id").into(),
         proposals: vec![request(1, "a", "n1")],
     })
     .expect("request sent");
     let status = within(STEP, "the stream's error", answers.message())
         .await
         .expect_err("a bad worker id fails the stream");
-    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status}");
+    assert_eq!(status.code(), tonic::Code::Unauthenticated, "{status}");
     assert!(status.message().contains("worker_id"), "{status}");
     assert_eq!(h.cluster.write_counts().0, 0, "nothing was bound");
     h.shutdown().await;

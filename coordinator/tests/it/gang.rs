@@ -354,6 +354,9 @@ async fn propose_gang_grants_all_or_none() {
     }
     let h = start(cluster).await;
     let (w, _) = h.coordinator.register("batch-0", WorkloadClass::Batch);
+    // Its stream open, the members are handed to it (only then may it
+    // propose them).
+    let _events = h.coordinator.attach(w).expect("attach");
     let refs: Vec<PodRef> = (0..3)
         .map(|i| PodRef::of(&h.cluster.pod("default", &format!("m{i}")).expect("pod")))
         .collect();

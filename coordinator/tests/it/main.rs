@@ -15,6 +15,7 @@ mod preemption;
 mod priority_classes;
 mod real_workers;
 mod relist;
+mod sessions;
 mod shutdown;
 mod sync_gate;
 mod workload_gang;
@@ -328,6 +329,16 @@ impl FakeWorker {
 /// The ref of a `PodBuilder` pod: `default/<name>`, uid `uid-<name>`.
 pub fn pod_ref(name: &str) -> pb::PodRef {
     pb::PodRef {
+        namespace: "default".into(),
+        name: name.into(),
+        uid: format!("uid-{name}"),
+    }
+}
+
+/// The coordinator's in-process [`PodRef`] of `default/<name>` (uid
+/// `uid-<name>`).
+pub fn pod_ref_of(name: &str) -> flotilla_coordinator::cluster::PodRef {
+    flotilla_coordinator::cluster::PodRef {
         namespace: "default".into(),
         name: name.into(),
         uid: format!("uid-{name}"),

@@ -510,12 +510,11 @@ async fn a_worker_confirmed_a_binding_it_does_not_hold_registers_again_and_resyn
             .is_some_and(|r| r.phase == flotilla_coordinator::PodPhase::Pending(Some(1)))
     })
     .await;
-    // A proposal in the worker's name (id 1, the first registered) that the
-    // worker never made: the arbiter grants it (it checks room, not
-    // gates), so the coordinator confirms to the worker a binding it has
-    // no assumed pod for.
+    // Over gRPC, a proposal in the worker's name (id 1, the first
+    // registered) that the worker never made is refused: the id alone is
+    // not its session.
     let mut client = h.client().await;
-    let d = within(
+    let err = within(
         STEP,
         "ProposeBind",
         client.propose_bind(flotilla_proto::v1::BindProposal {
@@ -526,13 +525,17 @@ async fn a_worker_confirmed_a_binding_it_does_not_hold_registers_again_and_resyn
         }),
     )
     .await
-    .expect("ProposeBind answers")
-    .into_inner();
-    assert_eq!(
-        d.outcome,
-        i32::from(flotilla_proto::v1::BindOutcome::Bound),
-        "{d:?}"
-    );
+    .expect_err("a forged proposal is refused");
+    assert_eq!(err.code(), tonic::Code::Unauthenticated, "{err:?}");
+    assert_eq!(h.cluster.write_counts().0, 0, "nothing bound");
+    // In process (no session check), the arbiter grants it (it checks
+    // room, not gates), so the coordinator confirms to the worker a
+    // binding it has no assumed pod for.
+    let d = h
+        .coordinator
+        .propose(1, &crate::pod_ref_of("picky"), "n1")
+        .await;
+    assert_eq!(d, flotilla_coordinator::state::Decision::Bound, "{d:?}");
     // Out of step, the worker starts a new session from a fresh replay
     // (where picky is an ordinary bound pod) instead of carrying on with a
     // cache that lacks a bound pod.

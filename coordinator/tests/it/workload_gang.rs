@@ -355,3 +355,149 @@ async fn both_gang_apis_side_by_side_with_the_same_name() {
     assert_eq!(h.coordinator.summary().counters.gangs_scheduled, 2);
     stop(h, workers).await;
 }
+
+/// m0 and m1 (2 cpu each) placed and waiting at Permit for m2, which is
+/// scheduling-gated, so the gang (minCount 3) is never complete.
+async fn two_waiting(cluster: &EmbeddedCluster) {
+    cluster.create_pod(grouped("m0", "pg", "2")).expect("pod");
+    cluster.create_pod(grouped("m1", "pg", "2")).expect("pod");
+    let mut gated = grouped("m2", "pg", "1");
+    gated.spec.as_mut().expect("spec").scheduling_gates =
+        Some(vec![k8s_openapi::api::core::v1::PodSchedulingGate {
+            name: "example.com/hold".into(),
+        }]);
+    cluster.create_pod(gated).expect("pod");
+}
+
+fn plain(name: &str, cpu: &str) -> Pod {
+    PodBuilder::new(name)
+        .cpu(cpu)
+        .label(CLASS_LABEL, "batch")
+        .build()
+}
+
+fn message_of(cluster: &EmbeddedCluster, pod: &str) -> Option<String> {
+    cluster
+        .pod("default", pod)
+        .and_then(|p| unschedulable_message(&p).map(str::to_owned))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn members_waiting_when_their_pod_group_goes_free_their_room_and_bind_when_it_returns() {
+    let cluster = EmbeddedCluster::new();
+    cluster.apply_node(node("n1", "4")).expect("node");
+    cluster
+        .apply_workload_pod_group(gang("pg", 3))
+        .expect("group");
+    let h = start(cluster).await;
+    let workers = start_workers(&h, 1).await;
+    two_waiting(&h.cluster).await;
+    // Time for both to be placed and hold their room at Permit.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    h.cluster
+        .delete_workload_pod_group("default", "pg")
+        .expect("delete");
+    let cluster = h.cluster.clone();
+    wait_until(OUTCOME, "members held with upstream's message", || {
+        message_of(&cluster, "m0").is_some_and(|m| m.contains("to appear in scheduling queue"))
+    })
+    .await;
+    // The room they held at Permit is free: a pod taking all of it binds.
+    h.cluster.create_pod(plain("big", "4")).expect("pod");
+    let cluster = h.cluster.clone();
+    wait_until(OUTCOME, "big bound", || bound_names(&cluster) == ["big"]).await;
+    h.cluster.delete_pod("default", "big").expect("delete");
+    // The PodGroup back, smaller: m0 and m1 make it.
+    h.cluster
+        .apply_workload_pod_group(gang("pg", 2))
+        .expect("group");
+    let cluster = h.cluster.clone();
+    wait_until(OUTCOME, "m0 and m1 bound", || {
+        bound_names(&cluster) == ["m0", "m1"]
+    })
+    .await;
+    stop(h, workers).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lower_min_count_lets_waiting_members_go_at_once() {
+    let cluster = EmbeddedCluster::new();
+    cluster.apply_node(node("n1", "4")).expect("node");
+    cluster
+        .apply_workload_pod_group(gang("pg", 3))
+        .expect("group");
+    let h = start(cluster).await;
+    let workers = start_workers(&h, 1).await;
+    two_waiting(&h.cluster).await;
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert!(bound_names(&h.cluster).is_empty(), "waiting for m2");
+    // Well before the 5-minute Permit timeout.
+    h.cluster
+        .apply_workload_pod_group(workload_group(
+            V1BETA1,
+            "pg",
+            serde_json::json!({"basic": {}}),
+        ))
+        .expect("group");
+    let cluster = h.cluster.clone();
+    wait_until(OUTCOME, "m0 and m1 bound", || {
+        bound_names(&cluster) == ["m0", "m1"]
+    })
+    .await;
+    stop(h, workers).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn members_beyond_min_count_bind_as_they_fit() {
+    // minCount 2 of 4 on room for 3: the gang is scheduled with its first
+    // two, the third binds too, only the fourth waits.
+    let cluster = EmbeddedCluster::new();
+    cluster.apply_node(node("n1", "3")).expect("node");
+    cluster
+        .apply_workload_pod_group(gang("pg", 2))
+        .expect("group");
+    let h = start(cluster).await;
+    let workers = start_workers(&h, 1).await;
+    for i in 0..4 {
+        h.cluster
+            .create_pod(grouped(&format!("m{i}"), "pg", "1"))
+            .expect("pod");
+    }
+    let cluster = h.cluster.clone();
+    wait_until(OUTCOME, "three bound, one unschedulable", || {
+        bound_names(&cluster).len() == 3
+            && (0..4).any(|i| {
+                message_of(&cluster, &format!("m{i}"))
+                    .is_some_and(|m| m.contains("Insufficient cpu"))
+            })
+    })
+    .await;
+    stop(h, workers).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_gangs_that_never_fit_wait_quietly() {
+    let cluster = EmbeddedCluster::new();
+    cluster.apply_node(node("n1", "3")).expect("node");
+    for g in ["a", "b"] {
+        cluster.apply_workload_pod_group(gang(g, 4)).expect("group");
+    }
+    let h = start(cluster).await;
+    let workers = start_workers(&h, 1).await;
+    for i in 0..4 {
+        for g in ["a", "b"] {
+            h.cluster
+                .create_pod(grouped(&format!("{g}{i}"), g, "1"))
+                .expect("pod");
+        }
+    }
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let before = h.cluster.events_recorded();
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    let during = h.cluster.events_recorded() - before;
+    // Each gang retries at its backoff's pace (1 s doubling), each try
+    // reporting its four members: a few dozen events, not thousands.
+    assert!(during < 100, "{during} events in 5 s");
+    assert!(bound_names(&h.cluster).is_empty());
+    stop(h, workers).await;
+}

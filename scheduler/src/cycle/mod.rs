@@ -131,6 +131,10 @@ pub struct Unschedulable {
     /// pod group cycle): `released` and the members not tried yet wait with
     /// this pod, with its message.
     pub gang_rejected: bool,
+    /// Rejected at PreEnqueue (GangScheduling: the group is missing or
+    /// short of `minCount`): the pod waits for its group; upstream writes no
+    /// status or Event for it, and neither does the worker.
+    pub pre_enqueue: bool,
 }
 
 /// Who chose the node of a pod whose profile has a placement webhook.
@@ -474,6 +478,7 @@ impl Cycle<'_> {
             released: Vec::new(),
             gang_message: None,
             gang_rejected: false,
+            pre_enqueue: true,
         })))
     }
 
@@ -633,6 +638,7 @@ impl Cycle<'_> {
                     released: Vec::new(),
                     gang_message: None,
                     gang_rejected: false,
+                    pre_enqueue: false,
                 }))
             }
         }
@@ -706,15 +712,16 @@ impl Cycle<'_> {
                 _ => {}
             }
         }
-        let gang_rejected = Self::gang_plugin(fw, pod) == Some(names::GANG_SCHEDULING)
-            && self
-                .gangs
-                .group(&gang::group_of(pod).unwrap_or_default())
-                .is_some_and(|g| g.min_count.is_some());
-        if gang_rejected {
-            // Upstream 1.37 rejects a PodGroup as a unit when a member fits
-            // nowhere: the members waiting at Permit go back to the queue.
-            let members = self.gangs.reject_workload_gang(pod);
+        // Upstream 1.37 rejects a PodGroup as a unit when a member fits
+        // nowhere (while the gang is short of minCount): the members
+        // waiting at Permit go back to the queue with it.
+        let rejected = if Self::gang_plugin(fw, pod) == Some(names::GANG_SCHEDULING) {
+            self.gangs.reject_workload_gang(pod)
+        } else {
+            None
+        };
+        let gang_rejected = rejected.is_some();
+        if let Some(members) = rejected {
             for (m, _) in &members {
                 self.cache.forget(&m.uid);
             }
@@ -740,6 +747,7 @@ impl Cycle<'_> {
             released,
             gang_message,
             gang_rejected,
+            pre_enqueue: false,
         }))
     }
 }

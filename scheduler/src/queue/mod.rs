@@ -636,25 +636,27 @@ impl SchedulingQueue {
     /// where [`Self::add_unschedulable`] sends it, and `members` (released
     /// from Permit) go to the same place with the same plugins, so that no
     /// member is placed again, holding room, while the others wait.
+    /// Returns the members not tried yet that it parked too (their status
+    /// is the gang's).
     pub fn add_unschedulable_group(
         &self,
         uid: &str,
         members: &[Arc<str>],
         plugins: &BTreeSet<&'static str>,
         now: Instant,
-    ) {
+    ) -> Vec<Arc<PodInfo>> {
         let mut inner = self.inner.lock();
         let moved = self.park(&mut inner, uid, plugins.clone(), now, None);
         for m in members {
             self.park(&mut inner, m, plugins.clone(), now, moved);
         }
         if moved != Some(false) {
-            return;
+            return Vec::new();
         }
         // Members not tried yet wait with the gang rather than be placed and
         // hold room at Permit while it cannot be complete.
         let Some(g) = inner.pods.get(uid).and_then(|e| workload_gang(&e.info.pod)) else {
-            return;
+            return Vec::new();
         };
         let queued: Vec<Arc<str>> = inner
             .gangs
@@ -669,6 +671,7 @@ impl SchedulingQueue {
             })
             .cloned()
             .collect();
+        let mut parked = Vec::with_capacity(queued.len());
         for u in queued {
             inner.seq += 1;
             let seq = inner.seq;
@@ -676,8 +679,10 @@ impl SchedulingQueue {
             e.version = seq;
             e.loc = Location::Unschedulable(now);
             e.info.unschedulable_plugins = plugins.clone();
+            parked.push(e.info.pod.clone());
             inner.unschedulable.insert(u);
         }
+        parked
     }
 
     /// Parks in-flight pod `uid`: in the unschedulable pool, or in backoffQ
@@ -822,14 +827,27 @@ impl SchedulingQueue {
     /// gating plugin's own event, the pod update removing the gates, can
     /// release them). Returns how many moved.
     pub fn on_event(&self, event: ClusterEvent, now: Instant) -> usize {
-        self.on_event_except(event, now, &[])
+        self.move_on_event(event, now, &[], true)
     }
 
-    /// [`SchedulingQueue::on_event`], leaving the pods `except`, and every
-    /// queued member of their `scheduling.k8s.io` gangs, where they are: the
-    /// event is their own doing (a gang rejected as a unit frees the room
-    /// its members held; that cannot help the gang itself).
+    /// [`SchedulingQueue::on_event`] for the room a gang rejected as a unit
+    /// held at Permit: the pods `except`, and every queued member of their
+    /// `scheduling.k8s.io` gangs, stay where they are (their own release
+    /// cannot help them), and the pods it moves that still owe backoff wait
+    /// it out in full (no early pop from backoffQ): two gangs that never
+    /// fit, each freeing room the other then tries, retry at the pace of
+    /// their backoff, not in a loop.
     pub fn on_event_except(&self, event: ClusterEvent, now: Instant, except: &[Arc<str>]) -> usize {
+        self.move_on_event(event, now, except, false)
+    }
+
+    fn move_on_event(
+        &self,
+        event: ClusterEvent,
+        now: Instant,
+        except: &[Arc<str>],
+        early_ok: bool,
+    ) -> usize {
         let mut inner = self.inner.lock();
         let except_gangs: HashSet<String> = except
             .iter()
@@ -895,6 +913,10 @@ impl SchedulingQueue {
         }
         for uid in &movable {
             inner.unschedulable.remove(uid);
+            if !early_ok && let Some(e) = inner.pods.get_mut(uid) {
+                // Only on expiry (the error backoffQ is never popped early).
+                e.error_backoff = true;
+            }
             Self::requeue(&mut inner, uid, now);
         }
         if !movable.is_empty() {
@@ -1353,7 +1375,12 @@ mod tests {
         let plugins = BTreeSet::from([NODE_RESOURCES_FIT]);
         // m2 fits nowhere (no event in its cycle): the whole gang parks,
         // m3 (not tried yet) too, so it is not placed to wait in vain.
-        q.add_unschedulable_group(&m2, &[m0.clone(), m1.clone()], &plugins, t0);
+        let parked = q.add_unschedulable_group(&m2, &[m0.clone(), m1.clone()], &plugins, t0);
+        assert_eq!(
+            parked.iter().map(|p| &*p.key.name).collect::<Vec<_>>(),
+            ["m3"],
+            "the member not tried yet, returned to get the gang's status"
+        );
         let all = ["uid-m0", "uid-m1", "uid-m2", "uid-m3"];
         for uid in all {
             assert!(
@@ -1401,12 +1428,13 @@ mod tests {
         let t0 = Instant::now();
         q.add(member("m0", "g"), t0);
         let m0 = q.pop(t0).unwrap().pod.uid.clone();
-        q.add_unschedulable_group(
+        let parked = q.add_unschedulable_group(
             &m0,
             &[],
             &BTreeSet::from([crate::plugins::names::GANG_SCHEDULING]),
             t0,
         );
+        assert!(parked.is_empty());
         assert!(matches!(q.location(&m0), Some(Location::Unschedulable(_))));
         // Another gang's member changes nothing; its own gang's does.
         q.add(member("x", "other"), t0);

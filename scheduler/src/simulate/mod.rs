@@ -728,10 +728,16 @@ impl Scheduler {
         // Scheduler names of each `scheduling.k8s.io` group's pods.
         let mut scheduler_names: HashMap<String, Vec<Arc<str>>> = HashMap::new();
         for pod in &objects.pods {
+            // Terminal and deleting pods are neither members nor read (a
+            // bad field in one does not stop the simulation).
+            let bound = is_bound(pod);
+            if !bound && not_schedulable_reason(pod).is_some() && !is_gated(pod) {
+                continue;
+            }
             let info = PodInfo::from_pod(Arc::new(pod.clone()))?;
-            if is_bound(pod) {
+            if bound {
                 gangs.pod_bound(&info);
-            } else if not_schedulable_reason(pod).is_none() || is_gated(pod) {
+            } else {
                 gangs.pod_pending(&info);
             }
             if !info.terminal

@@ -161,7 +161,7 @@ pub fn summary(objects: &ClusterObjects) -> String {
         objects.namespaces.len(),
         objects.priority_classes.len(),
         objects.pod_disruption_budgets.len(),
-        objects.pod_groups.len(),
+        objects.pod_groups.len() + objects.workload_pod_groups.len(),
     )
 }
 

@@ -366,6 +366,7 @@ pub(super) async fn bind_gang(
             }
         }
         if !retry.is_empty() {
+            s.gangs.proposal_failed(&group, &retry);
             warn!(pod_group = %group, failed = retry.len(), "gang granted but some Bindings failed; re-queueing them");
             s.stats
                 .errors
@@ -384,6 +385,7 @@ pub(super) async fn bind_gang(
     s.stats
         .wasted_nanos
         .fetch_add(nanos(cycle), Ordering::Relaxed);
+    s.gangs.proposal_failed(&group, &members);
     // Members that joined the waiting set meanwhile go back too (upstream
     // Unreserve rejects every waiting sibling).
     let mut all = members;

@@ -48,7 +48,7 @@ fn parse_node(raw: &pb::RawObject) -> Option<NodeSpec> {
 /// The event contradicts this worker's state (a `pod_bound` for a pod it
 /// does not hold assumed): the session must start over, from a replay.
 pub(super) fn apply_event(
-    s: &Shared,
+    s: &Arc<Shared>,
     event: pb::watch_event::Event,
     trace_context: trace::Carrier,
 ) -> Result<(), String> {
@@ -79,11 +79,13 @@ pub(super) fn apply_event(
                 ));
             };
             s.gangs.pod_bound(&pod);
+            allow_waiting_members(s, &pod, now);
             s.queue.on_event(ClusterEvent::AssignedPodAdded, now);
         }
         Event::BoundPod(raw) => {
             if let Some(pod) = parse_pod(&raw) {
                 s.gangs.pod_bound(&pod);
+                allow_waiting_members(s, &pod, now);
                 // Bound by anyone: not ours to schedule any more.
                 if !s.cache.is_assumed(&pod.uid) {
                     s.queue.delete(&pod.uid);
@@ -125,8 +127,12 @@ pub(super) fn apply_event(
         }
         Event::UnassignedPod(r) => {
             forget_trace(s, &r.uid);
-            if !s.gangs.is_bound(&r.uid) {
-                s.gangs.pod_gone(&r.uid);
+            // A gang member taken back while it waited at Permit (its
+            // PodGroup deleted or made invalid, a member of another
+            // scheduler joined): its room is free again.
+            if !s.gangs.is_bound(&r.uid) && s.gangs.pod_gone(&r.uid) {
+                s.cache.forget(&r.uid);
+                s.queue.on_event(ClusterEvent::AssignedPodDeleted, now);
             }
             s.queue.delete(&r.uid);
         }
@@ -134,6 +140,10 @@ pub(super) fn apply_event(
             match flotilla_shared::gang::GangObject::from_json(&raw.json) {
                 Ok(g) => {
                     s.gangs.apply(&g);
+                    // A lower minimum (or `basic`) may let waiting members go.
+                    if let Some((group, members)) = s.gangs.allow_waiting_group(&g.key()) {
+                        propose_gang_now(s, group, members, now);
+                    }
                     s.queue.on_event(ClusterEvent::PodGroupChanged, now);
                 }
                 Err(e) => warn!(error = %e, "coordinator sent a PodGroup that does not parse"),
@@ -176,4 +186,32 @@ pub(super) fn apply_event(
         }
     }
     Ok(())
+}
+
+/// A gang member was bound: members of its group waiting at Permit that,
+/// with the bound ones, now reach the group's minimum are proposed together
+/// (see [`crate::gang::GangBook::allow_waiting`]).
+fn allow_waiting_members(s: &Arc<Shared>, pod: &PodInfo, now: Instant) {
+    if let Some((group, members)) = s.gangs.allow_waiting(pod) {
+        propose_gang_now(s, group, members, now);
+    }
+}
+
+/// Proposes `members` of `group`, allowed outside a scheduling cycle.
+fn propose_gang_now(
+    s: &Arc<Shared>,
+    group: String,
+    members: Vec<crate::gang::Placement>,
+    now: Instant,
+) {
+    debug!(pod_group = %group, members = members.len(), "waiting gang members allowed");
+    let clock = super::telemetry::AttemptClock {
+        started: now,
+        attempts: 0,
+        queued: now,
+    };
+    s.tracker.spawn_on(
+        super::binding::bind_gang(s.clone(), group, members, std::time::Duration::ZERO, clock),
+        &s.runtime,
+    );
 }

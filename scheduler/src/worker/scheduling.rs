@@ -297,17 +297,28 @@ fn unschedulable(
             s.cache.forget(&m.uid);
             report(s, m, u.message.clone(), Vec::new(), Report::Unschedulable);
         }
-        s.queue
-            .add_unschedulable_group(&pod.uid, &members, &u.plugins, now);
-        let mut group = members;
-        group.push(pod.uid.clone());
-        s.queue.on_event_except(
-            flotilla_shared::framework::ClusterEvent::AssignedPodDeleted,
-            now,
-            &group,
-        );
+        for m in s
+            .queue
+            .add_unschedulable_group(&pod.uid, &members, &u.plugins, now)
+        {
+            report(s, &m, u.message.clone(), Vec::new(), Report::Unschedulable);
+        }
+        if !members.is_empty() {
+            let mut group = members;
+            group.push(pod.uid.clone());
+            s.queue.on_event_except(
+                flotilla_shared::framework::ClusterEvent::AssignedPodDeleted,
+                now,
+                &group,
+            );
+        }
     }
     debug!(message = %u.message, "unschedulable");
+    if u.pre_enqueue {
+        // Waiting for its group (upstream's PreEnqueue): no status, no
+        // Event; the coordinator writes the reasons it holds pods for.
+        return;
+    }
     // A sample: the message counts every node.
     let node_statuses = u
         .fit
