@@ -2,6 +2,9 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
+
+use flotilla_proto::Liveness;
 
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -42,8 +45,30 @@ pub struct RunningCoordinator {
     pub handle: tokio::task::JoinHandle<Result<(), ServeError>>,
 }
 
+/// How the service treats its peers.
+#[derive(Debug, Clone, Copy)]
+pub struct ServeOptions {
+    /// Keepalive toward workers: a worker that does not answer is dropped
+    /// (its session ends, its pods go to others) within
+    /// [`Liveness::bound`].
+    pub liveness: Liveness,
+    /// Once `shutdown` fired, how long the server waits for workers to
+    /// drain and hang up before it closes their connections itself: no
+    /// shutdown waits on a peer that does not answer. Default 10 s.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        ServeOptions {
+            liveness: Liveness::DEFAULT,
+            shutdown_grace: Duration::from_secs(10),
+        }
+    }
+}
+
 /// Binds `addr` (use port 0 for an ephemeral port), syncs the cluster and
-/// serves until `shutdown` fires.
+/// serves until `shutdown` fires, with the default [`ServeOptions`].
 ///
 /// # Errors
 /// [`ServeError::Listen`] when the address cannot be bound.
@@ -51,6 +76,19 @@ pub async fn start(
     coordinator: Arc<Coordinator>,
     addr: &str,
     shutdown: CancellationToken,
+) -> Result<RunningCoordinator, ServeError> {
+    start_with(coordinator, addr, shutdown, ServeOptions::default()).await
+}
+
+/// [`start`] with `options`.
+///
+/// # Errors
+/// [`ServeError::Listen`] when the address cannot be bound.
+pub async fn start_with(
+    coordinator: Arc<Coordinator>,
+    addr: &str,
+    shutdown: CancellationToken,
+    options: ServeOptions,
 ) -> Result<RunningCoordinator, ServeError> {
     let listener = TcpListener::bind(addr)
         .await
@@ -68,17 +106,20 @@ pub async fn start(
     let token = shutdown.clone();
     let closing = coordinator.clone();
     let handle = tokio::spawn(async move {
+        let stopping = token.clone();
         let stop = async move {
             token.cancelled().await;
             // End the worker streams, or graceful shutdown waits on them.
             closing.close_streams();
         };
-        tonic::transport::Server::builder()
+        let serve = tonic::transport::Server::builder()
             // Wide HTTP/2 windows: the watch streams carry the whole cluster
             // and workers send many small proposals (h2 sizes its flood
             // guard from the connection window).
             .initial_stream_window_size(4 << 20)
             .initial_connection_window_size(16 << 20)
+            .http2_keepalive_interval(Some(options.liveness.interval))
+            .http2_keepalive_timeout(Some(options.liveness.timeout))
             .add_service(svc)
             .serve_with_incoming_shutdown(
                 // TCP_NODELAY, as `Server::serve` sets it: without it Nagle
@@ -86,8 +127,20 @@ pub async fn start(
                 // 40 ms per pod on loopback).
                 tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
                 stop,
-            )
-            .await?;
+            );
+        let grace = options.shutdown_grace;
+        tokio::select! {
+            served = serve => served?,
+            () = async {
+                stopping.cancelled().await;
+                tokio::time::sleep(grace).await;
+            } => {
+                tracing::warn!(
+                    ?grace,
+                    "workers still connected after the shutdown grace; closing their connections"
+                );
+            }
+        }
         sync.abort();
         Ok(())
     });
