@@ -633,15 +633,82 @@ async fn scenario(kubeconfig: &Path) {
     )
     .await;
 
-    // A SIGTERM'd leader releases the lease and exits 0.
+    // The leader freezes (SIGSTOP: a hung host) with a standby on B's
+    // address: the standby takes the lease once it expires, the workers
+    // leave the frozen leader (keepalive) and bind through the new one.
+    // Woken, A2 writes nothing (its fence's deadline passed) and exits 5.
+    let id_c = format!("c-{run}");
+    procs.spawn("coordinator-c", &coordinator(port_b, &id_c));
     let a2 = procs.child("coordinator-a2").id();
-    let _ = Command::new("kill")
-        .args(["-TERM", &a2.to_string()])
-        .status();
+    let signal = |sig: &str, pid: u32| {
+        let _ = Command::new("kill").args([sig, &pid.to_string()]).status();
+    };
+    signal("-STOP", a2);
+    // Room for one more: fit-1 goes.
+    pods.delete(
+        "fit-1",
+        &DeleteParams {
+            grace_period_seconds: Some(0),
+            ..DeleteParams::default()
+        },
+    )
+    .await
+    .expect("deleting fit-1");
+    pods.create(&pp, &pod("after-freeze", &run, &scheduler, POD_MILLI_CPU))
+        .await
+        .expect("creating a pod");
+    let bound_at = eventually(
+        &procs,
+        OUTCOME,
+        "pod after-freeze bound by C while A2 is frozen",
+        || {
+            let pods = pods.clone();
+            async move {
+                pods.get("after-freeze")
+                    .await
+                    .ok()
+                    .and_then(|p| node_of(&p))
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        lease_holder(&leases, &lease).await.as_deref(),
+        Some(id_c.as_str())
+    );
+    signal("-CONT", a2);
     let status = wait_exit(&mut procs, "coordinator-a2", Duration::from_secs(30));
+    assert_eq!(
+        status.code(),
+        Some(5),
+        "coordinator A2 woken after losing the lease\n{}",
+        procs.logs()
+    );
+    let after = pods.get("after-freeze").await.expect("after-freeze");
+    assert_eq!(
+        node_of(&after),
+        Some(bound_at),
+        "bound once, where C put it"
+    );
+    let mut used: BTreeMap<String, u64> = BTreeMap::new();
+    for p in pods.list(&ListParams::default()).await.expect("pods").items {
+        if let Some(n) = node_of(&p) {
+            *used.entry(n).or_default() += POD_MILLI_CPU;
+        }
+    }
+    assert!(
+        used.values().all(|m| *m <= NODE_MILLI_CPU),
+        "over-committed after the freeze: {used:?}\n{}",
+        procs.logs()
+    );
+
+    // A SIGTERM'd leader releases the lease and exits 0.
+    let c = procs.child("coordinator-c").id();
+    signal("-TERM", c);
+    let status = wait_exit(&mut procs, "coordinator-c", Duration::from_secs(30));
     assert!(
         status.success(),
-        "coordinator A2 exited with {status}\n{}",
+        "coordinator C exited with {status}\n{}",
         procs.logs()
     );
     assert_eq!(

@@ -368,6 +368,11 @@ pub async fn run_embedded_full(
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 
+    info!(
+        pods = workload.pods.len(),
+        workers = coordinator.live_workers(),
+        "submitting the pods"
+    );
     let submitted = Instant::now();
     // Waves of pods between barriers: the next wave is submitted once every
     // pod of the earlier ones is resolved; the timeline starts with the
