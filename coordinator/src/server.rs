@@ -1,4 +1,10 @@
 //! Runs the coordinator: cluster sync + watch, and the gRPC service.
+//!
+//! The service is served in plaintext or under mutual TLS
+//! ([`ServeOptions`], [`crate::tls`]). Plaintext is refused on any address
+//! that is not loopback unless the caller says `insecure`: whoever reaches
+//! the port can register as a worker, read every Pod and Node on its
+//! stream, and have the coordinator write Bindings with its own rights.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -8,6 +14,33 @@ use tokio_util::sync::CancellationToken;
 
 use crate::grpc::CoordinatorService;
 use crate::state::Coordinator;
+use crate::tls::ServerTls;
+
+/// How the gRPC service is served.
+#[derive(Debug, Clone, Default)]
+pub struct ServeOptions {
+    /// Mutual TLS: the coordinator's certificate, and workers must present
+    /// a client certificate signed by the client CA. `None`: plaintext.
+    pub tls: Option<Arc<ServerTls>>,
+    /// Serve plaintext on a non-loopback address anyway (`--insecure`).
+    pub insecure: bool,
+}
+
+impl ServeOptions {
+    /// Whether serving on `addr` is allowed: TLS anywhere, plaintext on
+    /// loopback or when `insecure`.
+    ///
+    /// # Errors
+    /// [`ServeError::Plaintext`], naming the flags that fix it.
+    pub fn check(&self, addr: SocketAddr) -> Result<(), ServeError> {
+        if self.tls.is_some() || self.insecure || addr.ip().is_loopback() {
+            return Ok(());
+        }
+        Err(ServeError::Plaintext {
+            addr: addr.to_string(),
+        })
+    }
+}
 
 /// Errors starting or running the coordinator.
 #[derive(Debug, thiserror::Error)]
@@ -20,6 +53,19 @@ pub enum ServeError {
         /// Cause.
         #[source]
         source: std::io::Error,
+    },
+    /// Plaintext on an address other than loopback, without `insecure`.
+    #[error(
+        "refusing to serve the workers' gRPC in plaintext on {addr}, which is not a loopback \
+         address: anyone reaching it could register as a worker, read every Pod and Node and \
+         have Bindings written. Give --tls-cert, --tls-key and --tls-client-ca (mutual TLS: \
+         workers must present a certificate signed by that CA), or --insecure to serve \
+         plaintext anyway (only where a NetworkPolicy or a private network keeps everyone \
+         else out)"
+    )]
+    Plaintext {
+        /// The address.
+        addr: String,
     },
     /// The gRPC server failed.
     #[error("gRPC server: {0}")]
@@ -43,13 +89,31 @@ pub struct RunningCoordinator {
 }
 
 /// Binds `addr` (use port 0 for an ephemeral port), syncs the cluster and
-/// serves until `shutdown` fires.
+/// serves in plaintext until `shutdown` fires: [`start_with`] with the
+/// default options (so only on a loopback address).
 ///
 /// # Errors
-/// [`ServeError::Listen`] when the address cannot be bound.
+/// See [`start_with`].
 pub async fn start(
     coordinator: Arc<Coordinator>,
     addr: &str,
+    shutdown: CancellationToken,
+) -> Result<RunningCoordinator, ServeError> {
+    start_with(coordinator, addr, &ServeOptions::default(), shutdown).await
+}
+
+/// Binds `addr` (use port 0 for an ephemeral port), syncs the cluster and
+/// serves as `options` say until `shutdown` fires.
+///
+/// # Errors
+/// [`ServeError::Listen`] when the address cannot be bound;
+/// [`ServeError::Plaintext`] when it is not loopback and `options` has
+/// neither TLS nor `insecure` (checked on the bound address, so a host
+/// name is judged by what it resolved to).
+pub async fn start_with(
+    coordinator: Arc<Coordinator>,
+    addr: &str,
+    options: &ServeOptions,
     shutdown: CancellationToken,
 ) -> Result<RunningCoordinator, ServeError> {
     let listener = TcpListener::bind(addr)
@@ -62,6 +126,8 @@ pub async fn start(
         addr: addr.to_owned(),
         source,
     })?;
+    options.check(local)?;
+    let tls = options.tls.clone();
     let (tx, rx) = tokio::sync::oneshot::channel();
     let sync = tokio::spawn(coordinator.clone().sync_and_watch(shutdown.clone(), tx));
     let svc = CoordinatorService::new(coordinator.clone()).into_server();
@@ -73,21 +139,33 @@ pub async fn start(
             // End the worker streams, or graceful shutdown waits on them.
             closing.close_streams();
         };
-        tonic::transport::Server::builder()
+        let router = tonic::transport::Server::builder()
             // Wide HTTP/2 windows: the watch streams carry the whole cluster
             // and workers send many small proposals (h2 sizes its flood
             // guard from the connection window).
             .initial_stream_window_size(4 << 20)
             .initial_connection_window_size(16 << 20)
-            .add_service(svc)
-            .serve_with_incoming_shutdown(
-                // TCP_NODELAY, as `Server::serve` sets it: without it Nagle
-                // holds small frames for the peer's delayed ACK (up to
-                // 40 ms per pod on loopback).
-                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
-                stop,
-            )
-            .await?;
+            .add_service(svc);
+        match tls {
+            // Handshakes (and certificate reloads) in `tls::incoming`.
+            Some(tls) => {
+                router
+                    .serve_with_incoming_shutdown(crate::tls::incoming(listener, tls), stop)
+                    .await?;
+            }
+            None => {
+                router
+                    .serve_with_incoming_shutdown(
+                        // TCP_NODELAY, as `Server::serve` sets it: without
+                        // it Nagle holds small frames for the peer's
+                        // delayed ACK (up to 40 ms per pod on loopback).
+                        tonic::transport::server::TcpIncoming::from(listener)
+                            .with_nodelay(Some(true)),
+                        stop,
+                    )
+                    .await?;
+            }
+        }
         sync.abort();
         Ok(())
     });

@@ -18,6 +18,7 @@ mod relist;
 mod sessions;
 mod shutdown;
 mod sync_gate;
+mod tls;
 mod workload_gang;
 
 use std::future::Future;

@@ -42,9 +42,29 @@ fn try_elsewhere(status: &tonic::Status) -> bool {
     )
 }
 
+/// `endpoints` with the TLS settings of `cfg.tls` read now (as they are).
+fn with_tls(
+    cfg: &WorkerConfig,
+    endpoints: &[(String, Endpoint)],
+) -> Result<Vec<(String, Endpoint)>, WorkerError> {
+    let Some(m) = &cfg.tls else {
+        return Ok(endpoints.to_vec());
+    };
+    let config = super::tls::client_config(m)?;
+    endpoints
+        .iter()
+        .map(|(addr, ep)| {
+            let ep = super::tls::with_tls(ep.clone(), config.clone(), m)?;
+            Ok((addr.clone(), ep))
+        })
+        .collect()
+}
+
 /// Connects, registers and opens the watch stream, trying the coordinator
 /// addresses (`cfg.coordinator`, comma-separated) in turn until one accepts,
-/// for up to `connect_timeout` (with backoff between rounds).
+/// for up to `connect_timeout` (with backoff between rounds). With
+/// `cfg.tls`, each round reads the TLS files again (a file unreadable in
+/// the middle of a rotation is retried like an unreachable coordinator).
 async fn join(
     cfg: &WorkerConfig,
     class: pb::WorkloadClass,
@@ -83,7 +103,16 @@ async fn join(
     let mut delay = Duration::from_millis(50);
     loop {
         let mut last = None;
-        for (addr, endpoint) in &endpoints {
+        // The TLS files, read again at each round: a worker whose
+        // certificates were rotated presents the new ones.
+        let round = match with_tls(cfg, &endpoints) {
+            Ok(round) => round,
+            Err(e) => {
+                last = Some(e);
+                Vec::new()
+            }
+        };
+        for (addr, endpoint) in &round {
             let ch = match endpoint.connect().await {
                 Ok(ch) => ch,
                 Err(source) => {
@@ -135,7 +164,8 @@ async fn join(
             }
             return Ok((client, reg, stream));
         }
-        // `endpoints` is not empty, so every round leaves an error.
+        // `endpoints` is not empty, so every round leaves an error (a
+        // refusal, or the TLS files).
         if let Some(e) = last
             && Instant::now() >= deadline
         {
