@@ -163,8 +163,32 @@ impl Pem {
     /// # Errors
     /// Unreadable, bad PEM, or no certificate.
     pub fn certificates(&self) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+        self.parse_certificates(&self.read()?)
+    }
+
+    /// The PEM bytes, read now and checked to hold a certificate (for a
+    /// consumer that parses them itself, such as tonic).
+    ///
+    /// # Errors
+    /// As [`Pem::certificates`].
+    pub fn certificates_pem(&self) -> Result<Vec<u8>, TlsError> {
         let bytes = self.read()?;
-        let certs = CertificateDer::pem_slice_iter(&bytes)
+        self.parse_certificates(&bytes)?;
+        Ok(bytes)
+    }
+
+    /// The PEM bytes, read now and checked to hold a private key.
+    ///
+    /// # Errors
+    /// As [`Pem::private_key`].
+    pub fn private_key_pem(&self) -> Result<Vec<u8>, TlsError> {
+        let bytes = self.read()?;
+        self.parse_private_key(&bytes)?;
+        Ok(bytes)
+    }
+
+    fn parse_certificates(&self, bytes: &[u8]) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+        let certs = CertificateDer::pem_slice_iter(bytes)
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| self.invalid(format!("bad PEM: {e}")))?;
         if certs.is_empty() {
@@ -178,8 +202,11 @@ impl Pem {
     /// # Errors
     /// Unreadable, bad PEM, or no key.
     pub fn private_key(&self) -> Result<PrivateKeyDer<'static>, TlsError> {
-        let bytes = self.read()?;
-        PrivateKeyDer::from_pem_slice(&bytes).map_err(|e| match e {
+        self.parse_private_key(&self.read()?)
+    }
+
+    fn parse_private_key(&self, bytes: &[u8]) -> Result<PrivateKeyDer<'static>, TlsError> {
+        PrivateKeyDer::from_pem_slice(bytes).map_err(|e| match e {
             rustls_pki_types::pem::Error::NoItemsFound => self.invalid(
                 "no private key in the file (PEM \"PRIVATE KEY\", \"RSA PRIVATE KEY\" or \
                  \"EC PRIVATE KEY\")",

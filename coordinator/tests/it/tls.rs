@@ -120,6 +120,31 @@ async fn register(
     .map(tonic::Response::into_inner)
 }
 
+/// A new CA, and a coordinator over an empty cluster serving its
+/// certificate for `localhost` and verifying clients against it.
+async fn serve_with_new_ca() -> (Ca, TlsCoordinator) {
+    let ca = Ca::new("flotilla test CA").unwrap();
+    let server = ca.server(&["localhost"]).unwrap();
+    let c = serve(
+        Arc::new(EmbeddedCluster::new()),
+        server_material(&ca, &server),
+    )
+    .await;
+    (ca, c)
+}
+
+/// Asserts a client presenting `identity` is refused during the handshake,
+/// counted under `TLS` / `reason`, and never becomes a worker.
+async fn refused_and_counted(c: &TlsCoordinator, ca: &Ca, identity: Option<&Issued>, reason: &str) {
+    let before = refusals("TLS", reason);
+    refused_at_handshake(c, ca, identity).await;
+    wait_until(STEP, "the refusal counted", || {
+        refusals("TLS", reason) > before
+    })
+    .await;
+    assert_eq!(c.coordinator.live_workers(), 0);
+}
+
 /// Connects with `identity` and registers; the error's text, whichever
 /// step refused (TLS 1.3 ends the handshake on the client's side before
 /// the server has read the client's certificate, so a refusal may show at
@@ -218,20 +243,8 @@ async fn workers_with_good_client_certificates_schedule_pods() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_without_a_certificate_is_refused_at_the_handshake() {
-    let ca = Ca::new("flotilla test CA").unwrap();
-    let server = ca.server(&["localhost"]).unwrap();
-    let c = serve(
-        Arc::new(EmbeddedCluster::new()),
-        server_material(&ca, &server),
-    )
-    .await;
-    let before = refusals("TLS", "no_certificate");
-    refused_at_handshake(&c, &ca, None).await;
-    wait_until(STEP, "the refusal counted", || {
-        refusals("TLS", "no_certificate") > before
-    })
-    .await;
-    assert_eq!(c.coordinator.live_workers(), 0);
+    let (ca, c) = serve_with_new_ca().await;
+    refused_and_counted(&c, &ca, None, "no_certificate").await;
     // A plaintext client gets nowhere either.
     let plain = CoordinatorClient::connect(format!("http://{}", c.addr)).await;
     if let Ok(mut client) = plain {
@@ -243,22 +256,10 @@ async fn a_client_without_a_certificate_is_refused_at_the_handshake() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_certificate_signed_by_another_ca_is_refused() {
-    let ca = Ca::new("flotilla test CA").unwrap();
+    let (ca, c) = serve_with_new_ca().await;
     let other = Ca::new("someone else's CA").unwrap();
-    let server = ca.server(&["localhost"]).unwrap();
-    let c = serve(
-        Arc::new(EmbeddedCluster::new()),
-        server_material(&ca, &server),
-    )
-    .await;
     let forged = other.worker("online-0", &[None]).unwrap();
-    let before = refusals("TLS", "unknown_ca");
-    refused_at_handshake(&c, &ca, Some(&forged)).await;
-    wait_until(STEP, "the refusal counted", || {
-        refusals("TLS", "unknown_ca") > before
-    })
-    .await;
-    assert_eq!(c.coordinator.live_workers(), 0);
+    refused_and_counted(&c, &ca, Some(&forged), "unknown_ca").await;
     // The same name from the right CA is let in.
     let good = ca.worker("online-0", &[None]).unwrap();
     let mut client = connect(c.addr, &ca.cert_pem(), Some(&good)).await.unwrap();
@@ -269,13 +270,7 @@ async fn a_certificate_signed_by_another_ca_is_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_certificate_may_not_register_online() {
-    let ca = Ca::new("flotilla test CA").unwrap();
-    let server = ca.server(&["localhost"]).unwrap();
-    let c = serve(
-        Arc::new(EmbeddedCluster::new()),
-        server_material(&ca, &server),
-    )
-    .await;
+    let (ca, c) = serve_with_new_ca().await;
     let batch = ca.worker("batch-7", &[Some(WorkloadClass::Batch)]).unwrap();
     let mut client = connect(c.addr, &ca.cert_pem(), Some(&batch)).await.unwrap();
     let before = refusals("Register", "class");

@@ -4,14 +4,7 @@
 
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
 
-use flotilla_shared::tls::{ClientTlsMaterial, Pem, TlsError};
-
-/// Reads `pem` as certificates (checked, so a bad file is an error naming
-/// it, not tonic's) and returns its bytes.
-fn certificates(pem: &Pem) -> Result<Vec<u8>, TlsError> {
-    pem.certificates()?;
-    pem.read()
-}
+use flotilla_shared::tls::{ClientTlsMaterial, TlsError};
 
 /// The TLS settings for one join, from the files as they are now: the
 /// CA that must have signed the coordinator's certificate, the client
@@ -20,12 +13,15 @@ fn certificates(pem: &Pem) -> Result<Vec<u8>, TlsError> {
 /// # Errors
 /// An unreadable or malformed file, naming it.
 pub(super) fn client_config(m: &ClientTlsMaterial) -> Result<ClientTlsConfig, TlsError> {
+    // Each file read once and checked, so a bad one is an error naming
+    // it, not tonic's.
     let mut config =
-        ClientTlsConfig::new().ca_certificate(Certificate::from_pem(certificates(&m.ca)?));
+        ClientTlsConfig::new().ca_certificate(Certificate::from_pem(m.ca.certificates_pem()?));
     if let Some((cert, key)) = &m.identity {
-        let cert = certificates(cert)?;
-        key.private_key()?;
-        config = config.identity(Identity::from_pem(cert, key.read()?));
+        config = config.identity(Identity::from_pem(
+            cert.certificates_pem()?,
+            key.private_key_pem()?,
+        ));
     }
     if let Some(name) = &m.server_name {
         config = config.domain_name(name.clone());
