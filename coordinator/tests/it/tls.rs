@@ -123,8 +123,13 @@ async fn register(
 /// A new CA, and a coordinator over an empty cluster serving its
 /// certificate for `localhost` and verifying clients against it.
 async fn serve_with_new_ca() -> (Ca, TlsCoordinator) {
+    serve_with_new_ca_as("localhost").await
+}
+
+/// [`serve_with_new_ca`], the server certificate naming only `name`.
+async fn serve_with_new_ca_as(name: &str) -> (Ca, TlsCoordinator) {
     let ca = Ca::new("flotilla test CA").unwrap();
-    let server = ca.server(&["localhost"]).unwrap();
+    let server = ca.server(&[name]).unwrap();
     let c = serve(
         Arc::new(EmbeddedCluster::new()),
         server_material(&ca, &server),
@@ -462,5 +467,89 @@ fn unusable_files_are_errors_naming_flag_and_file() {
     std::fs::write(&key, &s.key_pem).unwrap();
     ServerTls::load(ServerTlsMaterial::files(&cert, &key, &client_ca))
         .expect("the matching key loads");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A real worker of `class` dialling `https://<addr>` with the TLS files
+/// in `dir` (`ca.crt`, `tls.crt`, `tls.key`), as `flotilla worker
+/// --tls-ca/--tls-cert/--tls-key [--tls-server-name]` runs it.
+fn spawn_file_worker(
+    c: &TlsCoordinator,
+    dir: &Path,
+    server_name: Option<&str>,
+    connect_timeout: std::time::Duration,
+) -> tokio::task::JoinHandle<Result<(), worker::WorkerError>> {
+    let mut cfg = WorkerConfig::new(&format!("https://{}", c.addr), "w", WorkloadClass::Online);
+    cfg.connect_timeout = connect_timeout;
+    cfg.tls = Some(ClientTlsMaterial {
+        ca: Pem::file("--tls-ca", dir.join("ca.crt")),
+        identity: Some((
+            Pem::file("--tls-cert", dir.join("tls.crt")),
+            Pem::file("--tls-key", dir.join("tls.key")),
+        )),
+        server_name: server_name.map(str::to_owned),
+    });
+    let token = c.token.clone();
+    tokio::spawn(async move {
+        worker::run(
+            cfg,
+            &Registry::in_tree(),
+            Arc::new(WorkerStats::default()),
+            token,
+        )
+        .await
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_reads_its_files_again_at_every_join_and_honours_the_server_name() {
+    // The coordinator's certificate names only coordinator.internal: the
+    // worker dials 127.0.0.1, so it needs the server name override.
+    let (ca, c) = serve_with_new_ca_as("coordinator.internal").await;
+    let dir = scratch("worker-files");
+    let good = ca.worker("w", &[None]).unwrap();
+    replace(&dir.join("ca.crt"), &ca.cert_pem());
+    replace(&dir.join("tls.crt"), &good.cert_pem);
+    replace(&dir.join("tls.key"), &good.key_pem);
+    let short = std::time::Duration::from_millis(500);
+    let err = within(STEP, "a worker without the override", async {
+        spawn_file_worker(&c, &dir, None, short).await.unwrap()
+    })
+    .await
+    .expect_err("the address's IP is not in the certificate");
+    assert!(format!("{err:?}").contains("NotValidForName"), "{err:?}");
+
+    // Files that cannot be used yet (another CA's certificate): the worker
+    // keeps trying, reading them again each round, and joins once they
+    // are replaced.
+    let other = Ca::new("someone else's CA").unwrap();
+    let stale = other.worker("w", &[None]).unwrap();
+    replace(&dir.join("tls.crt"), &stale.cert_pem);
+    replace(&dir.join("tls.key"), &stale.key_pem);
+    let before = refusals("TLS", "unknown_ca");
+    let handle = spawn_file_worker(
+        &c,
+        &dir,
+        Some("coordinator.internal"),
+        std::time::Duration::from_secs(20),
+    );
+    wait_until(STEP, "the stale certificate refused", || {
+        refusals("TLS", "unknown_ca") > before + 1 || handle.is_finished()
+    })
+    .await;
+    assert!(!handle.is_finished(), "{:?}", handle.await);
+    assert_eq!(c.coordinator.live_workers(), 0);
+    replace(&dir.join("tls.key"), &good.key_pem);
+    replace(&dir.join("tls.crt"), &good.cert_pem);
+    let coordinator = c.coordinator.clone();
+    wait_until(STEP, "the worker joins with its new files", || {
+        coordinator.live_workers() == 1
+    })
+    .await;
+    c.token.cancel();
+    within(STEP, "worker stopping", handle)
+        .await
+        .unwrap()
+        .expect("the worker ends cleanly");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -34,12 +34,17 @@ use crate::webhook::Webhook;
 use crate::window::ProposalWindow;
 
 /// Whether a failed Register/Watch means "try another replica" (a standby
-/// coordinator, or one shutting down) rather than a broken request.
+/// coordinator, or one shutting down) rather than a broken request. A call
+/// that failed on its connection (no answer: the status carries tonic's
+/// transport error) is one too: under mutual TLS that is how a refused
+/// client certificate shows (TLS 1.3 tells the client only after its side
+/// of the handshake), which a certificate rotation in progress can cause;
+/// the next round reads the files again.
 fn try_elsewhere(status: &tonic::Status) -> bool {
     matches!(
         status.code(),
         tonic::Code::Unavailable | tonic::Code::FailedPrecondition | tonic::Code::NotFound
-    )
+    ) || std::error::Error::source(status).is_some_and(|e| e.is::<tonic::transport::Error>())
 }
 
 /// `endpoints` with the TLS settings of `cfg.tls` read now (as they are).
