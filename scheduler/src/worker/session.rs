@@ -47,24 +47,6 @@ fn try_elsewhere(status: &tonic::Status) -> bool {
     ) || std::error::Error::source(status).is_some_and(|e| e.is::<tonic::transport::Error>())
 }
 
-/// `endpoints` with the TLS settings of `cfg.tls` read now (as they are).
-fn with_tls(
-    cfg: &WorkerConfig,
-    endpoints: &[(String, Endpoint)],
-) -> Result<Vec<(String, Endpoint)>, WorkerError> {
-    let Some(m) = &cfg.tls else {
-        return Ok(endpoints.to_vec());
-    };
-    let config = super::tls::client_config(m)?;
-    endpoints
-        .iter()
-        .map(|(addr, ep)| {
-            let ep = super::tls::with_tls(ep.clone(), config.clone(), m)?;
-            Ok((addr.clone(), ep))
-        })
-        .collect()
-}
-
 /// Connects, registers and opens the watch stream, trying the coordinator
 /// addresses (`cfg.coordinator`, comma-separated) in turn until one accepts,
 /// for up to `connect_timeout` (with backoff between rounds). With
@@ -110,10 +92,10 @@ async fn join(
         let mut last = None;
         // The TLS files, read again at each round: a worker whose
         // certificates were rotated presents the new ones.
-        let round = match with_tls(cfg, &endpoints) {
+        let round = match super::tls::with_tls(cfg.tls.as_ref(), &endpoints) {
             Ok(round) => round,
             Err(e) => {
-                last = Some(e);
+                last = Some(WorkerError::Tls(e));
                 Vec::new()
             }
         };

@@ -12,7 +12,7 @@ use flotilla_shared::tls::{ClientTlsMaterial, TlsError};
 ///
 /// # Errors
 /// An unreadable or malformed file, naming it.
-pub(super) fn client_config(m: &ClientTlsMaterial) -> Result<ClientTlsConfig, TlsError> {
+fn client_config(m: &ClientTlsMaterial) -> Result<ClientTlsConfig, TlsError> {
     // Each file read once and checked, so a bad one is an error naming
     // it, not tonic's.
     let mut config =
@@ -29,17 +29,30 @@ pub(super) fn client_config(m: &ClientTlsMaterial) -> Result<ClientTlsConfig, Tl
     Ok(config)
 }
 
-/// `endpoint` with `config` (only used for `https://` addresses).
+/// `endpoints` (address, endpoint) with the TLS settings of `tls` read
+/// now, as the files are; unchanged without `tls`.
 ///
 /// # Errors
-/// tonic refused the settings (the certificates it parses again).
+/// An unreadable or malformed file, or settings tonic refuses.
 pub(super) fn with_tls(
-    endpoint: Endpoint,
-    config: ClientTlsConfig,
-    m: &ClientTlsMaterial,
-) -> Result<Endpoint, TlsError> {
-    endpoint.tls_config(config).map_err(|e| TlsError::Invalid {
-        input: m.ca.label(),
-        message: format!("the TLS settings cannot be used: {e}"),
-    })
+    tls: Option<&ClientTlsMaterial>,
+    endpoints: &[(String, Endpoint)],
+) -> Result<Vec<(String, Endpoint)>, TlsError> {
+    let Some(m) = tls else {
+        return Ok(endpoints.to_vec());
+    };
+    let config = client_config(m)?;
+    endpoints
+        .iter()
+        .map(|(addr, ep)| {
+            let ep = ep
+                .clone()
+                .tls_config(config.clone())
+                .map_err(|e| TlsError::Invalid {
+                    input: m.ca.label(),
+                    message: format!("the TLS settings cannot be used: {e}"),
+                })?;
+            Ok((addr.clone(), ep))
+        })
+        .collect()
 }
