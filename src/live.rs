@@ -27,6 +27,9 @@ use flotilla_scheduler::config::SchedulerConfig;
 use flotilla_scheduler::framework::RegistryError;
 use flotilla_scheduler::worker::{self, WorkerStats};
 
+/// Longest wait at exit for the Events still queued to be written.
+const EVENT_FLUSH: Duration = Duration::from_secs(5);
+
 /// How a live run is set up.
 #[derive(Debug, Clone)]
 pub struct LiveConfig {
@@ -98,8 +101,8 @@ pub async fn serve(
     let running = server::start_with(
         coordinator.clone(),
         &cfg.listen,
-        &cfg.serve,
         server_stop.clone(),
+        cfg.serve.clone(),
     )
     .await?;
     eprintln!("coordinator listening on {}", running.addr);
@@ -182,6 +185,14 @@ pub async fn serve(
     }
     server_stop.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(15), running.handle).await;
+    // Still the leader (the lease is released by the caller, after this):
+    // write the Events still queued.
+    if stop_reason != StopReason::LeadershipLost && !cluster.flush_events(EVENT_FLUSH).await {
+        warn!(
+            ?EVENT_FLUSH,
+            "Events still queued at exit were not all written"
+        );
+    }
 
     let s = coordinator.summary();
     let lat = report::bind_latencies_ms(&coordinator.records());
@@ -210,6 +221,7 @@ pub async fn serve(
             deduplicated: ev.deduplicated,
             dropped: ev.dropped,
             failed: ev.failed,
+            retried: ev.retried,
             unwritten: ev
                 .recorded
                 .saturating_sub(ev.written + ev.deduplicated + ev.dropped + ev.failed),

@@ -330,6 +330,7 @@ impl ServeTlsArgs {
         let options = ServeOptions {
             tls,
             insecure: self.insecure,
+            ..ServeOptions::default()
         };
         if let Ok(addr) = listen.parse::<std::net::SocketAddr>() {
             options.check(addr)?;
@@ -347,7 +348,7 @@ fn loopback_tls(tls: bool) -> anyhow::Result<(ServeOptions, Option<ClientTlsMate
     let (server, client) = flotilla_shared::tls::ephemeral::loopback()?;
     let serve = ServeOptions {
         tls: Some(Arc::new(ServerTls::load(server)?)),
-        insecure: false,
+        ..ServeOptions::default()
     };
     Ok((serve, Some(client)))
 }

@@ -21,7 +21,8 @@ use flotilla_shared::WorkloadClass;
 use crate::cluster::PodRef;
 use crate::partition::WorkerId;
 use crate::state::{
-    Arbitration, Coordinator, Decision, NodeRejection, PodIdentity, PreemptionDecision, WorkerEvent,
+    Arbitration, AttachError, Coordinator, Decision, NodeRejection, PodIdentity,
+    PreemptionDecision, WorkerEvent,
 };
 
 /// The service.
@@ -430,9 +431,14 @@ impl CoordinatorApi for CoordinatorService {
         req: Request<pb::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
         let id = session(&self.coordinator, &req.into_inner().worker_id, "Watch")?;
-        let rx = self.coordinator.attach(id).map_err(|m| {
-            refused("Watch", "already_watching");
-            Status::already_exists(m)
+        let rx = self.coordinator.attach(id).map_err(|e| {
+            refused("Watch", e.reason());
+            match e {
+                AttachError::AlreadyWatching(_) => Status::already_exists(e.to_string()),
+                AttachError::NotRegistered(_) | AttachError::Expired(_) => {
+                    Status::unauthenticated(e.to_string())
+                }
+            }
         })?;
         Ok(Response::new(Box::pin(WorkerStream {
             rx,
@@ -459,11 +465,17 @@ impl CoordinatorApi for CoordinatorService {
             "flotilla.v1.Coordinator/ProposeBind",
             &parent,
         );
-        let (decision, node) = self
-            .coordinator
-            .propose_with_alternatives(id, &pod, &r.node_name, &r.alternatives)
-            .instrument(span.clone())
-            .await;
+        let c = self.coordinator.clone();
+        let (proposed, alternatives) = (r.node_name.clone(), r.alternatives);
+        let arbitrated = pod.clone();
+        let (decision, node) = to_completion(
+            async move {
+                c.propose_with_alternatives(id, &arbitrated, &proposed, &alternatives)
+                    .await
+            }
+            .instrument(span.clone()),
+        )
+        .await?;
         let node_name = alternative_granted(&r.node_name, &node, &span);
         let (outcome, reason) = record_outcome(&span, decision);
         Ok(Response::new(pb::BindDecision {
@@ -504,7 +516,16 @@ impl CoordinatorApi for CoordinatorService {
                 "pod {pod} is not assigned to this worker"
             )));
         }
+        if !self.coordinator.is_assigned_to(&pod, id) {
+            // Late (the pod bound or deleted meanwhile) or about no pod we
+            // know: nothing to record, nothing counted.
+            return Ok(Response::new(pb::ReportAck {}));
+        }
         let message = bounded(r.message, MAX_MESSAGE_BYTES);
+        if r.pre_enqueue {
+            self.coordinator.report_waiting(&pod, &message);
+            return Ok(Response::new(pb::ReportAck {}));
+        }
         let nodes = r
             .node_statuses
             .into_iter()
@@ -569,11 +590,12 @@ impl CoordinatorApi for CoordinatorService {
             members = members.len(),
         );
         flotilla_shared::trace::set_parent(&span, &parent);
-        let d = self
-            .coordinator
-            .propose_gang(id, &r.pod_group, &members)
-            .instrument(span)
-            .await;
+        let c = self.coordinator.clone();
+        let group = r.pod_group;
+        let d = to_completion(
+            async move { c.propose_gang(id, &group, &members).await }.instrument(span),
+        )
+        .await?;
         let (outcome, _, reason) = bind_outcome(d.decision);
         Ok(Response::new(pb::GangDecision {
             outcome: outcome.into(),
@@ -620,12 +642,13 @@ impl CoordinatorApi for CoordinatorService {
             victims = victims.len(),
         );
         flotilla_shared::trace::set_parent(&span, &parent);
-        let (outcome, reason) = match self
-            .coordinator
-            .propose_preemption(id, &pod, &r.node_name, &victims)
-            .instrument(span)
-            .await
-        {
+        let c = self.coordinator.clone();
+        let node = r.node_name;
+        let decision = to_completion(
+            async move { c.propose_preemption(id, &pod, &node, &victims).await }.instrument(span),
+        )
+        .await?;
+        let (outcome, reason) = match decision {
             PreemptionDecision::Granted => (pb::PreemptionOutcome::Granted, String::new()),
             PreemptionDecision::Conflict(m) => (pb::PreemptionOutcome::Conflict, m),
             PreemptionDecision::PodGone(m) => (pb::PreemptionOutcome::PodGone, m),
@@ -635,6 +658,19 @@ impl CoordinatorApi for CoordinatorService {
             reason,
         }))
     }
+}
+
+/// Runs an arbitration to its end even if the caller goes away: hyper
+/// drops a unary handler whose client disconnected (a worker killed
+/// mid-call), and a grant must still be settled (its Bindings written or
+/// its room released; a preemption's nomination and evictions made), never
+/// left half done.
+async fn to_completion<T: Send + 'static>(
+    work: impl std::future::Future<Output = T> + Send + 'static,
+) -> Result<T, Status> {
+    tokio::spawn(work)
+        .await
+        .map_err(|e| Status::internal(format!("arbitration failed: {e}")))
 }
 
 /// The wire outcome of an arbitration, a short label for its span's

@@ -7,6 +7,10 @@
 //! - a leader that loses the lease stops writing at once (the
 //!   [`WriteFence`] closes before anything else happens) and the process
 //!   exits non-zero;
+//! - a leader writes only until the renew deadline after it last confirmed
+//!   the lease (the fence's deadline): one frozen (SIGSTOP, a hung host)
+//!   while a standby took over writes nothing when it wakes, whatever runs
+//!   first in it;
 //! - a leader shutting down on a signal releases the lease, so a standby
 //!   takes over without waiting for it to expire.
 //!
@@ -220,7 +224,7 @@ pub async fn acquire(
         }
     }
     info!(lease = %config.lease_name, identity = %config.identity, "acquired the lease; leading");
-    fence.set(true);
+    fence.open_until(Instant::now() + config.renew_deadline());
     let lost = CancellationToken::new();
     let monitor = tokio::spawn(monitor(
         client,
@@ -265,6 +269,10 @@ async fn monitor(
                         let holder = lease.spec.as_ref().and_then(|s| s.holder_identity.clone());
                         if holder.as_deref() == Some(config.identity.as_str()) {
                             confirmed = Instant::now();
+                            // Writes go out until the renew deadline unless
+                            // confirmed again: a leader frozen past it
+                            // wakes fenced off.
+                            fence.open_until(confirmed + config.renew_deadline());
                         } else {
                             break format!("the lease is held by {}", holder.as_deref().unwrap_or("nobody"));
                         }

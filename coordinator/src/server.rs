@@ -8,6 +8,9 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
+
+use flotilla_proto::Liveness;
 
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -15,32 +18,6 @@ use tokio_util::sync::CancellationToken;
 use crate::grpc::CoordinatorService;
 use crate::state::Coordinator;
 use crate::tls::ServerTls;
-
-/// How the gRPC service is served.
-#[derive(Debug, Clone, Default)]
-pub struct ServeOptions {
-    /// Mutual TLS: the coordinator's certificate, and workers must present
-    /// a client certificate signed by the client CA. `None`: plaintext.
-    pub tls: Option<Arc<ServerTls>>,
-    /// Serve plaintext on a non-loopback address anyway (`--insecure`).
-    pub insecure: bool,
-}
-
-impl ServeOptions {
-    /// Whether serving on `addr` is allowed: TLS anywhere, plaintext on
-    /// loopback or when `insecure`.
-    ///
-    /// # Errors
-    /// [`ServeError::Plaintext`], naming the flags that fix it.
-    pub fn check(&self, addr: SocketAddr) -> Result<(), ServeError> {
-        if self.tls.is_some() || self.insecure || addr.ip().is_loopback() {
-            return Ok(());
-        }
-        Err(ServeError::Plaintext {
-            addr: addr.to_string(),
-        })
-    }
-}
 
 /// Errors starting or running the coordinator.
 #[derive(Debug, thiserror::Error)]
@@ -88,9 +65,54 @@ pub struct RunningCoordinator {
     pub handle: tokio::task::JoinHandle<Result<(), ServeError>>,
 }
 
+/// How the service is served and treats its peers.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// Keepalive toward workers: a worker that does not answer is dropped
+    /// (its session ends, its pods go to others) within
+    /// [`Liveness::bound`].
+    pub liveness: Liveness,
+    /// Once `shutdown` fired, how long the server waits for workers to
+    /// drain and hang up before it closes their connections itself: no
+    /// shutdown waits on a peer that does not answer. Default 10 s.
+    pub shutdown_grace: Duration,
+    /// Mutual TLS: the coordinator's certificate, and workers must present
+    /// a client certificate signed by the client CA. `None`: plaintext.
+    pub tls: Option<Arc<ServerTls>>,
+    /// Serve plaintext on a non-loopback address anyway (`--insecure`).
+    pub insecure: bool,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        ServeOptions {
+            liveness: Liveness::DEFAULT,
+            shutdown_grace: Duration::from_secs(10),
+            tls: None,
+            insecure: false,
+        }
+    }
+}
+
+impl ServeOptions {
+    /// Whether serving on `addr` is allowed: TLS anywhere, plaintext on
+    /// loopback or when `insecure`.
+    ///
+    /// # Errors
+    /// [`ServeError::Plaintext`], naming the flags that fix it.
+    pub fn check(&self, addr: SocketAddr) -> Result<(), ServeError> {
+        if self.tls.is_some() || self.insecure || addr.ip().is_loopback() {
+            return Ok(());
+        }
+        Err(ServeError::Plaintext {
+            addr: addr.to_string(),
+        })
+    }
+}
+
 /// Binds `addr` (use port 0 for an ephemeral port), syncs the cluster and
-/// serves in plaintext until `shutdown` fires: [`start_with`] with the
-/// default options (so only on a loopback address).
+/// serves until `shutdown` fires, with the default [`ServeOptions`]
+/// (plaintext, so only on a loopback address).
 ///
 /// # Errors
 /// See [`start_with`].
@@ -99,11 +121,10 @@ pub async fn start(
     addr: &str,
     shutdown: CancellationToken,
 ) -> Result<RunningCoordinator, ServeError> {
-    start_with(coordinator, addr, &ServeOptions::default(), shutdown).await
+    start_with(coordinator, addr, shutdown, ServeOptions::default()).await
 }
 
-/// Binds `addr` (use port 0 for an ephemeral port), syncs the cluster and
-/// serves as `options` say until `shutdown` fires.
+/// [`start`] with `options`.
 ///
 /// # Errors
 /// [`ServeError::Listen`] when the address cannot be bound;
@@ -113,8 +134,8 @@ pub async fn start(
 pub async fn start_with(
     coordinator: Arc<Coordinator>,
     addr: &str,
-    options: &ServeOptions,
     shutdown: CancellationToken,
+    options: ServeOptions,
 ) -> Result<RunningCoordinator, ServeError> {
     let listener = TcpListener::bind(addr)
         .await
@@ -134,6 +155,7 @@ pub async fn start_with(
     let token = shutdown.clone();
     let closing = coordinator.clone();
     let handle = tokio::spawn(async move {
+        let stopping = token.clone();
         let stop = async move {
             token.cancelled().await;
             // End the worker streams, or graceful shutdown waits on them.
@@ -145,25 +167,43 @@ pub async fn start_with(
             // guard from the connection window).
             .initial_stream_window_size(4 << 20)
             .initial_connection_window_size(16 << 20)
+            .http2_keepalive_interval(Some(options.liveness.interval))
+            .http2_keepalive_timeout(Some(options.liveness.timeout))
             .add_service(svc);
-        match tls {
-            // Handshakes (and certificate reloads) in `tls::incoming`.
-            Some(tls) => {
-                router
-                    .serve_with_incoming_shutdown(crate::tls::incoming(listener, tls), stop)
-                    .await?;
+        let serve = async move {
+            match tls {
+                // Handshakes (and certificate reloads) in `tls::incoming`.
+                Some(tls) => {
+                    router
+                        .serve_with_incoming_shutdown(crate::tls::incoming(listener, tls), stop)
+                        .await
+                }
+                None => {
+                    router
+                        .serve_with_incoming_shutdown(
+                            // TCP_NODELAY, as `Server::serve` sets it:
+                            // without it Nagle holds small frames for the
+                            // peer's delayed ACK (up to 40 ms per pod on
+                            // loopback).
+                            tonic::transport::server::TcpIncoming::from(listener)
+                                .with_nodelay(Some(true)),
+                            stop,
+                        )
+                        .await
+                }
             }
-            None => {
-                router
-                    .serve_with_incoming_shutdown(
-                        // TCP_NODELAY, as `Server::serve` sets it: without
-                        // it Nagle holds small frames for the peer's
-                        // delayed ACK (up to 40 ms per pod on loopback).
-                        tonic::transport::server::TcpIncoming::from(listener)
-                            .with_nodelay(Some(true)),
-                        stop,
-                    )
-                    .await?;
+        };
+        let grace = options.shutdown_grace;
+        tokio::select! {
+            served = serve => served?,
+            () = async {
+                stopping.cancelled().await;
+                tokio::time::sleep(grace).await;
+            } => {
+                tracing::warn!(
+                    ?grace,
+                    "workers still connected after the shutdown grace; closing their connections"
+                );
             }
         }
         sync.abort();

@@ -34,8 +34,12 @@ pub struct EventReport {
     pub deduplicated: u64,
     /// Dropped because the queue was full.
     pub dropped: u64,
-    /// Refused by the API server or failed.
+    /// Refused by the API server or failed (given up after upstream's 12
+    /// tries while it did not answer).
     pub failed: u64,
+    /// Writes tried again while the server did not answer (or answered
+    /// 5xx/429); the writer backs off meanwhile.
+    pub retried: u64,
     /// Still queued when the run stopped (not written).
     pub unwritten: u64,
 }
@@ -127,8 +131,8 @@ impl LiveReport {
         let e = &self.events;
         let _ = writeln!(
             s,
-            "  events         {} recorded, {} written, {} deduplicated, {} dropped, {} failed, {} unwritten at exit",
-            e.recorded, e.written, e.deduplicated, e.dropped, e.failed, e.unwritten
+            "  events         {} recorded, {} written, {} deduplicated, {} dropped, {} failed, {} retried, {} unwritten at exit",
+            e.recorded, e.written, e.deduplicated, e.dropped, e.failed, e.retried, e.unwritten
         );
         let why = match self.stop_reason {
             StopReason::Signal => "signal",

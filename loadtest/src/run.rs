@@ -330,8 +330,13 @@ pub async fn run_embedded_full(
     coordinator.set_arbitration(!cfg.single_scheduler);
     coordinator.set_bind_log(cfg.bind_log);
     coordinator.set_extenders(&cfg.scheduler.extenders)?;
-    let running =
-        server::start_with(coordinator.clone(), &cfg.listen, &cfg.serve, token.clone()).await?;
+    let running = server::start_with(
+        coordinator.clone(),
+        &cfg.listen,
+        token.clone(),
+        cfg.serve.clone(),
+    )
+    .await?;
     let _ = running.synced.await;
     info!(addr = %running.addr, "coordinator listening");
     if cfg.in_process_workers < cfg.expect_workers {

@@ -20,3 +20,42 @@ pub mod v1 {
     /// unschedulable pod (a backlog of 120,000 exhausted 24 GiB).
     pub const MAX_NODE_STATUSES: usize = 20;
 }
+
+/// How each side of a coordinator–worker connection tells a live peer from
+/// a frozen or unreachable one: HTTP/2 PING frames, answered by the peer's
+/// process (a host that is up but a process that is stopped, hung, or cut
+/// off by a silently dropping network does not answer). A peer silent for
+/// `interval` is pinged; one that does not answer within `timeout` has its
+/// connection closed. So the coordinator re-dispatches a frozen worker's
+/// pods, and ends its session (its credential refused from then on: a
+/// worker that wakes cannot place anything), within [`Liveness::bound`] of
+/// its last word; a worker leaves a coordinator that stops answering within
+/// the same bound and joins whichever replica leads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Liveness {
+    /// Silence before a ping. Default 5 s.
+    pub interval: std::time::Duration,
+    /// Wait for the ping's answer. Default 5 s.
+    pub timeout: std::time::Duration,
+}
+
+impl Liveness {
+    /// 5 s of silence, 5 s to answer: a peer is declared dead at most 10 s
+    /// after its last word.
+    pub const DEFAULT: Liveness = Liveness {
+        interval: std::time::Duration::from_secs(5),
+        timeout: std::time::Duration::from_secs(5),
+    };
+
+    /// The longest a dead peer goes unnoticed: `interval + timeout`.
+    #[must_use]
+    pub fn bound(&self) -> std::time::Duration {
+        self.interval + self.timeout
+    }
+}
+
+impl Default for Liveness {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}

@@ -36,7 +36,8 @@
 //! | `flotilla_api_writes_total` | `kind` (`binding`, `status`, `event`, `nomination`, `eviction`, `pod_group_status`) | coordinator writes to the cluster; per pod = its sum / `flotilla_pods_bound_total` |
 //! | `flotilla_pods_bound_total` | `class` | pods the coordinator bound |
 //! | `flotilla_dispatched_pods_total` | `class` | pods the coordinator handed to a worker (re-dispatches included) |
-//! | `flotilla_refused_calls_total` | `method`, `reason` (`session`: no such session; `not_assigned`: a pod not assigned to the caller; `already_watching`: a second `Watch`; `class`: a `Register` for a class the client certificate does not allow; with method `TLS`, refused handshakes: `no_certificate`, `unknown_ca`, `bad_certificate`, `handshake`, `timeout`, `busy`) | worker calls (and TLS handshakes) the coordinator refused |
+//! | `flotilla_rebalanced_pods_total` | `class` | pods moved to a worker that joined its pool (its share of the others' untried backlog) |
+//! | `flotilla_refused_calls_total` | `method`, `reason` (`session`: no such session; `not_assigned`: a pod not assigned to the caller; `already_watching`: a second `Watch`; `expired`: a `Watch` past the registration TTL; `class`: a `Register` for a class the client certificate does not allow; with method `TLS`, refused handshakes: `no_certificate`, `unknown_ca`, `bad_certificate`, `handshake`, `timeout`, `busy`) | worker calls (and TLS handshakes) the coordinator refused |
 
 use std::sync::OnceLock;
 
@@ -87,6 +88,8 @@ pub struct Metrics {
     pub pods_bound: IntCounterVec,
     /// `flotilla_dispatched_pods_total{class}`.
     pub dispatched_pods: IntCounterVec,
+    /// `flotilla_rebalanced_pods_total{class}`.
+    pub rebalanced_pods: IntCounterVec,
     /// `flotilla_refused_calls_total{method, reason}`.
     pub refused_calls: IntCounterVec,
 }
@@ -261,6 +264,13 @@ impl Metrics {
                 &r,
                 "flotilla_dispatched_pods_total",
                 "Pods the coordinator handed to a worker (re-dispatches included), by class.",
+                &["class"],
+            ),
+            rebalanced_pods: counter_vec(
+                &r,
+                "flotilla_rebalanced_pods_total",
+                "Pods moved to a worker that joined its pool, from the untried backlog of \
+                 the others, by class.",
                 &["class"],
             ),
             refused_calls: counter_vec(

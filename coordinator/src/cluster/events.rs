@@ -11,7 +11,10 @@
 //! [`EventRecorder`] puts events on a bounded channel (full: drop and count)
 //! drained by one background task, which drops repeats of the same (pod,
 //! reason) within a window and paces writes with a global token bucket
-//! ([`EventLimiter`]), so a retry storm cannot flood the API server.
+//! ([`EventLimiter`]), so a retry storm cannot flood the API server; while
+//! the server does not answer it backs off and tries each event again (up
+//! to [`MAX_TRIES_PER_EVENT`]), and [`EventRecorder::flush`] writes what is
+//! queued before a graceful stop.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -236,8 +239,11 @@ pub struct EventStats {
     pub deduplicated: AtomicU64,
     /// Dropped because the queue was full.
     pub dropped: AtomicU64,
-    /// Writes the API server refused or that failed.
+    /// Writes the API server refused or that failed (given up).
     pub failed: AtomicU64,
+    /// Writes tried again after the server did not answer or answered
+    /// 5xx/429.
+    pub retried: AtomicU64,
 }
 
 /// A snapshot of [`EventStats`].
@@ -253,6 +259,8 @@ pub struct EventCounts {
     pub dropped: u64,
     /// See [`EventStats::failed`].
     pub failed: u64,
+    /// See [`EventStats::retried`].
+    pub retried: u64,
 }
 
 impl EventStats {
@@ -266,6 +274,7 @@ impl EventStats {
             deduplicated: l(&self.deduplicated),
             dropped: l(&self.dropped),
             failed: l(&self.failed),
+            retried: l(&self.retried),
         }
     }
 }
@@ -280,10 +289,69 @@ pub trait EventWriter: Send + Sync + 'static {
     async fn write(&self, event: &SchedulingEvent) -> Result<(), ClusterError>;
 }
 
+/// What the recorder's queue carries.
+#[derive(Debug)]
+enum Queued {
+    /// A new event.
+    Event(SchedulingEvent),
+    /// Answer once every event queued before has been written or given up.
+    Flush(tokio::sync::oneshot::Sender<()>),
+}
+
+/// Tries of one event before it is given up (upstream's event
+/// broadcaster: `maxTriesPerEvent`).
+pub const MAX_TRIES_PER_EVENT: u32 = 12;
+/// The writer's first pause after a failed write.
+const FIRST_BACKOFF: Duration = Duration::from_millis(500);
+/// Its longest pause (upstream's broadcaster sleeps 10 s between tries).
+const LONGEST_BACKOFF: Duration = Duration::from_secs(10);
+
+/// The writer's backoff while the server is unreachable: after a failed
+/// write nothing more goes out until `until`, each further failure
+/// doubling the pause (0.5 s to 10 s); one success ends it.
+#[derive(Debug, Default)]
+struct Outage {
+    until: Option<tokio::time::Instant>,
+    pause: Duration,
+}
+
+impl Outage {
+    /// A write failed. Writes that were already out when the server went
+    /// away fail together: only a failure after the pause ended (a probe)
+    /// lengthens it.
+    fn failed(&mut self) {
+        let now = tokio::time::Instant::now();
+        if self.until.is_some_and(|t| t > now) {
+            return;
+        }
+        self.pause = if self.pause.is_zero() {
+            FIRST_BACKOFF
+        } else {
+            (self.pause * 2).min(LONGEST_BACKOFF)
+        };
+        self.until = Some(now + self.pause);
+    }
+
+    fn succeeded(&mut self) {
+        *self = Outage::default();
+    }
+}
+
 /// The non-blocking front of the event pipeline. Cheap to clone.
+///
+/// Behind it one task writes the queued events, up to
+/// [`CONCURRENT_WRITES`] at once, paced by the [`EventLimiter`]. A write
+/// that fails because the server is unreachable (or answers 5xx/429) is
+/// tried again, up to [`MAX_TRIES_PER_EVENT`] tries as upstream's
+/// broadcaster, and puts the writer in backoff: while the server is down
+/// one write at a time probes it, 0.5 s doubling to 10 s apart, instead of
+/// every queued event failing at once. Events recorded meanwhile wait in
+/// the queue (dropped and counted once it is full).
+/// [`EventRecorder::flush`] waits for what is queued (a leader stopping
+/// gracefully writes its last Events before it gives up the lease).
 #[derive(Debug, Clone)]
 pub struct EventRecorder {
-    tx: mpsc::Sender<SchedulingEvent>,
+    tx: mpsc::Sender<Queued>,
     stats: Arc<EventStats>,
 }
 
@@ -291,55 +359,27 @@ impl EventRecorder {
     /// Starts the background task writing to `writer` under `limits`. It
     /// ends when every recorder clone is dropped. Needs a tokio runtime.
     pub fn spawn(writer: Arc<dyn EventWriter>, limits: EventLimits) -> Self {
-        let (tx, mut rx) = mpsc::channel::<SchedulingEvent>(limits.queue.max(1));
+        let (tx, rx) = mpsc::channel::<Queued>(limits.queue.max(1));
         let stats = Arc::new(EventStats::default());
-        let st = stats.clone();
-        tokio::spawn(async move {
-            let mut limiter = EventLimiter::new(limits, Instant::now());
-            // Writes run concurrently (each is one API round trip) so the
-            // writer keeps up with binding at high client QPS; the limiter
-            // still paces them in order.
-            let in_flight = Arc::new(Semaphore::new(CONCURRENT_WRITES));
-            while let Some(ev) = rx.recv().await {
-                match limiter.admit(&ev, Instant::now()) {
-                    Admission::Duplicate => {
-                        st.deduplicated.fetch_add(1, Ordering::Relaxed);
-                        continue;
-                    }
-                    Admission::After(d) => tokio::time::sleep(d).await,
-                    Admission::Write => {}
-                }
-                let Ok(permit) = in_flight.clone().acquire_owned().await else {
-                    break;
-                };
-                let (writer, st) = (writer.clone(), st.clone());
-                tokio::spawn(async move {
-                    let _permit = permit;
-                    match writer.write(&ev).await {
-                        Ok(()) => {
-                            st.written.fetch_add(1, Ordering::Relaxed);
-                        }
-                        Err(e) => {
-                            // The first failure is news (RBAC, an API the
-                            // server lacks); the rest are counted.
-                            if st.failed.fetch_add(1, Ordering::Relaxed) == 0 {
-                                warn!(pod = %ev.pod, reason = ev.reason, error = %e,
-                                    "event not written (further failures are only counted)");
-                            } else {
-                                debug!(pod = %ev.pod, reason = ev.reason, error = %e, "event not written");
-                            }
-                        }
-                    }
-                });
-            }
-        });
+        tokio::spawn(write_events(writer, limits, rx, stats.clone()));
         EventRecorder { tx, stats }
+    }
+
+    /// Waits until every event recorded before this call was written or
+    /// given up, for at most `within`; whether it got there.
+    pub async fn flush(&self, within: Duration) -> bool {
+        let (done, wait) = tokio::sync::oneshot::channel();
+        let sent = tokio::time::timeout(within, self.tx.send(Queued::Flush(done))).await;
+        if !matches!(sent, Ok(Ok(()))) {
+            return false;
+        }
+        matches!(tokio::time::timeout(within, wait).await, Ok(Ok(())))
     }
 
     /// Queues `event`; drops and counts it when the queue is full.
     pub fn record(&self, event: SchedulingEvent) {
         self.stats.recorded.fetch_add(1, Ordering::Relaxed);
-        if self.tx.try_send(event).is_err() {
+        if self.tx.try_send(Queued::Event(event)).is_err() {
             self.stats.dropped.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -348,6 +388,131 @@ impl EventRecorder {
     #[must_use]
     pub fn stats(&self) -> &Arc<EventStats> {
         &self.stats
+    }
+}
+
+/// The recorder's task: see [`EventRecorder`].
+async fn write_events(
+    writer: Arc<dyn EventWriter>,
+    limits: EventLimits,
+    mut rx: mpsc::Receiver<Queued>,
+    st: Arc<EventStats>,
+) {
+    let mut limiter = EventLimiter::new(limits, Instant::now());
+    // Writes run concurrently (each is one API round trip) so the writer
+    // keeps up with binding at high client QPS; the limiter still paces
+    // them in order.
+    let in_flight = Arc::new(Semaphore::new(CONCURRENT_WRITES));
+    let outage = Arc::new(parking_lot::Mutex::new(Outage::default()));
+    // Events to try again, with the tries they had.
+    let (retry_tx, mut retry_rx) = mpsc::unbounded_channel::<(SchedulingEvent, u32)>();
+    let write = |ev: SchedulingEvent, tries: u32| {
+        let (writer, st, outage, in_flight, retry_tx) = (
+            writer.clone(),
+            st.clone(),
+            outage.clone(),
+            in_flight.clone(),
+            retry_tx.clone(),
+        );
+        async move {
+            // While the server is down, one write at a time probes it, once
+            // the pause is over.
+            let backing_off = || {
+                outage
+                    .lock()
+                    .until
+                    .filter(|t| *t > tokio::time::Instant::now())
+            };
+            let permit = loop {
+                if let Some(t) = backing_off() {
+                    tokio::time::sleep_until(t).await;
+                    continue;
+                }
+                let probing = outage.lock().until.is_some();
+                let permits = if probing { CONCURRENT_WRITES } else { 1 };
+                let Ok(permit) = in_flight.clone().acquire_many_owned(permits as u32).await else {
+                    return;
+                };
+                // A write that was out meanwhile may have failed: wait again.
+                if backing_off().is_none() {
+                    break permit;
+                }
+            };
+            tokio::spawn(async move {
+                let _permit = permit;
+                match writer.write(&ev).await {
+                    Ok(()) => {
+                        st.written.fetch_add(1, Ordering::Relaxed);
+                        outage.lock().succeeded();
+                    }
+                    Err(e @ (ClusterError::Unavailable(_) | ClusterError::OutcomeUnknown(_)))
+                        if tries < MAX_TRIES_PER_EVENT =>
+                    {
+                        let first = {
+                            let mut o = outage.lock();
+                            let first = o.until.is_none();
+                            o.failed();
+                            first
+                        };
+                        if first {
+                            warn!(pod = %ev.pod, reason = ev.reason, error = %e,
+                                "event not written; backing off while the server does not answer");
+                        }
+                        st.retried.fetch_add(1, Ordering::Relaxed);
+                        let _ = retry_tx.send((ev, tries + 1));
+                    }
+                    Err(e) => {
+                        // The first failure is news (RBAC, an API the
+                        // server lacks); the rest are counted.
+                        if st.failed.fetch_add(1, Ordering::Relaxed) == 0 {
+                            warn!(pod = %ev.pod, reason = ev.reason, error = %e,
+                                "event not written (further failures are only counted)");
+                        } else {
+                            debug!(pod = %ev.pod, reason = ev.reason, error = %e, "event not written");
+                        }
+                    }
+                }
+            });
+        }
+    };
+    loop {
+        let next = tokio::select! {
+            biased;
+            Some((ev, tries)) = retry_rx.recv() => {
+                write(ev, tries).await;
+                continue;
+            }
+            next = rx.recv() => next,
+        };
+        match next {
+            None => break,
+            Some(Queued::Event(ev)) => {
+                match limiter.admit(&ev, Instant::now()) {
+                    Admission::Duplicate => {
+                        st.deduplicated.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                    Admission::After(d) => tokio::time::sleep(d).await,
+                    Admission::Write => {}
+                }
+                write(ev, 1).await;
+            }
+            Some(Queued::Flush(done)) => {
+                // Everything before the flush is out or queued for a retry:
+                // wait for the writes in flight, then for the retries.
+                loop {
+                    let all = CONCURRENT_WRITES as u32;
+                    if in_flight.acquire_many(all).await.is_err() {
+                        break;
+                    }
+                    match retry_rx.try_recv() {
+                        Ok((ev, tries)) => write(ev, tries).await,
+                        Err(_) => break,
+                    }
+                }
+                let _ = done.send(());
+            }
+        }
     }
 }
 
@@ -483,6 +648,102 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(5)).await;
         let s = r.stats().snapshot();
         assert_eq!((s.written, s.deduplicated), (2, 1));
+    }
+
+    /// A server down until `up_at`: writes fail as unreachable before.
+    struct DownUntil {
+        up_at: tokio::time::Instant,
+        tries_while_down: AtomicU64,
+        written: parking_lot::Mutex<Vec<SchedulingEvent>>,
+    }
+
+    #[tonic::async_trait]
+    impl EventWriter for DownUntil {
+        async fn write(&self, event: &SchedulingEvent) -> Result<(), ClusterError> {
+            if tokio::time::Instant::now() < self.up_at {
+                self.tries_while_down.fetch_add(1, Ordering::SeqCst);
+                return Err(ClusterError::Unavailable("connection refused".into()));
+            }
+            self.written.lock().push(event.clone());
+            Ok(())
+        }
+    }
+
+    fn down_for(d: Duration) -> Arc<DownUntil> {
+        Arc::new(DownUntil {
+            up_at: tokio::time::Instant::now() + d,
+            tries_while_down: AtomicU64::new(0),
+            written: parking_lot::Mutex::new(Vec::new()),
+        })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_dead_server_is_probed_with_backoff_and_nothing_is_lost() {
+        // Down for 24 s, as in the outage drill; 300 events meanwhile. (The
+        // limiter's clock is not the test's paused one: no pacing here.)
+        let sink = down_for(Duration::from_secs(24));
+        let unpaced = EventLimits {
+            qps: 1e6,
+            burst: 1_000_000,
+            ..EventLimits::default()
+        };
+        let r = EventRecorder::spawn(sink.clone(), unpaced);
+        for i in 0..300 {
+            r.record(SchedulingEvent::scheduled(&pod(&i.to_string()), "n"));
+        }
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        let s = r.stats().snapshot();
+        assert_eq!((s.written, s.failed, s.dropped), (300, 0, 0), "{s:?}");
+        // The first writes out fail together; then one probe per pause
+        // (0.5, 1, 2, 4, 8, 10 s...): a handful, not one per event.
+        let tries = sink.tries_while_down.load(Ordering::SeqCst);
+        assert!(
+            tries <= (CONCURRENT_WRITES + 10) as u64,
+            "{tries} writes at a dead server"
+        );
+        assert_eq!(s.retried, tries);
+        let written: std::collections::HashSet<String> = sink
+            .written
+            .lock()
+            .iter()
+            .map(|e| e.pod.uid.clone())
+            .collect();
+        assert_eq!(written.len(), 300, "each event written once");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_event_is_given_up_after_upstreams_tries() {
+        let sink = down_for(Duration::from_secs(3600));
+        let r = EventRecorder::spawn(sink.clone(), EventLimits::default());
+        r.record(SchedulingEvent::scheduled(&pod("a"), "n"));
+        tokio::time::sleep(Duration::from_secs(600)).await;
+        let s = r.stats().snapshot();
+        assert_eq!(
+            (s.written, s.failed, s.retried),
+            (0, 1, u64::from(MAX_TRIES_PER_EVENT - 1)),
+            "{s:?}"
+        );
+        assert_eq!(
+            sink.tries_while_down.load(Ordering::SeqCst),
+            u64::from(MAX_TRIES_PER_EVENT)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn flush_returns_once_every_queued_event_is_written() {
+        let sink = Arc::new(Slow::default());
+        let r = EventRecorder::spawn(sink.clone(), EventLimits::default());
+        for i in 0..100 {
+            r.record(SchedulingEvent::scheduled(&pod(&i.to_string()), "n"));
+        }
+        // Paced at 50/s after a burst of 100: all out within the wait.
+        assert!(r.flush(Duration::from_secs(10)).await);
+        assert_eq!(r.stats().snapshot().written, 100);
+        // A server that stays down: the flush gives up at its deadline.
+        let down = down_for(Duration::from_secs(3600));
+        let r = EventRecorder::spawn(down, EventLimits::default());
+        r.record(SchedulingEvent::scheduled(&pod("a"), "n"));
+        assert!(!r.flush(Duration::from_secs(2)).await);
     }
 
     /// A sink whose writes take 20 ms, recording how many ran at once.

@@ -548,13 +548,29 @@ impl ServerInfo {
 
 /// Whether this process may write. Shared between the leader elector (which
 /// clears it the moment the lease is lost) and the backend (which checks it
-/// before every write). Starts open.
+/// before every write). Starts open, without a deadline.
+///
+/// A leader's fence also has a deadline ([`WriteFence::open_until`]): the
+/// last time the elector confirmed the lease plus the renew deadline. A
+/// leader frozen past it (SIGSTOP, a hung host) writes nothing when it
+/// wakes, even before its elector has run again to see that a standby took
+/// the lease meanwhile: the write that checks the fence first sees the
+/// deadline passed.
 #[derive(Debug, Clone)]
-pub struct WriteFence(Arc<AtomicBool>);
+pub struct WriteFence(Arc<FenceState>);
+
+#[derive(Debug)]
+struct FenceState {
+    open: AtomicBool,
+    until: parking_lot::Mutex<Option<tokio::time::Instant>>,
+}
 
 impl Default for WriteFence {
     fn default() -> Self {
-        WriteFence(Arc::new(AtomicBool::new(true)))
+        WriteFence(Arc::new(FenceState {
+            open: AtomicBool::new(true),
+            until: parking_lot::Mutex::new(None),
+        }))
     }
 }
 
@@ -565,15 +581,28 @@ impl WriteFence {
         Self::default()
     }
 
-    /// Opens (`true`) or closes (`false`) the fence.
+    /// Opens (`true`, without a deadline) or closes (`false`) the fence.
     pub fn set(&self, open: bool) {
-        self.0.store(open, Ordering::SeqCst);
+        *self.0.until.lock() = None;
+        self.0.open.store(open, Ordering::SeqCst);
+    }
+
+    /// Opens the fence until `deadline` (extended by each later call): past
+    /// it writes are refused until the next call.
+    pub fn open_until(&self, deadline: tokio::time::Instant) {
+        *self.0.until.lock() = Some(deadline);
+        self.0.open.store(true, Ordering::SeqCst);
     }
 
     /// Whether writes may go out.
     #[must_use]
     pub fn is_open(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
+        self.0.open.load(Ordering::SeqCst)
+            && self
+                .0
+                .until
+                .lock()
+                .is_none_or(|u| tokio::time::Instant::now() < u)
     }
 
     fn check(&self) -> Result<(), ClusterError> {
@@ -581,7 +610,7 @@ impl WriteFence {
             Ok(())
         } else {
             Err(ClusterError::Unavailable(
-                "not the leader: writes are fenced off".into(),
+                "not the leader (or the lease not confirmed in time): writes are fenced off".into(),
             ))
         }
     }
@@ -780,6 +809,14 @@ impl KubeCluster {
         self.events.stats().snapshot()
     }
 
+    /// Writes the Events queued so far, waiting at most `within`
+    /// ([`EventRecorder::flush`]): a leader stopping gracefully calls it
+    /// before it gives up the lease, so its last `Scheduled` and
+    /// `FailedScheduling` Events are not lost. Whether all went out.
+    pub async fn flush_events(&self, within: Duration) -> bool {
+        self.events.flush(within).await
+    }
+
     async fn timed<T>(
         &self,
         what: impl FnOnce() -> String,
@@ -842,8 +879,32 @@ pub fn bind_error(pod: &PodRef, node: &str, err: &::kube::Error) -> ClusterError
             "binding {pod} to {node}: HTTP {} {}: {}",
             s.code, s.reason, s.message
         )),
-        other => ClusterError::Unavailable(format!("binding {pod} to {node}: {other}")),
+        // Never sent: no connection could be made.
+        other if never_connected(other) => {
+            ClusterError::Unavailable(format!("binding {pod} to {node}: {other}"))
+        }
+        // Sent, and no answer read (the connection broke, the body did not
+        // parse): the server may have bound the pod.
+        other => ClusterError::OutcomeUnknown(format!("binding {pod} to {node}: {other}")),
     }
+}
+
+/// Whether `err` says the connection was refused or the server's name not
+/// resolved: the request never left.
+fn never_connected(err: &::kube::Error) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = cause {
+        if let Some(io) = e.downcast_ref::<std::io::Error>()
+            && matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotFound
+            )
+        {
+            return true;
+        }
+        cause = e.source();
+    }
+    false
 }
 
 fn write_error(what: &str, pod: &PodRef, err: &::kube::Error) -> ClusterError {
@@ -986,12 +1047,15 @@ impl Cluster for KubeCluster {
             },
         };
         let pp = PostParams::default();
+        // A Binding that timed out may still be applied by the server: its
+        // outcome is unknown, not failed.
         let res = self
             .timed(
                 || format!("binding {pod} to {node}"),
                 api.create_subresource::<_, serde_json::Value>("binding", &pod.name, &pp, &binding),
             )
-            .await?;
+            .await
+            .map_err(|e| ClusterError::OutcomeUnknown(e.to_string()))?;
         // Leadership lost while the request was out: the answer does not
         // matter any more, and nothing may follow it.
         self.fence.check()?;

@@ -239,6 +239,12 @@ pub enum ClusterError {
     /// backoff.
     #[error("cluster unavailable: {0}")]
     Unavailable(String),
+    /// A write went out and no answer came back (it timed out, the
+    /// connection broke): the server may have applied it or may apply it
+    /// still. A Binding in this state keeps its room until its outcome is
+    /// known (`Coordinator::settle`).
+    #[error("outcome unknown: {0}")]
+    OutcomeUnknown(String),
 }
 
 /// A cluster backend.

@@ -4,7 +4,7 @@
 //! settled.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tracing::{Instrument as _, debug, info_span, warn};
 
@@ -90,6 +90,7 @@ impl Inner {
                 });
             }
             rec.unschedulable = None;
+            rec.waiting = false;
             rec.failing = false;
             if rec.phase == PodPhase::Granted(node.clone()) {
                 rec.phase = PodPhase::Bound(node.clone());
@@ -340,10 +341,13 @@ impl Coordinator {
             node: node_name,
         } = grant;
         let started = Instant::now();
-        let result = self
+        let mut result = self
             .write_binding(pod, &info, &node_name)
             .instrument(info_span!("binding", pod = %pod, node = %node_name))
             .await;
+        if matches!(result, Err(ClusterError::OutcomeUnknown(_))) {
+            result = self.learn_outcome(pod, &info, &node_name, result).await;
+        }
         flotilla_shared::metrics::metrics()
             .extension_point_duration
             .with_label_values(&[
@@ -383,6 +387,67 @@ impl Coordinator {
                     other => Decision::Error(other.to_string()),
                 }
             }
+        }
+    }
+
+    /// A Binding whose outcome is unknown (`first`: sent, no answer): the
+    /// server may have applied it, or may still. Its room stays granted
+    /// (no other pod is placed on what it may hold) while the same Binding
+    /// is sent again, with backoff (0.1 s doubling to 5 s), until an
+    /// answer says what happened: bound (this Binding or the first, which
+    /// the server then answers as already bound to this node), bound
+    /// elsewhere, or the pod gone. The watch may tell first: the pod seen
+    /// bound or deleted ends the wait the same way. Only shutdown (or a
+    /// lost lease, whose fence refuses the retry) gives up and releases the
+    /// room.
+    async fn learn_outcome(
+        &self,
+        pod: &PodRef,
+        info: &PodInfo,
+        node: &Arc<str>,
+        first: Result<(), ClusterError>,
+    ) -> Result<(), ClusterError> {
+        const FIRST_RETRY: Duration = Duration::from_millis(100);
+        const LONGEST_RETRY: Duration = Duration::from_secs(5);
+        if let Err(e) = &first {
+            warn!(%pod, node = %node, error = %e, "Binding outcome unknown; keeping its room and sending it again");
+        }
+        self.inner.lock().counters.bind_outcomes_unknown += 1;
+        let mut result = first;
+        let mut delay = FIRST_RETRY;
+        while matches!(result, Err(ClusterError::OutcomeUnknown(_))) {
+            if let Some(seen) = self.outcome_seen(info, node) {
+                return seen;
+            }
+            tokio::select! {
+                () = self.closing.cancelled() => return result,
+                () = tokio::time::sleep(delay) => {}
+            }
+            delay = (delay * 2).min(LONGEST_RETRY);
+            if let Some(seen) = self.outcome_seen(info, node) {
+                return seen;
+            }
+            result = match self.write_binding(pod, info, node).await {
+                // The first Binding landed after all.
+                Err(ClusterError::AlreadyBound { node: n, .. }) if n == **node => Ok(()),
+                other => other,
+            };
+        }
+        result
+    }
+
+    /// What the watch says of a granted pod whose Binding's outcome is
+    /// unknown: `None` while it still shows the grant.
+    fn outcome_seen(&self, info: &PodInfo, node: &Arc<str>) -> Option<Result<(), ClusterError>> {
+        let inner = self.inner.lock();
+        match inner.pods.get(&info.uid).map(|r| &r.phase) {
+            Some(PodPhase::Granted(n)) if n == node => None,
+            Some(PodPhase::Bound(n)) if n == node => Some(Ok(())),
+            Some(PodPhase::Bound(n)) => Some(Err(ClusterError::AlreadyBound {
+                pod: info.key.to_string(),
+                node: n.to_string(),
+            })),
+            _ => Some(Err(ClusterError::PodNotFound(info.key.to_string()))),
         }
     }
 

@@ -87,6 +87,12 @@ pub(super) struct Gangs {
 }
 
 impl Gangs {
+    /// The members `group` must place together (its object's `minMember` /
+    /// `gang.minCount`); 0 for a `basic` group or one not known.
+    pub(super) fn min_members(&self, group: &str) -> usize {
+        self.groups.get(group).map_or(0, |g| g.gang().min_members())
+    }
+
     /// The worker serving `group`, if routed.
     pub(super) fn worker_of(&self, group: &str) -> Option<WorkerId> {
         self.routes.get(group).copied()
@@ -569,13 +575,15 @@ impl Coordinator {
             decision,
             failed: Vec::new(),
         };
-        // A pod listed twice would be reserved on two nodes; refuse the
-        // whole proposal (a worker bug, not a placement conflict).
-        let mut seen = std::collections::HashSet::new();
-        if let Some((pod, _)) = members
-            .iter()
-            .find(|(p, _)| !seen.insert((&p.namespace, &p.name)))
-        {
+        // A pod listed twice (by name or by uid) would be reserved on two
+        // nodes; refuse the whole proposal (a worker bug, not a placement
+        // conflict).
+        let (mut names, mut uids) = (HashSet::new(), HashSet::new());
+        if let Some((pod, _)) = members.iter().find(|(p, _)| {
+            let new_name = names.insert((&p.namespace, &p.name));
+            let new_uid = uids.insert(&p.uid);
+            !(new_name && new_uid)
+        }) {
             return none(Decision::Error(format!(
                 "pod group {group}: pod {pod} is listed more than once"
             )));
@@ -587,7 +595,7 @@ impl Coordinator {
             let mut reserved: Vec<Reserved> = Vec::new();
             let mut failure = None;
             for (pod, node) in members {
-                match reserve(&mut inner, worker, pod, node) {
+                match reserve(&mut inner, worker, group, pod, node) {
                     Ok(Some(r)) => reserved.push(r),
                     Ok(None) => {}
                     Err(d) => {
@@ -595,6 +603,15 @@ impl Coordinator {
                         break;
                     }
                 }
+            }
+            // All or nothing: the grant may not leave the group with fewer
+            // than its minimum placed (a worker proposing members beyond
+            // the minimum while the proposal of the minimum itself is
+            // refused must not get them bound alone).
+            if failure.is_none()
+                && let Some(short) = inner.gang_short(group, reserved.len())
+            {
+                failure = Some(Decision::Conflict(short));
             }
             if let Some(d) = failure {
                 for (node, info) in &reserved {
@@ -670,6 +687,33 @@ impl Coordinator {
     }
 }
 
+impl Inner {
+    /// Why granting `adding` more members of `group` would leave it with
+    /// fewer placed (bound or granted) than its minimum; `None` when it
+    /// would not (or the group has no minimum, or is unknown).
+    fn gang_short(&self, group: &str, adding: usize) -> Option<String> {
+        let min = self.gangs.min_members(group);
+        if min == 0 {
+            return None;
+        }
+        let placed = self.gangs.members.get(group).map_or(0, |uids| {
+            uids.iter()
+                .filter(|u| {
+                    self.pods.get(*u).is_some_and(|r| {
+                        matches!(r.phase, PodPhase::Bound(_) | PodPhase::Granted(_))
+                    })
+                })
+                .count()
+        });
+        (placed + adding < min).then(|| {
+            format!(
+                "pod group {group}: {} of its minimum {min} members would be placed",
+                placed + adding
+            )
+        })
+    }
+}
+
 /// A member placed in the view for a gang grant: (node, pod).
 type Reserved = (Arc<str>, Arc<PodInfo>);
 
@@ -678,12 +722,24 @@ type Reserved = (Arc<str>, Arc<PodInfo>);
 fn reserve(
     inner: &mut Inner,
     worker: WorkerId,
+    group: &str,
     pod: &PodRef,
     node: &str,
 ) -> Result<Option<Reserved>, Decision> {
     let Some(rec) = inner.pods.get(pod.uid.as_str()) else {
         return Err(Decision::PodGone(format!("pod {pod} is not pending")));
     };
+    if *rec.info.key.namespace != *pod.namespace || *rec.info.key.name != *pod.name {
+        return Err(Decision::Error(format!(
+            "pod {pod}: uid {} belongs to pod {}",
+            pod.uid, rec.info.key
+        )));
+    }
+    if group_of(&rec.info).as_deref() != Some(group) {
+        return Err(Decision::Error(format!(
+            "pod {pod} is not a member of pod group {group}"
+        )));
+    }
     match &rec.phase {
         PodPhase::Bound(n) | PodPhase::Granted(n) if &**n == node => return Ok(None),
         PodPhase::Bound(n) | PodPhase::Granted(n) => {

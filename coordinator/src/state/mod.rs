@@ -92,6 +92,7 @@ pub use pods::{PodPhase, PodRecord};
 pub use preemption::PreemptionDecision;
 pub use report::{BindSample, Counters, NodeRejection, Summary};
 pub use stream::{PodIdentity, WorkerEvent, WorkerTx};
+pub use workers::AttachError;
 
 use sync::Deferred;
 
@@ -99,6 +100,11 @@ use sync::Deferred;
 /// (at the next registration): a client that registers and never watches
 /// holds nothing for long.
 pub const REGISTRATION_TTL: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Most registrations waiting for their `Watch` at once: past it, each new
+/// one drops the oldest (a client registering in a loop holds a bounded
+/// table, and every lookup stays cheap).
+pub const MAX_UNWATCHED_REGISTRATIONS: usize = 1024;
 
 #[derive(Debug)]
 struct WorkerEntry {

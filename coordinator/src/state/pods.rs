@@ -50,6 +50,10 @@ pub struct PodRecord {
     /// rejected Binding), not a fit: it is pending and retried after its
     /// backoff; `unschedulable` holds the message.
     pub failing: bool,
+    /// Its worker holds it at PreEnqueue (a gang short of its minimum):
+    /// counted as gated, as upstream's queue does, not pending; nothing
+    /// was written on the pod. `unschedulable` holds the message.
+    pub waiting: bool,
     /// The per-node reasons behind that message, for inspection: a sample
     /// of at most `flotilla_proto::v1::MAX_NODE_STATUSES` nodes (the
     /// message counts them all).
@@ -74,6 +78,7 @@ impl PodRecord {
             bound_by: None,
             unschedulable: None,
             failing: false,
+            waiting: false,
             rejections: Arc::from([]),
             granted_to: None,
             sent: None,
@@ -128,6 +133,16 @@ impl Inner {
         }
     }
 
+    /// The pool `pod` goes to: its profile's `workloadClass`, which
+    /// overrides the pod's own class, else the pod's.
+    fn class_of(&self, pod: &PodInfo) -> WorkloadClass {
+        self.scheduler_names
+            .get(&*pod.scheduler_name)
+            .copied()
+            .flatten()
+            .unwrap_or(pod.class)
+    }
+
     /// Picks the live worker for a class: its own pool if any, else any
     /// pool; least assigned pods first, then lowest id.
     fn pick_worker(&self, class: WorkloadClass) -> Option<WorkerId> {
@@ -157,15 +172,7 @@ impl Inner {
         if !matches!(rec.phase, PodPhase::Pending(_)) {
             return;
         }
-        // A profile's workloadClass overrides the pod's own class.
-        let class = self
-            .scheduler_names
-            .get(&*rec.info.scheduler_name)
-            .copied()
-            .flatten()
-            .unwrap_or(rec.info.class);
-        let pod = rec.info.json();
-        let mut trace_context = Carrier::new();
+        let class = self.class_of(&rec.info);
         let group = gang::group_of(&rec.info);
         if self.synced
             && let Some(g) = &group
@@ -196,6 +203,22 @@ impl Inner {
             self.undispatched.push_back(uid.clone());
             return;
         };
+        self.hand_to(uid, w, class, group);
+    }
+
+    /// Hands pending pod `uid` (of `class`, in gang `group`) to worker `w`:
+    /// records the assignment and sends the pod, starting its trace.
+    fn hand_to(
+        &mut self,
+        uid: &Arc<str>,
+        w: WorkerId,
+        class: WorkloadClass,
+        group: Option<String>,
+    ) {
+        let mut trace_context = Carrier::new();
+        let Some(pod) = self.pods.get(uid).map(|r| r.info.json()) else {
+            return;
+        };
         if let Some(rec) = self.pods.get_mut(uid) {
             rec.phase = PodPhase::Pending(Some(w));
             rec.sent = Some(rec.info.clone());
@@ -221,6 +244,89 @@ impl Inner {
         if !self.send_to(w, WorkerEvent::AssignedPod { pod, trace_context }) {
             warn!(worker = w, "worker stream closed while dispatching");
         }
+    }
+
+    /// Worker `joined` opened its stream: it takes its share of its pool's
+    /// backlog, the pods the pool's other workers were handed and have not
+    /// tried yet (no report on them). Each worker above an even share
+    /// gives up its excess, lowest priority and newest first (what it
+    /// would reach last), until `joined` holds its share. Gang members
+    /// stay with their gang's worker, nominated pods with the worker that
+    /// preempted for them, pods already found unschedulable where they
+    /// wait for a change. A moved pod is taken back from its worker
+    /// (`UnassignedPod`): a proposal for it still in flight there is
+    /// refused as not assigned, and the worker forgets it.
+    pub(super) fn rebalance(&mut self, joined: WorkerId) -> usize {
+        let Some(class) = self.workers.get(&joined).map(|w| w.class) else {
+            return 0;
+        };
+        let movable = |inner: &Inner, w: WorkerId, uid: &Arc<str>| {
+            inner.pods.get(uid).is_some_and(|r| {
+                r.phase == PodPhase::Pending(Some(w))
+                    && r.unschedulable.is_none()
+                    && gang::group_of(&r.info).is_none()
+                    && !inner.nominated.contains_key(uid)
+            })
+        };
+        let mut backlogs: Vec<(WorkerId, Vec<Arc<str>>)> = self
+            .workers
+            .iter()
+            .filter(|(_, e)| e.tx.is_some() && e.class == class)
+            .map(|(id, e)| {
+                let mine = e
+                    .assigned
+                    .iter()
+                    .filter(|u| movable(self, *id, u))
+                    .cloned()
+                    .collect();
+                (*id, mine)
+            })
+            .collect();
+        let total: usize = backlogs.iter().map(|(_, b)| b.len()).sum();
+        let share = total / backlogs.len().max(1);
+        let held = backlogs
+            .iter()
+            .find(|(id, _)| *id == joined)
+            .map_or(0, |(_, b)| b.len());
+        let mut wanted = share.saturating_sub(held);
+        if wanted == 0 {
+            return 0;
+        }
+        // The most loaded give first.
+        backlogs.sort_by_key(|(id, b)| (std::cmp::Reverse(b.len()), *id));
+        let mut moved = Vec::new();
+        for (id, mut backlog) in backlogs {
+            if id == joined || wanted == 0 {
+                continue;
+            }
+            let give = backlog.len().saturating_sub(share).min(wanted);
+            if give == 0 {
+                continue;
+            }
+            backlog.sort_by_cached_key(|u| {
+                let r = &self.pods[u];
+                (r.info.priority, std::cmp::Reverse(r.first_seen), u.clone())
+            });
+            moved.extend(backlog.into_iter().take(give));
+            wanted -= give;
+        }
+        for uid in &moved {
+            self.unassign(uid);
+            let Some(rec) = self.pods.get_mut(uid) else {
+                continue;
+            };
+            rec.phase = PodPhase::Pending(None);
+            let info = rec.info.clone();
+            let class = self.class_of(&info);
+            self.hand_to(uid, joined, class, None);
+        }
+        if !moved.is_empty() {
+            flotilla_shared::metrics::metrics()
+                .rebalanced_pods
+                .with_label_values(&[class.as_str()])
+                .inc_by(moved.len() as u64);
+        }
+        moved.len()
     }
 
     /// Takes pending pod `uid` back from the worker it was sent to.

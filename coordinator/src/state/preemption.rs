@@ -220,6 +220,10 @@ impl Coordinator {
         match rec.phase {
             PodPhase::Pending(Some(w)) if w == worker => {}
             PodPhase::Pending(_) => {
+                flotilla_shared::metrics::metrics()
+                    .refused_calls
+                    .with_label_values(&["ProposePreemption", "not_assigned"])
+                    .inc();
                 return Err(PodGone(format!(
                     "pod {pod} is not assigned to worker {worker}"
                 )));

@@ -51,6 +51,10 @@ pub struct Counters {
     pub alternatives_granted: u64,
     /// Bindings that failed at the cluster.
     pub bind_errors: u64,
+    /// Bindings whose first answer never came (timed out, connection
+    /// lost): their room was kept and the Binding sent again until its
+    /// outcome was known.
+    pub bind_outcomes_unknown: u64,
     /// Unschedulable reports received.
     pub unschedulable_reports: u64,
     /// Gang proposals granted (every member bound at once).
@@ -98,8 +102,10 @@ pub struct Summary {
     /// Pending pods nominated to a node by a granted preemption, not bound
     /// yet (they wait for their victims to go).
     pub nominated: usize,
-    /// Pending pods held by `spec.schedulingGates` (counted apart from
-    /// `pending`: nothing schedules them until the gates are removed).
+    /// Pending pods held at PreEnqueue, as upstream's queue counts them
+    /// gated: by `spec.schedulingGates`, or waiting for their gang to reach
+    /// its minimum (counted apart from `pending`: nothing schedules them
+    /// until the gates are removed or the members come).
     pub gated: usize,
     /// Pending pods whose last attempt failed with an error (counted in
     /// `pending` too).
@@ -140,6 +146,20 @@ impl Coordinator {
         self.report_failure(pod, message, rejections, false).await;
     }
 
+    /// `pod`'s worker holds it at PreEnqueue with `message` (a gang short
+    /// of its minimum): recorded, counted as gated; as upstream, nothing
+    /// is written on the pod.
+    pub fn report_waiting(&self, pod: &PodRef, message: &str) {
+        let mut inner = self.inner.lock();
+        if let Some(rec) = inner.pods.get_mut(pod.uid.as_str())
+            && matches!(rec.phase, PodPhase::Pending(_))
+        {
+            rec.unschedulable = Some(message.to_owned());
+            rec.failing = false;
+            rec.waiting = true;
+        }
+    }
+
     /// [`Coordinator::report_unschedulable`] for an attempt that failed
     /// with an error (`error`: an extender or webhook failing, a Binding
     /// rejected): the pod stays counted as pending, and `PodScheduled=False`
@@ -160,6 +180,7 @@ impl Coordinator {
                 Some(rec) if matches!(rec.phase, PodPhase::Pending(_)) => {
                     rec.unschedulable = Some(message.to_owned());
                     rec.failing = error;
+                    rec.waiting = false;
                     rec.rejections = rejections.into();
                     let current = rec.info.pod_once();
                     if let Some(g) = flotilla_shared::gang::gang_of(&rec.info) {
@@ -203,6 +224,7 @@ impl Coordinator {
                     s.pending += 1;
                     s.failing += 1;
                 }
+                PodPhase::Pending(_) if rec.waiting => s.gated += 1,
                 PodPhase::Pending(_) if rec.unschedulable.is_some() => s.unschedulable += 1,
                 PodPhase::Pending(_) if !rec.info.scheduling_gates.is_empty() => s.gated += 1,
                 PodPhase::Pending(_) => s.pending += 1,

@@ -10,7 +10,9 @@ use tracing::{info, warn};
 use flotilla_shared::WorkloadClass;
 
 use super::stream::{WorkerEvent, json, namespace_event, nominated_event};
-use super::{Coordinator, Inner, PodPhase, REGISTRATION_TTL, WorkerEntry};
+use super::{
+    Coordinator, Inner, MAX_UNWATCHED_REGISTRATIONS, PodPhase, REGISTRATION_TTL, WorkerEntry,
+};
 use crate::partition::WorkerId;
 
 impl Inner {
@@ -30,6 +32,34 @@ impl Inner {
             .get(&worker)
             .and_then(|w| w.tx.as_ref())
             .is_some_and(|tx| tx.send(e).is_ok())
+    }
+}
+
+/// Why [`Coordinator::attach`] refused a stream.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AttachError {
+    /// Never registered, or gone (left, expired, dropped).
+    #[error("worker {0} is not registered")]
+    NotRegistered(WorkerId),
+    /// Its stream is open: a second `Watch` is refused, never a takeover.
+    #[error("worker {0} is already watching")]
+    AlreadyWatching(WorkerId),
+    /// Registered longer than [`REGISTRATION_TTL`] ago without a `Watch`.
+    #[error(
+        "worker {0}: registration expired ({REGISTRATION_TTL:?} without a Watch); register again"
+    )]
+    Expired(WorkerId),
+}
+
+impl AttachError {
+    /// The `reason` label of `flotilla_refused_calls_total`.
+    #[must_use]
+    pub fn reason(&self) -> &'static str {
+        match self {
+            AttachError::NotRegistered(_) => "session",
+            AttachError::AlreadyWatching(_) => "already_watching",
+            AttachError::Expired(_) => "expired",
+        }
     }
 }
 
@@ -72,17 +102,21 @@ impl Coordinator {
         let secret = format!("{:032x}", rand::random::<u128>());
         let mut inner = self.inner.lock();
         let now = std::time::Instant::now();
-        let expired: Vec<WorkerId> = inner
+        // Registrations not followed by a Watch: those past the TTL go,
+        // and beyond MAX_UNWATCHED_REGISTRATIONS the oldest go (ids grow,
+        // so the first are the oldest).
+        let unwatched: Vec<(WorkerId, bool)> = inner
             .workers
             .iter()
-            .filter(|(_, w)| {
-                w.tx.is_none() && now.duration_since(w.registered_at) >= REGISTRATION_TTL
-            })
-            .map(|(id, _)| *id)
+            .filter(|(_, w)| w.tx.is_none())
+            .map(|(id, w)| (*id, now.duration_since(w.registered_at) >= REGISTRATION_TTL))
             .collect();
-        for id in expired {
-            if let Some(w) = inner.workers.remove(&id) {
-                warn!(worker = id, name = %w.name, "registration expired: no Watch followed it");
+        let excess = (unwatched.len() + 1).saturating_sub(MAX_UNWATCHED_REGISTRATIONS);
+        for (i, (id, expired)) in unwatched.into_iter().enumerate() {
+            if (expired || i < excess)
+                && let Some(w) = inner.workers.remove(&id)
+            {
+                warn!(worker = id, name = %w.name, "registration dropped: no Watch followed it");
             }
         }
         let id = inner.next_worker_id;
@@ -140,21 +174,40 @@ impl Coordinator {
             .is_some_and(|r| matches!(r.phase, PodPhase::Pending(w) if w != Some(id)))
     }
 
+    /// Whether `pod` is pending and handed to worker `id`: what a report
+    /// of that worker may act on. A report about any other pod (bound or
+    /// deleted meanwhile, never known) is late, and changes nothing.
+    #[must_use]
+    pub fn is_assigned_to(&self, pod: &crate::cluster::PodRef, id: WorkerId) -> bool {
+        self.inner
+            .lock()
+            .pods
+            .get(pod.uid.as_str())
+            .is_some_and(|r| r.phase == PodPhase::Pending(Some(id)))
+    }
+
     /// Opens worker `id`'s event stream: replays nodes, bound pods and its
-    /// partition, dispatches waiting pods, then sends `SyncDone`.
+    /// partition, dispatches waiting pods, moves its share of its pool's
+    /// backlog to it (`Inner::rebalance`), then sends `SyncDone`.
     ///
     /// # Errors
     /// The id is unknown (never registered, or already gone), or its stream
     /// is already open: a second `Watch` is refused, never a takeover (the
     /// worker that has it keeps it).
-    pub fn attach(&self, id: WorkerId) -> Result<mpsc::UnboundedReceiver<WorkerEvent>, String> {
+    pub fn attach(
+        &self,
+        id: WorkerId,
+    ) -> Result<mpsc::UnboundedReceiver<WorkerEvent>, AttachError> {
         let (tx, rx) = mpsc::unbounded_channel();
         let mut inner = self.inner.lock();
         let Some(w) = inner.workers.get(&id) else {
-            return Err(format!("worker {id} is not registered"));
+            return Err(AttachError::NotRegistered(id));
         };
         if w.tx.as_ref().is_some_and(|t| !t.is_closed()) {
-            return Err(format!("worker {id} is already watching"));
+            return Err(AttachError::AlreadyWatching(id));
+        }
+        if w.tx.is_none() && w.registered_at.elapsed() >= REGISTRATION_TTL {
+            return Err(AttachError::Expired(id));
         }
         for (name, labels) in &inner.namespaces {
             let _ = tx.send(namespace_event(name, labels));
@@ -186,6 +239,16 @@ impl Coordinator {
         let waiting: Vec<Arc<str>> = inner.undispatched.drain(..).collect();
         for uid in &waiting {
             inner.dispatch(uid);
+        }
+        if inner.synced {
+            let moved = inner.rebalance(id);
+            if moved > 0 {
+                info!(
+                    worker = id,
+                    pods = moved,
+                    "took its share of the pool's backlog"
+                );
+            }
         }
         let _ = tx.send(WorkerEvent::Synced);
         Ok(rx)

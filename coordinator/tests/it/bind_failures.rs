@@ -25,6 +25,9 @@ const CLASS_LABEL: &str = "flotilla.io/workload-class";
 struct GatedCluster {
     inner: Arc<EmbeddedCluster>,
     gate: Mutex<Option<oneshot::Receiver<Result<(), ClusterError>>>>,
+    /// An injected error still binds (a request the server applied whose
+    /// answer was lost).
+    lands: std::sync::atomic::AtomicBool,
 }
 
 impl GatedCluster {
@@ -56,8 +59,13 @@ impl Cluster for GatedCluster {
     async fn bind(&self, pod: &PodRef, node: &str) -> Result<(), ClusterError> {
         let gate = self.gate.lock().take();
         if let Some(rx) = gate {
-            rx.await
-                .unwrap_or_else(|_| Err(ClusterError::Unavailable("gate dropped".into())))?;
+            let injected = rx
+                .await
+                .unwrap_or_else(|_| Err(ClusterError::Unavailable("gate dropped".into())));
+            if injected.is_err() && self.lands.load(std::sync::atomic::Ordering::SeqCst) {
+                self.inner.bind(pod, node).await?;
+            }
+            injected?;
         }
         self.inner.bind(pod, node).await
     }
@@ -87,6 +95,7 @@ async fn start() -> (Harness, Arc<GatedCluster>) {
     let gated = Arc::new(GatedCluster {
         inner: cluster.clone(),
         gate: Mutex::new(None),
+        lands: std::sync::atomic::AtomicBool::new(false),
     });
     let h = Harness::start_with(gated.clone(), cluster).await;
     (h, gated)
@@ -158,6 +167,97 @@ async fn a_binding_that_fails_at_the_cluster_is_an_error_and_frees_the_room() {
         node_of(&h.cluster.pod("default", "a").expect("pod")),
         Some("n1")
     );
+    h.shutdown().await;
+}
+
+/// A Binding sent and never answered keeps its room (no other pod may
+/// take it: the server may still apply it) and is sent again until an
+/// answer comes; the pod is then bound once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_binding_whose_outcome_is_unknown_keeps_its_room_until_it_is_known() {
+    let (h, gated) = start().await;
+    for p in ["a", "b"] {
+        h.cluster
+            .create_pod(PodBuilder::new(p).cpu("4").build())
+            .expect("pod");
+        h.wait_for_record(&format!("uid-{p}")).await;
+    }
+    let w = FakeWorker::join(&h, "online-0", Online).await;
+    let c = h.coordinator.clone();
+
+    let first = gated.arm();
+    let proposal = propose_in_background(&w, "a", "n1");
+    wait_until(STEP, "the grant", || c.summary().granting == 1).await;
+    // Re-armed before the retry (0.1 s later): the retry waits too.
+    let second = gated.arm();
+    first
+        .send(Err(ClusterError::OutcomeUnknown(
+            "no answer within 30s".into(),
+        )))
+        .expect("bind is waiting");
+    wait_until(STEP, "the outcome counted unknown", || {
+        c.summary().counters.bind_outcomes_unknown == 1
+    })
+    .await;
+    // While unknown: the room is held, and another pod cannot take it.
+    assert_eq!(c.summary().granting, 1);
+    assert_eq!(c.node_pods("n1").expect("n1").len(), 1);
+    let d = w.propose("b", "n1").await;
+    assert_eq!(d.outcome, i32::from(pb::BindOutcome::Conflict), "{d:?}");
+    assert!(
+        !proposal.is_finished(),
+        "the worker still waits for the answer"
+    );
+
+    // The retry's answer comes: bound, once.
+    second.send(Ok(())).expect("the retry is waiting");
+    let d = within(STEP, "the answer", proposal)
+        .await
+        .expect("no panic")
+        .expect("ProposeBind answers");
+    assert_eq!(d.outcome, i32::from(pb::BindOutcome::Bound), "{d:?}");
+    assert_eq!(
+        node_of(&h.cluster.pod("default", "a").expect("pod")),
+        Some("n1")
+    );
+    let s = c.summary();
+    assert_eq!((s.counters.bind_errors, s.granting), (0, 0));
+    h.shutdown().await;
+}
+
+/// The first Binding landed though its answer was lost: the retry is
+/// answered "already bound to this node", which is the pod bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lost_answer_of_a_binding_that_landed_is_the_pod_bound() {
+    let (h, gated) = start().await;
+    h.cluster
+        .create_pod(PodBuilder::new("a").cpu("4").build())
+        .expect("pod");
+    h.wait_for_record("uid-a").await;
+    let w = FakeWorker::join(&h, "online-0", Online).await;
+    let c = h.coordinator.clone();
+    gated.lands.store(true, std::sync::atomic::Ordering::SeqCst);
+    let first = gated.arm();
+    let proposal = propose_in_background(&w, "a", "n1");
+    wait_until(STEP, "the grant", || c.summary().granting == 1).await;
+    first
+        .send(Err(ClusterError::OutcomeUnknown("connection reset".into())))
+        .expect("bind is waiting");
+    let d = within(STEP, "the answer", proposal)
+        .await
+        .expect("no panic")
+        .expect("ProposeBind answers");
+    assert_eq!(d.outcome, i32::from(pb::BindOutcome::Bound), "{d:?}");
+    let s = c.summary();
+    assert_eq!(
+        (
+            s.bound,
+            s.counters.bind_outcomes_unknown,
+            s.counters.bind_errors
+        ),
+        (1, 1, 0)
+    );
+    assert_eq!(c.node_pods("n1").expect("n1").len(), 1, "counted once");
     h.shutdown().await;
 }
 
@@ -324,5 +424,41 @@ async fn a_real_worker_retries_an_unavailable_binding_until_the_pod_is_bound() {
         .await
         .expect("no panic")
         .expect("worker stops cleanly");
+    h.shutdown().await;
+}
+
+/// A worker killed while its unary ProposeBind waits for the Binding: the
+/// call is dropped with the connection, but the arbitration runs on, so the
+/// grant is settled (the pod bound once), never left granted for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_grant_is_settled_when_its_worker_dies_mid_call() {
+    let (h, gated) = start().await;
+    h.cluster
+        .create_pod(PodBuilder::new("a").cpu("1").build())
+        .expect("pod");
+    h.wait_for_record("uid-a").await;
+    let mut w = FakeWorker::join(&h, "online-0", Online).await;
+    w.read_until(|e| !assigned_names(e).is_empty()).await;
+    let release = gated.arm();
+    let proposal = propose_in_background(&w, "a", "n1");
+    let c = h.coordinator.clone();
+    wait_until(STEP, "the grant", || c.summary().granting == 1).await;
+    proposal.abort();
+    drop(w);
+    wait_until(STEP, "the worker gone", || c.live_workers() == 0).await;
+    release
+        .send(Ok(()))
+        .expect("the Binding still waits: its arbitration outlived the call");
+    let cl = h.cluster.clone();
+    wait_until(STEP, "pod a bound", || {
+        cl.pod("default", "a")
+            .is_some_and(|p| node_of(&p) == Some("n1"))
+    })
+    .await;
+    wait_until(STEP, "the grant settled", || {
+        let s = c.summary();
+        (s.granting, s.bound) == (0, 1)
+    })
+    .await;
     h.shutdown().await;
 }

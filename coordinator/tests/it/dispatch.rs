@@ -233,3 +233,97 @@ async fn pods_waiting_for_a_worker_are_dispatched_in_the_replay_before_synced() 
     drop(w);
     h.shutdown().await;
 }
+
+/// A worker that joins its pool takes its share of the backlog the others
+/// hold and have not tried (a replacement after a crash, or the second
+/// worker to start, no longer waits idle beside a peer with thousands of
+/// pods): the untried pods are split evenly, pods already reported
+/// unschedulable stay, a moved pod's proposal from its old worker is
+/// refused, and a worker of the other pool takes none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_that_joins_takes_its_share_of_the_untried_backlog() {
+    const PODS: usize = 10;
+    let h = Harness::start(cluster_with_nodes(2)).await;
+    let mut w1 = FakeWorker::join(&h, "online-0", Online).await;
+    w1.until_synced().await;
+    for i in 0..PODS {
+        h.cluster
+            .create_pod(
+                PodBuilder::new(&format!("p-{i}"))
+                    .cpu("100m")
+                    .label(CLASS_LABEL, "online")
+                    .build(),
+            )
+            .expect("pod");
+    }
+    let ev1 = w1.read_until(|e| assigned_names(e).len() == PODS).await;
+    assert_eq!(assigned_names(&ev1).len(), PODS);
+    // Two were tried and found unschedulable: they wait where they are.
+    for p in ["p-0", "p-1"] {
+        w1.report_unschedulable(p, "0/2 nodes are available: 2 Insufficient cpu.", vec![])
+            .await;
+    }
+
+    // A batch worker joins: online pods stay.
+    let mut batch = FakeWorker::join(&h, "batch-0", Batch).await;
+    let evb = batch.until_synced().await;
+    assert!(
+        assigned_names(&evb).is_empty(),
+        "{:?}",
+        assigned_names(&evb)
+    );
+
+    // A second online worker joins: it takes half of the 8 untried pods.
+    let mut w2 = FakeWorker::join(&h, "online-1", Online).await;
+    let ev2 = w2.until_synced().await;
+    let taken: BTreeSet<String> = assigned_names(&ev2).into_iter().collect();
+    assert_eq!(taken.len(), 4, "{taken:?}");
+    assert!(
+        !taken.contains("p-0") && !taken.contains("p-1"),
+        "{taken:?}"
+    );
+    let back = w1
+        .read_until(|e| {
+            e.iter()
+                .filter(|e| matches!(e, Event::UnassignedPod(_)))
+                .count()
+                == 4
+        })
+        .await;
+    let unassigned: BTreeSet<String> = back
+        .iter()
+        .filter_map(|e| match e {
+            Event::UnassignedPod(p) => Some(p.name.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(unassigned, taken, "what w2 took, w1 was told to drop");
+
+    // A moved pod: the old worker's proposal is refused, the new one's bound.
+    let moved = taken.iter().next().expect("a moved pod").clone();
+    let d = w1.propose(&moved, "node-0").await;
+    assert_eq!(
+        d.outcome,
+        i32::from(flotilla_proto::v1::BindOutcome::PodGone),
+        "{d:?}"
+    );
+    let d = w2.propose(&moved, "node-0").await;
+    assert_eq!(
+        d.outcome,
+        i32::from(flotilla_proto::v1::BindOutcome::Bound),
+        "{d:?}"
+    );
+    // A pod w1 kept is still its own.
+    let kept = (0..PODS)
+        .map(|i| format!("p-{i}"))
+        .find(|p| !taken.contains(p) && p != "p-0" && p != "p-1")
+        .expect("w1 kept untried pods");
+    let d = w1.propose(&kept, "node-1").await;
+    assert_eq!(
+        d.outcome,
+        i32::from(flotilla_proto::v1::BindOutcome::Bound),
+        "{d:?}"
+    );
+    drop((w1, w2, batch));
+    h.shutdown().await;
+}

@@ -388,6 +388,54 @@ async fn propose_gang_grants_all_or_none() {
     assert_eq!(h.coordinator.node_pods("n1"), Some(vec![]));
     assert_eq!(h.coordinator.node_pods("n2"), Some(vec![]));
     assert_eq!(h.cluster.write_counts().0, 0);
+    // One uid under two names (the arbiter looks pods up by uid): refused.
+    let mut alias = refs[0].clone();
+    alias.name = "alias".into();
+    let d = h
+        .coordinator
+        .propose_gang(
+            w,
+            "default/pg",
+            &[(refs[0].clone(), "n1".into()), (alias, "n2".into())],
+        )
+        .await;
+    assert!(
+        matches!(&d.decision, Decision::Error(m) if m.contains("more than once")),
+        "{d:?}"
+    );
+    let mut renamed = refs[1].clone();
+    renamed.name = "m9".into();
+    let d = h
+        .coordinator
+        .propose_gang(w, "default/pg", &[(renamed, "n1".into())])
+        .await;
+    assert!(
+        matches!(&d.decision, Decision::Error(m) if m.contains("belongs to pod default/m1")),
+        "{d:?}"
+    );
+    // Members of the group, proposed under another group's name: refused.
+    let d = h
+        .coordinator
+        .propose_gang(w, "default/other", &all_n1)
+        .await;
+    assert!(
+        matches!(&d.decision, Decision::Error(m) if m.contains("not a member of pod group default/other")),
+        "{d:?}"
+    );
+    // Fewer than minMember (3) with none placed yet: all or nothing, so
+    // nothing (a worker proposing members beyond the minimum while the
+    // minimum itself was refused must not get them bound alone).
+    let two: Vec<(PodRef, String)> = refs[..2]
+        .iter()
+        .map(|r| (r.clone(), "n1".to_owned()))
+        .collect();
+    let d = h.coordinator.propose_gang(w, "default/pg", &two).await;
+    assert!(
+        matches!(&d.decision, Decision::Conflict(m) if m.contains("2 of its minimum 3")),
+        "{d:?}"
+    );
+    assert_eq!(h.coordinator.node_pods("n1"), Some(vec![]));
+    assert_eq!(h.cluster.write_counts().0, 0);
     // Two on n1, one on n2: all granted and bound.
     let split: Vec<(PodRef, String)> = refs
         .iter()

@@ -10,6 +10,7 @@ mod dispatch;
 mod extender_bind;
 mod failover;
 mod gang;
+mod liveness;
 mod node_checks;
 mod preemption;
 mod priority_classes;
@@ -122,12 +123,22 @@ impl Harness {
         cluster: Arc<EmbeddedCluster>,
         profiles: Vec<ServedProfile>,
     ) -> Self {
+        Self::start_options(backend, cluster, profiles, server::ServeOptions::default()).await
+    }
+
+    /// [`Harness::start_serving`] with the server's `options`.
+    pub async fn start_options(
+        backend: Arc<dyn Cluster>,
+        cluster: Arc<EmbeddedCluster>,
+        profiles: Vec<ServedProfile>,
+        options: server::ServeOptions,
+    ) -> Self {
         let coordinator = Arc::new(Coordinator::with_profiles(backend, profiles));
         let token = CancellationToken::new();
         let running = within(
             STEP,
             "starting the coordinator",
-            server::start(coordinator.clone(), "127.0.0.1:0", token.clone()),
+            server::start_with(coordinator.clone(), "127.0.0.1:0", token.clone(), options),
         )
         .await
         .expect("the coordinator starts on 127.0.0.1:0");

@@ -27,7 +27,7 @@ use flotilla_shared::testing::{NodeBuilder, PodBuilder};
 use flotilla_shared::tls::ephemeral::{Ca, Issued};
 use flotilla_shared::tls::{ClientTlsMaterial, Pem, ServerTlsMaterial};
 
-use crate::{OUTCOME, STEP, default_profiles, node_of, wait_until, within};
+use crate::{Harness, OUTCOME, STEP, default_profiles, node_of, wait_until, within};
 
 /// `flotilla_refused_calls_total{method, reason}` now.
 fn refusals(method: &str, reason: &str) -> u64 {
@@ -37,43 +37,16 @@ fn refusals(method: &str, reason: &str) -> u64 {
         .get()
 }
 
-/// A coordinator over `cluster` serving mutual TLS on 127.0.0.1.
-struct TlsCoordinator {
-    coordinator: Arc<Coordinator>,
-    addr: SocketAddr,
-    token: CancellationToken,
-}
-
-impl Drop for TlsCoordinator {
-    fn drop(&mut self) {
-        self.token.cancel();
-    }
-}
-
-async fn serve(cluster: Arc<EmbeddedCluster>, material: ServerTlsMaterial) -> TlsCoordinator {
-    let coordinator = Arc::new(Coordinator::with_profiles(cluster, default_profiles()));
-    let token = CancellationToken::new();
+/// A coordinator over `cluster` serving mutual TLS with `material` on
+/// 127.0.0.1.
+async fn serve(cluster: Arc<EmbeddedCluster>, material: ServerTlsMaterial) -> Harness {
     let options = ServeOptions {
         tls: Some(Arc::new(
             ServerTls::load(material).expect("the certificates load"),
         )),
-        insecure: false,
+        ..ServeOptions::default()
     };
-    let running = within(
-        STEP,
-        "starting the coordinator",
-        server::start_with(coordinator.clone(), "127.0.0.1:0", &options, token.clone()),
-    )
-    .await
-    .expect("the coordinator starts");
-    within(STEP, "the coordinator's first list", running.synced)
-        .await
-        .expect("synced");
-    TlsCoordinator {
-        coordinator,
-        addr: running.addr,
-        token,
-    }
+    Harness::start_options(cluster.clone(), cluster, default_profiles(), options).await
 }
 
 fn server_material(ca: &Ca, server: &Issued) -> ServerTlsMaterial {
@@ -122,12 +95,12 @@ async fn register(
 
 /// A new CA, and a coordinator over an empty cluster serving its
 /// certificate for `localhost` and verifying clients against it.
-async fn serve_with_new_ca() -> (Ca, TlsCoordinator) {
+async fn serve_with_new_ca() -> (Ca, Harness) {
     serve_with_new_ca_as("localhost").await
 }
 
 /// [`serve_with_new_ca`], the server certificate naming only `name`.
-async fn serve_with_new_ca_as(name: &str) -> (Ca, TlsCoordinator) {
+async fn serve_with_new_ca_as(name: &str) -> (Ca, Harness) {
     let ca = Ca::new("flotilla test CA").unwrap();
     let server = ca.server(&[name]).unwrap();
     let c = serve(
@@ -140,7 +113,7 @@ async fn serve_with_new_ca_as(name: &str) -> (Ca, TlsCoordinator) {
 
 /// Asserts a client presenting `identity` is refused during the handshake,
 /// counted under `TLS` / `reason`, and never becomes a worker.
-async fn refused_and_counted(c: &TlsCoordinator, ca: &Ca, identity: Option<&Issued>, reason: &str) {
+async fn refused_and_counted(c: &Harness, ca: &Ca, identity: Option<&Issued>, reason: &str) {
     let before = refusals("TLS", reason);
     refused_at_handshake(c, ca, identity).await;
     wait_until(STEP, "the refusal counted", || {
@@ -154,7 +127,7 @@ async fn refused_and_counted(c: &TlsCoordinator, ca: &Ca, identity: Option<&Issu
 /// step refused (TLS 1.3 ends the handshake on the client's side before
 /// the server has read the client's certificate, so a refusal may show at
 /// the first call).
-async fn refused_at_handshake(c: &TlsCoordinator, ca: &Ca, identity: Option<&Issued>) -> String {
+async fn refused_at_handshake(c: &Harness, ca: &Ca, identity: Option<&Issued>) -> String {
     match connect(c.addr, &ca.cert_pem(), identity).await {
         Err(e) => format!("{e:?}"),
         Ok(mut client) => match register(&mut client, pb::WorkloadClass::Online).await {
@@ -411,10 +384,10 @@ async fn plaintext_off_loopback_is_refused_without_insecure() {
         assert!(text.contains(needle), "{needle:?} missing from: {text}");
     }
     let insecure = ServeOptions {
-        tls: None,
         insecure: true,
+        ..ServeOptions::default()
     };
-    let running = server::start_with(coordinator, "0.0.0.0:0", &insecure, token.clone())
+    let running = server::start_with(coordinator, "0.0.0.0:0", token.clone(), insecure)
         .await
         .expect("--insecure serves plaintext anywhere");
     assert!(running.addr.ip().is_unspecified());
@@ -474,7 +447,7 @@ fn unusable_files_are_errors_naming_flag_and_file() {
 /// in `dir` (`ca.crt`, `tls.crt`, `tls.key`), as `flotilla worker
 /// --tls-ca/--tls-cert/--tls-key [--tls-server-name]` runs it.
 fn spawn_file_worker(
-    c: &TlsCoordinator,
+    c: &Harness,
     dir: &Path,
     server_name: Option<&str>,
     connect_timeout: std::time::Duration,

@@ -219,6 +219,45 @@ async fn members_wait_for_their_pod_group_then_bind() {
     stop(h, workers).await;
 }
 
+/// Members of a gang short of its minimum wait at PreEnqueue: nothing is
+/// written on them (as upstream), and they count as gated, not pending (a
+/// run does not wait for them to time out); the last member lets all go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn members_short_of_min_count_are_gated_not_pending() {
+    let cluster = EmbeddedCluster::new();
+    cluster.apply_node(node("n1", "4")).expect("node");
+    cluster
+        .apply_workload_pod_group(gang("short", 3))
+        .expect("group");
+    let h = start(cluster).await;
+    let workers = start_workers(&h, 1).await;
+    for i in 0..2 {
+        h.cluster
+            .create_pod(grouped(&format!("m{i}"), "short", "1"))
+            .expect("pod");
+    }
+    let c = h.coordinator.clone();
+    wait_until(OUTCOME, "both members gated", || {
+        let s = c.summary();
+        (s.gated, s.pending, s.unschedulable) == (2, 0, 0)
+    })
+    .await;
+    for i in 0..2 {
+        let p = h.cluster.pod("default", &format!("m{i}")).expect("pod");
+        assert_eq!(crate::pod_scheduled(&p), None, "nothing written on m{i}");
+    }
+    h.cluster
+        .create_pod(grouped("m2", "short", "1"))
+        .expect("pod");
+    let cluster = h.cluster.clone();
+    wait_until(OUTCOME, "all three bound", || {
+        bound_names(&cluster) == ["m0", "m1", "m2"]
+    })
+    .await;
+    assert_eq!(h.coordinator.summary().gated, 0);
+    stop(h, workers).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn bad_groups_hold_their_pods_with_the_reason_until_fixed() {
     let cluster = EmbeddedCluster::new();

@@ -66,6 +66,7 @@ use tokio_util::task::TaskTracker;
 use tonic::transport::Channel;
 use tracing::{info, warn};
 
+use flotilla_proto::Liveness;
 use flotilla_proto::v1::coordinator_client::CoordinatorClient;
 use flotilla_shared::WorkloadClass;
 use flotilla_shared::extender::ExtenderConfig;
@@ -108,10 +109,18 @@ pub struct WorkerConfig {
     pub queue: QueueConfig,
     /// Expiry of assumed pods never confirmed. Defaults to 30 s.
     pub assumed_pod_ttl: Duration,
-    /// How long to keep trying to join (connect and register with one of
-    /// the addresses), at start and after the stream breaks. Defaults to
-    /// 10 s.
+    /// How long to keep trying to join at start (connect and register with
+    /// one of the addresses). Defaults to 10 s.
     pub connect_timeout: Duration,
+    /// How long to keep trying to join again after a session broke (the
+    /// coordinator died, froze, or stepped down). Defaults to 60 s: longer
+    /// than a leader's lease takes to pass to a standby (15 s) plus its
+    /// start.
+    pub rejoin_timeout: Duration,
+    /// Keepalive toward the coordinator: one that does not answer is left
+    /// within [`Liveness::bound`], and the worker joins whichever replica
+    /// leads.
+    pub liveness: Liveness,
     /// The HTTP extenders every profile calls
     /// (`KubeSchedulerConfiguration.extenders`; see [`crate::extender`]).
     /// Their bind verb is the coordinator's to call.
@@ -138,6 +147,8 @@ impl WorkerConfig {
             queue: QueueConfig::default(),
             assumed_pod_ttl: DEFAULT_ASSUMED_POD_TTL,
             connect_timeout: Duration::from_secs(10),
+            rejoin_timeout: Duration::from_secs(60),
+            liveness: Liveness::DEFAULT,
             extenders: Vec::new(),
             seed: None,
             tls: None,
@@ -372,6 +383,8 @@ pub async fn run(
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect(),
     );
+    // The first join waits `connect_timeout`, a rejoin `rejoin_timeout`.
+    let mut patience = cfg.connect_timeout;
     loop {
         // Each session has its own gang book, read by its Coscheduling.
         let gangs = Arc::new(GangBook::new());
@@ -383,6 +396,7 @@ pub async fn run(
         let profiles = ProfileMap::with_extenders(&cfg.profiles, &registry, &extenders)?;
         let end = session::session(
             &cfg,
+            patience,
             profiles,
             gangs,
             webhooks.clone(),
@@ -393,6 +407,7 @@ pub async fn run(
         // This session's queue is gone (its pods are the coordinator's again).
         *stats.queue.lock() = QueueLengths::default();
         stats.ready.store(false, Ordering::Release);
+        patience = cfg.rejoin_timeout.max(cfg.connect_timeout);
         match end? {
             SessionEnd::Closed if cfg.coordinator.contains(',') => {
                 // One replica stepped down cleanly (a rolling restart, a

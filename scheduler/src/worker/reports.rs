@@ -26,6 +26,9 @@ pub(super) enum Report {
     Error,
     /// A gang's members waited past their timeout (counted once per gang).
     GangTimeout,
+    /// The pod waits at PreEnqueue (its gang short of its minimum): the
+    /// coordinator records it and writes nothing.
+    PreEnqueue,
 }
 
 /// Gang members released at Permit: forgotten in the cache (their room is
@@ -61,6 +64,7 @@ pub(super) fn report(
         scheduler_error: kind == Report::Error,
         pod_group_timed_out: timed_out,
         clear_nomination: kind == Report::NoPreemptionCandidate,
+        pre_enqueue: kind == Report::PreEnqueue,
     };
     s.tracker.spawn_on(
         async move {

@@ -316,7 +316,8 @@ fn unschedulable(
     debug!(message = %u.message, "unschedulable");
     if u.pre_enqueue {
         // Waiting for its group (upstream's PreEnqueue): no status, no
-        // Event; the coordinator writes the reasons it holds pods for.
+        // Event; the coordinator only counts it as waiting.
+        report(s, pod, u.message, Vec::new(), Report::PreEnqueue);
         return;
     }
     // A sample: the message counts every node.

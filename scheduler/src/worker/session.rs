@@ -13,6 +13,7 @@ use tokio_util::task::TaskTracker;
 use tonic::transport::{Channel, Endpoint};
 use tracing::{debug, info, warn};
 
+use flotilla_proto::Liveness;
 use flotilla_proto::v1 as pb;
 use flotilla_proto::v1::coordinator_client::CoordinatorClient;
 use flotilla_shared::WorkloadClass;
@@ -49,12 +50,15 @@ fn try_elsewhere(status: &tonic::Status) -> bool {
 
 /// Connects, registers and opens the watch stream, trying the coordinator
 /// addresses (`cfg.coordinator`, comma-separated) in turn until one accepts,
-/// for up to `connect_timeout` (with backoff between rounds). With
+/// for up to `patience` (with backoff between rounds). A replica that does
+/// not answer a call within [`Liveness::bound`] (frozen, or a standby
+/// behind a dropping network) is passed over like one that refuses. With
 /// `cfg.tls`, each round reads the TLS files again (a file unreadable in
 /// the middle of a rotation is retried like an unreachable coordinator).
 async fn join(
     cfg: &WorkerConfig,
     class: pb::WorkloadClass,
+    patience: Duration,
 ) -> Result<
     (
         CoordinatorClient<Channel>,
@@ -74,7 +78,7 @@ async fn join(
             addr: addr.to_owned(),
             source,
         })?;
-        endpoints.push((addr.to_owned(), ep));
+        endpoints.push((addr.to_owned(), with_liveness(ep, cfg.liveness)));
     }
     if endpoints.is_empty() {
         // No address at all: let the URI parser say what is wrong with it.
@@ -86,7 +90,8 @@ async fn join(
         })?;
         endpoints.push((cfg.coordinator.clone(), ep));
     }
-    let deadline = Instant::now() + cfg.connect_timeout;
+    let deadline = Instant::now() + patience;
+    let answer_within = cfg.liveness.bound();
     let mut delay = Duration::from_millis(50);
     loop {
         let mut last = None;
@@ -117,14 +122,17 @@ async fn join(
                 call,
                 status: Box::new(s),
             };
-            let reg = match client
-                .register(pb::RegisterRequest {
+            let registered = tokio::time::timeout(
+                answer_within,
+                client.register(pb::RegisterRequest {
                     worker_name: cfg.name.clone(),
                     workload_class: class.into(),
                     profiles_fingerprint: Profile::fingerprint_of(&cfg.profiles),
-                })
-                .await
-            {
+                }),
+            )
+            .await
+            .unwrap_or_else(|_| Err(no_answer(answer_within)));
+            let reg = match registered {
                 Ok(r) => r.into_inner(),
                 Err(s) if try_elsewhere(&s) => {
                     debug!(%addr, status = %s, "coordinator refused the registration; trying the next");
@@ -133,12 +141,15 @@ async fn join(
                 }
                 Err(s) => return Err(rpc("Register", s)),
             };
-            let stream = match client
-                .watch(pb::WatchRequest {
+            let watched = tokio::time::timeout(
+                answer_within,
+                client.watch(pb::WatchRequest {
                     worker_id: reg.worker_id.clone(),
-                })
-                .await
-            {
+                }),
+            )
+            .await
+            .unwrap_or_else(|_| Err(no_answer(answer_within)));
+            let stream = match watched {
                 Ok(r) => r.into_inner(),
                 Err(s) if try_elsewhere(&s) => {
                     last = Some(rpc("Watch", s));
@@ -163,6 +174,23 @@ async fn join(
     }
 }
 
+/// `endpoint` with HTTP/2 keepalive ([`Liveness`]), also while idle (a
+/// worker with nothing to schedule still notices a frozen coordinator),
+/// and a TCP connect bounded by the same time.
+fn with_liveness(endpoint: Endpoint, l: Liveness) -> Endpoint {
+    endpoint
+        .http2_keep_alive_interval(l.interval)
+        .keep_alive_timeout(l.timeout)
+        .keep_alive_while_idle(true)
+        .connect_timeout(l.bound())
+}
+
+/// The status of a call the coordinator did not answer in time: passed
+/// over as `Unavailable`, as a replica that is not serving.
+fn no_answer(waited: Duration) -> tonic::Status {
+    tonic::Status::unavailable(format!("no answer within {waited:?}"))
+}
+
 /// How a session with the coordinator ended.
 pub(super) enum SessionEnd {
     /// Our shutdown signal fired.
@@ -177,6 +205,7 @@ pub(super) enum SessionEnd {
 /// shutdown signal or the end of the stream, then drain.
 pub(super) async fn session(
     cfg: &WorkerConfig,
+    patience: Duration,
     profiles: ProfileMap,
     gangs: Arc<GangBook>,
     webhooks: HashMap<String, Arc<Webhook>>,
@@ -188,10 +217,12 @@ pub(super) async fn session(
         WorkloadClass::Batch => pb::WorkloadClass::Batch,
     };
     let (mut client, reg, mut stream) = tokio::select! {
-        joined = join(cfg, class) => joined?,
+        joined = join(cfg, class, patience) => joined?,
         () = shutdown.cancelled() => return Ok(SessionEnd::Shutdown),
     };
-    info!(worker = %cfg.name, id = %reg.worker_id, epoch = reg.epoch, "registered");
+    // The credential's secret half stays out of the logs.
+    let id = reg.worker_id.split('.').next().unwrap_or_default();
+    info!(worker = %cfg.name, id, epoch = reg.epoch, "registered");
     let (bind_stream, answers) = match BindStream::open(&mut client, &reg.worker_id).await {
         Ok((b, answers)) => (Some(b), Some(answers)),
         Err(status) if status.code() == tonic::Code::Unimplemented => {

@@ -223,6 +223,26 @@ async fn bind_errors_map_by_status_code() {
     }
 }
 
+/// A Binding sent and never answered may still be applied: its outcome is
+/// unknown, not a failure (the coordinator keeps its room until it knows).
+#[tokio::test(start_paused = true)]
+async fn a_binding_without_an_answer_has_an_unknown_outcome() {
+    let (c, handle) = mock_cluster(true, WriteFence::new());
+    // The server takes the request and never answers.
+    let server = tokio::spawn(async move {
+        let mut handle = pin!(handle);
+        let (_req, send) = handle.next_request().await.expect("a request");
+        std::future::pending::<()>().await;
+        drop(send);
+    });
+    let got = c.bind(&pod_ref(), "n1").await;
+    assert!(
+        matches!(&got, Err(ClusterError::OutcomeUnknown(m)) if m.contains("no answer within 5s")),
+        "{got:?}"
+    );
+    server.abort();
+}
+
 #[tokio::test]
 async fn an_unreachable_server_is_unavailable() {
     // Nothing listens on port 1.
@@ -258,6 +278,31 @@ async fn a_closed_fence_stops_writes_before_they_leave() {
     let mut handle = pin!(handle);
     let next = pin!(handle.next_request());
     assert!(futures::poll!(next).is_pending(), "a request went out");
+}
+
+/// A leader frozen past its renew deadline (the fence's deadline) writes
+/// nothing when it wakes, before its elector runs again.
+#[tokio::test(start_paused = true)]
+async fn a_fence_past_its_deadline_stops_writes_until_confirmed_again() {
+    let fence = WriteFence::new();
+    let (c, handle) = mock_cluster(true, fence.clone());
+    let now = tokio::time::Instant::now();
+    fence.open_until(now + Duration::from_secs(10));
+    assert!(fence.is_open());
+    // The whole process "sleeps" past the deadline.
+    tokio::time::advance(Duration::from_secs(11)).await;
+    assert!(!fence.is_open());
+    let got = c.bind(&pod_ref(), "n1").await;
+    assert!(
+        matches!(&got, Err(ClusterError::Unavailable(m)) if m.contains("not confirmed in time")),
+        "{got:?}"
+    );
+    let mut handle = pin!(handle);
+    let next = pin!(handle.next_request());
+    assert!(futures::poll!(next).is_pending(), "a request went out");
+    // Confirmed again: writes may go out.
+    fence.open_until(tokio::time::Instant::now() + Duration::from_secs(10));
+    assert!(fence.is_open());
 }
 
 fn pod_with_conditions(conditions: Vec<PodCondition>) -> Pod {
