@@ -4,7 +4,11 @@
 #   kubectl apply --dry-run=server -f deploy/manifests/
 #
 # The API server decodes, defaults, validates and admits every object, and
-# stores nothing. kubectl also validates the fields against the server's
+# stores nothing. Then the control channel as the server sees it: the
+# NetworkPolicy (only worker pods to the coordinator's gRPC port, metrics
+# open), the TLS flags of every container, and the Secrets they mount made by
+# deploy/gen-certs.sh (needs openssl) and dry-run created as deploy/README.md
+# says. kubectl also validates the fields against the server's
 # OpenAPI schema first (on servers older than 1.25, which have no server-side
 # field validation, this client-side check is what catches unknown fields).
 #
@@ -63,6 +67,57 @@ fi
 
 echo "== kubectl apply --dry-run=server -f deploy/manifests/"
 "$KUBECTL" apply --dry-run=server -f deploy/manifests/
+
+echo "== mutual TLS and the NetworkPolicy, as the server admits them"
+tls_failed=0
+# want  what  got
+expect() {
+  if [ "$3" = "$1" ]; then
+    printf '  ok   %s: %s\n' "$2" "$3"
+  else
+    printf '  FAIL %s: want %s, got %s\n' "$2" "$1" "${3:-nothing}"
+    tls_failed=1
+  fi
+}
+np() { "$KUBECTL" apply --dry-run=server -f deploy/manifests/60-networkpolicy.yaml -o jsonpath="$1"; }
+expect coordinator "NetworkPolicy podSelector component" "$(np '{.spec.podSelector.matchLabels.app\.kubernetes\.io/component}')"
+expect worker "NetworkPolicy: gRPC admitted from component" "$(np '{.spec.ingress[0].from[0].podSelector.matchLabels.app\.kubernetes\.io/component}')"
+expect grpc "NetworkPolicy: port admitted from workers" "$(np '{.spec.ingress[0].ports[*].port}')"
+expect metrics "NetworkPolicy: port open to all" "$(np '{.spec.ingress[1].ports[*].port}')"
+expect "" "NetworkPolicy: peers of the open rule" "$(np '{.spec.ingress[1].from}')"
+args() {
+  "$KUBECTL" apply --dry-run=server -f "deploy/manifests/$1" -o \
+    jsonpath='{range .items[*]}{.spec.template.spec.containers[0].args}{"\n"}{end}{.spec.template.spec.containers[0].args}{"\n"}'
+}
+coord_args=$(args 40-coordinator.yaml)
+for f in --tls-cert --tls-key --tls-client-ca; do
+  expect yes "coordinator $f" "$(grep -q -- "\"$f\"" <<<"$coord_args" && echo yes)"
+done
+expect no "coordinator --insecure" "$(grep -q -- '"--insecure"' <<<"$coord_args" && echo yes || echo no)"
+while read -r worker_args; do
+  [ -n "$worker_args" ] || continue
+  for f in --tls-ca --tls-cert --tls-key '"https://'; do
+    expect yes "worker $(sed -n 's/.*"--class","\([a-z]*\)".*/\1/p' <<<"$worker_args") $f" \
+      "$(grep -q -- "$f" <<<"$worker_args" && echo yes)"
+  done
+done <<<"$(args 50-workers.yaml)"
+if command -v openssl >/dev/null; then
+  certs=$(mktemp -d)
+  trap 'rm -rf "$certs"' EXIT
+  bash deploy/gen-certs.sh "$certs" "$NS" >/dev/null
+  for s in coordinator worker-online worker-batch; do
+    got=$("$KUBECTL" -n "$NS" create secret generic "flotilla-$s-tls" --dry-run=server -o name \
+      --from-file=tls.crt="$certs/$s.crt" --from-file=tls.key="$certs/$s.key" \
+      --from-file=ca.crt="$certs/ca.crt" 2>&1 || true)
+    expect "secret/flotilla-$s-tls" "Secret of deploy/gen-certs.sh, dry-run created" "$got"
+  done
+else
+  echo "  skip the Secrets of deploy/gen-certs.sh: openssl not found"
+fi
+if [ "$tls_failed" != 0 ]; then
+  echo "check.sh: TLS / NetworkPolicy check failed" >&2
+  exit 1
+fi
 
 echo "== kubectl apply --dry-run=server -f deploy/crds/"
 "$KUBECTL" apply --dry-run=server -f deploy/crds/

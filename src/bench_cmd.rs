@@ -96,6 +96,10 @@ pub struct BenchArgs {
     /// Hide the progress bar.
     #[arg(long)]
     pub no_progress: bool,
+    /// Coordinator and workers over mutual TLS on loopback, with a CA and
+    /// certificates made in memory for the run (to compare with plaintext).
+    #[arg(long, conflicts_with = "kubeconfig")]
+    pub tls: bool,
 }
 
 /// Runs `flotilla bench`.
@@ -119,6 +123,7 @@ pub async fn bench(args: &BenchArgs, sched: SchedulerConfig) -> anyhow::Result<E
         timeout: Duration::from_secs(args.timeout),
         progress: !args.no_progress,
         scheduler: sched,
+        tls: args.tls,
     };
     let chart = (!args.no_chart).then(|| {
         args.chart.clone().unwrap_or_else(|| {

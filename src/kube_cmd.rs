@@ -162,6 +162,10 @@ pub struct LiveRun {
     pub workers: usize,
     /// gRPC listen address.
     pub listen: String,
+    /// Plaintext (loopback, or `--insecure`) or mutual TLS.
+    pub serve: flotilla_coordinator::server::ServeOptions,
+    /// In-process workers' TLS (`run --tls`).
+    pub worker_tls: Option<flotilla_shared::tls::ClientTlsMaterial>,
     /// Idle limit.
     pub exit_when_idle: Option<Duration>,
     /// Leader election, if asked.
@@ -257,6 +261,8 @@ pub async fn run(r: LiveRun) -> anyhow::Result<ExitCode> {
     let cfg = LiveConfig {
         in_process_workers: r.workers,
         listen: r.listen.clone(),
+        serve: r.serve.clone(),
+        worker_tls: r.worker_tls.clone(),
         exit_when_idle: r.exit_when_idle,
         scheduler: r.scheduler,
         registry: flotilla_scheduler::Registry::in_tree(),

@@ -37,6 +37,10 @@ pub struct LiveConfig {
     pub in_process_workers: usize,
     /// Coordinator listen address.
     pub listen: String,
+    /// Plaintext (loopback, or `--insecure`) or mutual TLS.
+    pub serve: server::ServeOptions,
+    /// The in-process workers' TLS (with `serve.tls`).
+    pub worker_tls: Option<flotilla_shared::tls::ClientTlsMaterial>,
     /// Stop once no pod has waited for a scheduling attempt (nothing
     /// queued, in flight or being bound) for this long. `None`: run until a
     /// signal.
@@ -94,7 +98,13 @@ pub async fn serve(
     let served = cfg.scheduler.served_profiles(&cfg.registry)?;
     let coordinator = Arc::new(Coordinator::with_profiles(cluster.clone(), served));
     coordinator.set_extenders(&cfg.scheduler.extenders)?;
-    let running = server::start(coordinator.clone(), &cfg.listen, server_stop.clone()).await?;
+    let running = server::start_with(
+        coordinator.clone(),
+        &cfg.listen,
+        server_stop.clone(),
+        cfg.serve.clone(),
+    )
+    .await?;
     eprintln!("coordinator listening on {}", running.addr);
     let lost = async {
         match leadership {
@@ -128,6 +138,7 @@ pub async fn serve(
             &cfg.registry,
             cfg.seed,
             cfg.in_process_workers,
+            cfg.worker_tls.as_ref(),
             &token,
         )
     } else {
@@ -238,6 +249,8 @@ pub fn bench_starter() -> StartFlotilla {
             let cfg = LiveConfig {
                 in_process_workers: start.workers,
                 listen: "127.0.0.1:0".into(),
+                serve: server::ServeOptions::default(),
+                worker_tls: None,
                 exit_when_idle: None,
                 scheduler: start.scheduler,
                 registry: Registry::in_tree(),

@@ -39,6 +39,8 @@ use anyhow::{Context as _, bail};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use tokio_util::sync::CancellationToken;
 
+use flotilla_coordinator::server::ServeOptions;
+use flotilla_coordinator::tls::ServerTls;
 use flotilla_loadtest::report::{self, Report};
 use flotilla_loadtest::run::{self, RunConfig};
 use flotilla_loadtest::workload::{self, OnBadInput, Workload, openb, synthetic};
@@ -47,6 +49,7 @@ use flotilla_scheduler::config::{self, ConfigError, SchedulerConfig};
 use flotilla_scheduler::simulate;
 use flotilla_scheduler::worker::{self as sched_worker, WorkerConfig, WorkerStats};
 use flotilla_shared::WorkloadClass;
+use flotilla_shared::tls::{ClientTlsMaterial, Pem, ServerTlsMaterial};
 
 /// A safety check failed (a node over-committed, a pod bound twice).
 const EXIT_SAFETY: u8 = 3;
@@ -286,6 +289,119 @@ pub(crate) struct ConfigArgs {
     config: Option<PathBuf>,
 }
 
+/// How the coordinator serves its workers: mutual TLS, or plaintext
+/// (loopback; elsewhere only with `--insecure`).
+#[derive(Args, Debug, Clone, Default)]
+struct ServeTlsArgs {
+    /// Serve the workers' gRPC under mutual TLS with this certificate (PEM,
+    /// leaf first, then intermediates). Needs --tls-key and
+    /// --tls-client-ca. The three files are read again when one changes (new
+    /// connections use them; a change that cannot be used is logged and the
+    /// previous certificates kept).
+    #[arg(long, value_name = "FILE", requires_all = ["tls_key", "tls_client_ca"])]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM: PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// CA certificate(s) (PEM) that workers' client certificates must chain
+    /// to; a worker without one is refused at the handshake. The DNS names
+    /// <class>.worker.flotilla.internal of a worker's certificate (class
+    /// online, batch or any) say which pool it may register for.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_client_ca: Option<PathBuf>,
+    /// Serve plaintext gRPC on a --listen address that is not loopback
+    /// (refused without it). Only where a NetworkPolicy or a private network
+    /// keeps everyone but the workers away from the port.
+    #[arg(long, conflicts_with = "tls_cert")]
+    insecure: bool,
+}
+
+impl ServeTlsArgs {
+    /// The serving options, the certificates loaded now; plaintext on a
+    /// `listen` address that is not loopback (an IP literal; a host name is
+    /// checked once bound) refused unless `--insecure`.
+    fn options(&self, listen: &str) -> anyhow::Result<ServeOptions> {
+        let tls = match (&self.tls_cert, &self.tls_key, &self.tls_client_ca) {
+            (Some(cert), Some(key), Some(ca)) => Some(Arc::new(ServerTls::load(
+                ServerTlsMaterial::files(cert, key, ca),
+            )?)),
+            _ => None,
+        };
+        let options = ServeOptions {
+            tls,
+            insecure: self.insecure,
+            ..ServeOptions::default()
+        };
+        if let Ok(addr) = listen.parse::<std::net::SocketAddr>() {
+            options.check(addr)?;
+        }
+        Ok(options)
+    }
+}
+
+/// `--tls` of `run` and `bench`: the in-process workers over mutual TLS
+/// on loopback, with certificates made in memory for the run.
+fn loopback_tls(tls: bool) -> anyhow::Result<(ServeOptions, Option<ClientTlsMaterial>)> {
+    if !tls {
+        return Ok((ServeOptions::default(), None));
+    }
+    let (server, client) = flotilla_shared::tls::ephemeral::loopback()?;
+    let serve = ServeOptions {
+        tls: Some(Arc::new(ServerTls::load(server)?)),
+        ..ServeOptions::default()
+    };
+    Ok((serve, Some(client)))
+}
+
+/// The worker's TLS to the coordinator.
+#[derive(Args, Debug, Clone, Default)]
+struct WorkerTlsArgs {
+    /// CA certificate(s) (PEM) that signed the coordinator's certificate:
+    /// connect over TLS (an address without a scheme becomes https://).
+    /// Files are read again at every (re)connect, so rotated certificates
+    /// are picked up.
+    #[arg(long, value_name = "FILE")]
+    tls_ca: Option<PathBuf>,
+    /// This worker's client certificate (PEM, leaf first), which a
+    /// coordinator with --tls-client-ca requires; its DNS names
+    /// <class>.worker.flotilla.internal must allow --class.
+    #[arg(long, value_name = "FILE", requires_all = ["tls_key", "tls_ca"])]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Verify the coordinator's certificate against this name (and send it
+    /// as SNI) instead of the address's host.
+    #[arg(long, value_name = "NAME", requires = "tls_ca")]
+    tls_server_name: Option<String>,
+}
+
+impl WorkerTlsArgs {
+    /// The material, checked now (each file read and parsed once, so a bad
+    /// one stops the worker at start, naming it).
+    fn material(&self) -> anyhow::Result<Option<ClientTlsMaterial>> {
+        let Some(ca) = &self.tls_ca else {
+            return Ok(None);
+        };
+        let ca = Pem::file("--tls-ca", ca);
+        ca.certificates()?;
+        let identity = match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => {
+                let (cert, key) = (Pem::file("--tls-cert", cert), Pem::file("--tls-key", key));
+                cert.certificates()?;
+                key.private_key()?;
+                Some((cert, key))
+            }
+            _ => None,
+        };
+        Ok(Some(ClientTlsMaterial {
+            ca,
+            identity,
+            server_name: self.tls_server_name.clone(),
+        }))
+    }
+}
+
 #[derive(Args, Debug)]
 struct RunArgs {
     #[command(flatten)]
@@ -303,6 +419,11 @@ struct RunArgs {
     metrics: MetricsArgs,
     #[command(flatten)]
     seed: SeedArgs,
+    /// Coordinator and workers over mutual TLS on loopback, with a CA and
+    /// certificates made in memory for this run (what `coordinator
+    /// --tls-cert` and `worker --tls-ca` do across processes).
+    #[arg(long)]
+    tls: bool,
 }
 
 #[derive(Args, Debug)]
@@ -311,9 +432,12 @@ struct CoordinatorArgs {
     workload: WorkloadArgs,
     #[command(flatten)]
     sched: ConfigArgs,
-    /// gRPC listen address.
+    /// gRPC listen address. Plaintext only on loopback, unless --insecure;
+    /// elsewhere give --tls-cert, --tls-key and --tls-client-ca.
     #[arg(long, default_value = "127.0.0.1:7070")]
     listen: String,
+    #[command(flatten)]
+    tls: ServeTlsArgs,
     /// Workers to wait for before submitting pods.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
     workers: u16,
@@ -331,10 +455,13 @@ struct CoordinatorArgs {
 struct WorkerArgs {
     #[command(flatten)]
     sched: ConfigArgs,
-    /// Coordinator address (host:port or http://host:port); a
-    /// comma-separated list names replicas, tried in turn on (re)connect.
+    /// Coordinator address (host:port, http://host:port, or
+    /// https://host:port with --tls-ca); a comma-separated list names
+    /// replicas, tried in turn on (re)connect.
     #[arg(long, default_value = "127.0.0.1:7070")]
     coordinator: String,
+    #[command(flatten)]
+    tls: WorkerTlsArgs,
     /// Pool to serve.
     #[arg(long, value_enum, default_value_t = Class::Online)]
     class: Class,
@@ -477,13 +604,26 @@ async fn worker(args: WorkerArgs, sched: SchedulerConfig) -> anyhow::Result<Exit
         Class::Online => WorkloadClass::Online,
         Class::Batch => WorkloadClass::Batch,
     };
+    let tls = args.tls.material()?;
+    let scheme = if tls.is_some() { "https" } else { "http" };
     let mut addrs = Vec::new();
     for one in args.coordinator.split(',').map(str::trim) {
         let addr = if one.contains("://") {
             one.to_owned()
         } else {
-            format!("http://{one}")
+            format!("{scheme}://{one}")
         };
+        if tls.is_some() && addr.starts_with("http://") {
+            bail!(
+                "--coordinator {one:?} is plaintext (http://) but --tls-ca asks for TLS: write https://"
+            );
+        }
+        if tls.is_none() && addr.starts_with("https://") {
+            bail!(
+                "--coordinator {one:?}: https:// needs --tls-ca FILE (the CA that signed the \
+                 coordinator's certificate), and --tls-cert/--tls-key when it verifies workers"
+            );
+        }
         let has_port = addr
             .rsplit_once(':')
             .is_some_and(|(_, p)| p.trim_end_matches('/').parse::<u16>().is_ok());
@@ -499,6 +639,7 @@ async fn worker(args: WorkerArgs, sched: SchedulerConfig) -> anyhow::Result<Exit
     let mut cfg = WorkerConfig::new(&addr, &name, class).configured(&sched);
     cfg.connect_timeout = Duration::from_secs(args.connect_timeout);
     cfg.seed = args.seed.seed;
+    cfg.tls = tls;
     let token = signal_token();
     let stats = Arc::new(WorkerStats::default());
     if let Some(addr) = &args.metrics.metrics_listen {
@@ -720,10 +861,13 @@ fn main() -> ExitCode {
         let _tracing = flotilla_shared::trace::init(service);
         match cli.command {
             Command::Run(a) if a.kube.source().is_some() => {
+                let (serve, worker_tls) = loopback_tls(a.tls)?;
                 kube_cmd::run(kube_cmd::LiveRun {
                     source: a.kube.source().expect("checked"),
                     workers: usize::from(a.workers),
                     listen: "127.0.0.1:0".into(),
+                    serve,
+                    worker_tls,
                     exit_when_idle: a.kube.exit_when_idle.map(Duration::from_secs),
                     leader: None,
                     json: a.report.output == Output::Json,
@@ -736,10 +880,13 @@ fn main() -> ExitCode {
             Command::Coordinator(a)
                 if kube_cmd::coordinator_source(&a.kube, &a.leader).is_some() =>
             {
+                let serve = a.tls.options(&a.listen)?;
                 kube_cmd::run(kube_cmd::LiveRun {
                     source: kube_cmd::coordinator_source(&a.kube, &a.leader).expect("checked"),
                     workers: 0,
                     listen: a.listen.clone(),
+                    serve,
+                    worker_tls: None,
                     exit_when_idle: a.kube.exit_when_idle.map(Duration::from_secs),
                     leader: a.leader.leader_elect.then(|| a.leader.clone()),
                     json: a.report.output == Output::Json,
@@ -752,7 +899,10 @@ fn main() -> ExitCode {
             Command::Run(a) => {
                 kube_cmd::check_embedded(&a.kube, None)?;
                 let n = usize::from(a.workers);
+                let (serve, worker_tls) = loopback_tls(a.tls)?;
                 let cfg = RunConfig {
+                    serve,
+                    worker_tls,
                     in_process_workers: n,
                     expect_workers: n,
                     scheduler: sched,
@@ -769,6 +919,7 @@ fn main() -> ExitCode {
                     in_process_workers: 0,
                     expect_workers: usize::from(a.workers),
                     listen: a.listen.clone(),
+                    serve: a.tls.options(&a.listen)?,
                     scheduler: sched,
                     grace_period: a.workload.grace_period,
                     metrics_listen: a.metrics.metrics_listen.clone(),

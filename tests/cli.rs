@@ -423,3 +423,63 @@ fn a_malformed_pod_name_is_a_bad_command_line_before_anything_loads() {
         );
     }
 }
+
+#[test]
+fn the_coordinator_refuses_plaintext_off_loopback_and_bad_tls_files() {
+    // Plaintext on every interface, without --insecure: exit 1 before
+    // anything is loaded, the message naming the fix.
+    let o = flotilla(&["coordinator", "--listen", "0.0.0.0:0", "--workers", "1"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains("refusing to serve the workers' gRPC in plaintext on 0.0.0.0:0")
+            && err.contains("--tls-cert, --tls-key and --tls-client-ca")
+            && err.contains("--insecure"),
+        "{err}"
+    );
+    // An unreadable certificate names its flag and file.
+    let key = TempFile::new("tls.key", "not a key");
+    let key = key.0.to_str().expect("utf-8 path");
+    let o = flotilla(&[
+        "coordinator",
+        "--listen",
+        "0.0.0.0:0",
+        "--tls-cert",
+        "/nonexistent/tls.crt",
+        "--tls-key",
+        key,
+        "--tls-client-ca",
+        "/nonexistent/ca.crt",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("error: --tls-cert /nonexistent/tls.crt: cannot read the file"),
+        "{}",
+        stderr(&o)
+    );
+    // The three TLS flags go together, and not with --insecure (usage, 2).
+    for args in [
+        &["coordinator", "--tls-cert", "c.pem"][..],
+        &[
+            "coordinator",
+            "--tls-cert",
+            "c",
+            "--tls-key",
+            "k",
+            "--tls-client-ca",
+            "a",
+            "--insecure",
+        ],
+        &["worker", "--tls-cert", "c.pem", "--tls-key", "k.pem"],
+    ] {
+        assert_eq!(flotilla(args).status.code(), Some(2), "{args:?}");
+    }
+    // A worker told https:// without a CA to trust.
+    let o = flotilla(&["worker", "--coordinator", "https://127.0.0.1:1"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("https:// needs --tls-ca FILE"),
+        "{}",
+        stderr(&o)
+    );
+}

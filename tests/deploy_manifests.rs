@@ -8,9 +8,14 @@
 //! - the ConfigMap holds a `KubeSchedulerConfiguration` with two profiles;
 //! - container args use only flags `flotilla <subcommand> --help` lists;
 //! - the objects are wired together (Service ↔ pods, Lease ↔ Role, config
-//!   path ↔ volume ↔ ConfigMap key, worker class ↔ profile) and hardened;
+//!   path ↔ volume ↔ ConfigMap key, worker class ↔ profile, TLS flags ↔
+//!   mounted Secret) and hardened;
+//! - the NetworkPolicy admits only worker pods to the coordinator's gRPC
+//!   port (its metrics port stays open);
 //! - the chart rendered with its default values gives exactly the objects of
-//!   `deploy/manifests/`, and follows its values when they change.
+//!   `deploy/manifests/` plus the TLS Secrets it generates (which the
+//!   manifests leave to the operator), and follows its values when they
+//!   change (cert-manager Certificates, TLS off, no NetworkPolicy).
 //!
 //! What the API server itself says about the manifests is checked by
 //! `deploy/check.sh` (server-side dry run), which needs a cluster.
@@ -25,7 +30,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Container, PodSpec, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Container, PodSpec, Secret, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::PolicyRule;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::{Value as Json, json};
@@ -235,6 +241,7 @@ fn manifests_hold_each_object_once_in_flotilla_system() {
         ("Deployment", NAMESPACE, "flotilla-coordinator"),
         ("Deployment", NAMESPACE, "flotilla-worker-online"),
         ("Deployment", NAMESPACE, "flotilla-worker-batch"),
+        ("NetworkPolicy", NAMESPACE, "flotilla-coordinator"),
     ]
     .into_iter()
     .map(|(k, n, m)| (k.to_owned(), n.to_owned(), m.to_owned()))
@@ -716,6 +723,40 @@ fn objects_are_wired_together() {
                 config_path.display()
             );
 
+            // Mutual TLS: every TLS flag names a key of the Secret mounted
+            // at its directory, and nothing runs in plaintext.
+            let tls_flags: &[&str] = match args.first().map(String::as_str) {
+                Some("coordinator") => &["--tls-cert", "--tls-key", "--tls-client-ca"],
+                _ => &["--tls-ca", "--tls-cert", "--tls-key"],
+            };
+            assert!(
+                !args.iter().any(|a| a == "--insecure"),
+                "{name}: --insecure"
+            );
+            for flag in tls_flags {
+                let path = Path::new(
+                    flag_value(args, flag).unwrap_or_else(|| panic!("{name}: no {flag}")),
+                );
+                let secret = secret_at(pod, c, path.parent().unwrap().to_str().unwrap())
+                    .unwrap_or_else(|| {
+                        panic!("{name}: {flag} {}: no Secret mounted there", path.display())
+                    });
+                let want = match args.first().map(String::as_str) {
+                    Some("coordinator") => "flotilla-coordinator-tls".to_owned(),
+                    _ => format!(
+                        "flotilla-worker-{}-tls",
+                        flag_value(args, "--class").unwrap_or("")
+                    ),
+                };
+                assert_eq!(secret.0, want, "{name}: {flag}");
+                let key = path.file_name().unwrap().to_str().unwrap();
+                assert!(
+                    ["tls.crt", "tls.key", "ca.crt"].contains(&key)
+                        && secret.1.is_none_or(|items| items.contains(&key.to_owned())),
+                    "{name}: {flag} reads {key}, not a key of Secret {}",
+                    secret.0
+                );
+            }
             match args.first().map(String::as_str) {
                 Some("coordinator") => {
                     assert_eq!(spec.replicas, Some(2), "{name}: two replicas");
@@ -792,7 +833,7 @@ fn objects_are_wired_together() {
                 }
                 Some("worker") => {
                     let want = format!(
-                        "{}:{}",
+                        "https://{}:{}",
                         service.metadata.name.as_deref().unwrap_or(""),
                         svc_port.port
                     );
@@ -829,6 +870,141 @@ fn objects_are_wired_together() {
         BTreeSet::from(["batch".to_owned(), "online".to_owned()])
     );
     assert_eq!(name_of(&coordinator), "flotilla-coordinator");
+}
+
+/// The Secret mounted at `dir` in container `c` of `pod`: its name, and the
+/// keys it projects when it lists `items` (`None`: every key).
+fn secret_at(pod: &PodSpec, c: &Container, dir: &str) -> Option<(String, Option<Vec<String>>)> {
+    let mount = c
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|m| m.mount_path == dir)?;
+    let volume = pod
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == mount.name)?;
+    let secret = volume.secret.as_ref()?;
+    let items = secret
+        .items
+        .as_ref()
+        .map(|items| items.iter().map(|i| i.path.clone()).collect());
+    Some((secret.secret_name.clone()?, items))
+}
+
+/// The Secrets the Deployments of `docs` mount.
+fn mounted_secrets(docs: &[Doc]) -> BTreeSet<String> {
+    of_kind(docs, "Deployment")
+        .map(decode::<Deployment>)
+        .flat_map(|d| {
+            pod_spec(&d)
+                .volumes
+                .iter()
+                .flatten()
+                .filter_map(|v| v.secret.as_ref().and_then(|s| s.secret_name.clone()))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+#[test]
+fn network_policy_admits_only_workers_to_the_grpc_port() {
+    let docs = manifests();
+    check_network_policy(&docs);
+}
+
+/// The NetworkPolicy of `docs` selects the coordinator's pods and admits
+/// to their gRPC port only the worker pods of both pools; the metrics port
+/// stays open; nothing else is admitted.
+fn check_network_policy(docs: &[Doc]) {
+    let np: NetworkPolicy = decode(find(
+        docs,
+        "NetworkPolicy",
+        NAMESPACE,
+        "flotilla-coordinator",
+    ));
+    let spec = np.spec.as_ref().expect("NetworkPolicy without spec");
+    let labels_of = |name: &str| {
+        let d: Deployment = decode(find(docs, "Deployment", NAMESPACE, name));
+        d.spec
+            .template
+            .metadata
+            .and_then(|m| m.labels)
+            .unwrap_or_default()
+    };
+    let selects = |sel: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
+                   labels: &BTreeMap<String, String>| {
+        sel.match_expressions.is_none()
+            && sel
+                .match_labels
+                .iter()
+                .flatten()
+                .all(|(k, v)| labels.get(k) == Some(v))
+    };
+    let coordinator = labels_of("flotilla-coordinator");
+    let pod_selector = spec.pod_selector.clone().unwrap_or_default();
+    assert!(
+        pod_selector.match_labels.iter().flatten().next().is_some(),
+        "an empty podSelector"
+    );
+    assert!(
+        selects(&pod_selector, &coordinator),
+        "podSelector misses the coordinator"
+    );
+    for worker in ["flotilla-worker-online", "flotilla-worker-batch"] {
+        assert!(
+            !selects(&pod_selector, &labels_of(worker)),
+            "podSelector also selects {worker}"
+        );
+    }
+    assert_eq!(
+        spec.policy_types.as_deref(),
+        Some(&["Ingress".to_owned()][..])
+    );
+    let rules = spec.ingress.as_deref().unwrap_or_default();
+    let port_names = |r: &k8s_openapi::api::networking::v1::NetworkPolicyIngressRule| {
+        r.ports
+            .iter()
+            .flatten()
+            .map(|p| match &p.port {
+                Some(IntOrString::String(s)) => s.clone(),
+                other => panic!("NetworkPolicy ports by name, got {other:?}"),
+            })
+            .collect::<Vec<_>>()
+    };
+    let mut grpc_from = Vec::new();
+    let mut open = Vec::new();
+    for r in rules {
+        let ports = port_names(r);
+        assert!(!ports.is_empty(), "a rule without ports admits every port");
+        match &r.from {
+            None => open.extend(ports),
+            Some(peers) => {
+                for p in peers {
+                    assert!(
+                        p.namespace_selector.is_none() && p.ip_block.is_none(),
+                        "peers other than pods of this namespace: {p:?}"
+                    );
+                    let sel = p.pod_selector.as_ref().expect("a podSelector");
+                    for worker in ["flotilla-worker-online", "flotilla-worker-batch"] {
+                        assert!(selects(sel, &labels_of(worker)), "{worker} not admitted");
+                    }
+                    assert!(
+                        !selects(sel, &BTreeMap::new()),
+                        "an empty podSelector admits every pod"
+                    );
+                    grpc_from.extend(ports.iter().cloned());
+                }
+            }
+        }
+    }
+    assert_eq!(
+        grpc_from,
+        ["grpc"],
+        "workers reach the gRPC port, and only it"
+    );
+    assert_eq!(open, ["metrics"], "only the metrics port is open to all");
 }
 
 // ---------------------------------------------------------------------------
@@ -878,7 +1054,18 @@ fn normalized(doc: &Doc) -> Json {
 
 #[test]
 fn helm_chart_renders_the_manifests_with_default_values() {
-    let chart = by_key(&render(&Json::Null)).unwrap_or_else(|e| panic!("{e}"));
+    let rendered = render(&Json::Null);
+    // The TLS Secrets the chart generates are the operator's to create with
+    // the plain manifests: exactly those they mount, and the CA.
+    let generated: BTreeSet<String> = of_kind(&rendered, "Secret").map(|d| d.key().name).collect();
+    let mut want = mounted_secrets(&manifests());
+    want.insert("flotilla-ca".to_owned());
+    assert_eq!(generated, want, "the Secrets the chart generates");
+    let rendered: Vec<Doc> = rendered
+        .into_iter()
+        .filter(|d| d.key().kind != "Secret")
+        .collect();
+    let chart = by_key(&rendered).unwrap_or_else(|e| panic!("{e}"));
     let plain = by_key(&manifests()).unwrap_or_else(|e| panic!("{e}"));
     let only = |a: &BTreeMap<ObjectKey, Doc>, b: &BTreeMap<ObjectKey, Doc>| -> Vec<String> {
         a.keys()
@@ -972,7 +1159,7 @@ fn helm_chart_follows_its_values() {
     let w = &pod_spec(worker).containers[0];
     assert_eq!(
         flag_value(args_of(w), "--coordinator"),
-        Some("flotilla-coordinator:7443")
+        Some("https://flotilla-coordinator:7443")
     );
     let limits = w.resources.as_ref().unwrap().limits.as_ref().unwrap();
     assert_eq!(limits["memory"].0, "2Gi");
@@ -1030,6 +1217,14 @@ fn helm_notes_render() {
     );
     assert!(
         notes.text.contains("spec.schedulerName: flotilla-batch"),
+        "{}",
+        notes.text
+    );
+    assert!(
+        notes.text.contains(
+            "Workers reach the coordinator over mutual TLS: Secrets flotilla-coordinator-tls\n\
+             and flotilla-worker-<class>-tls, generated by the chart (CA in flotilla-ca)."
+        ),
         "{}",
         notes.text
     );
@@ -1117,4 +1312,157 @@ fn values_merge_like_helm() {
     let mut base = json!({"a": {"b": 1, "c": [1, 2]}, "d": "x"});
     helm::merge_values(&mut base, &json!({"a": {"c": [3]}, "e": true}));
     assert_eq!(base, json!({"a": {"b": 1, "c": [3]}, "d": "x", "e": true}));
+}
+
+/// The text of key `key` of Secret `name` in `docs` (base64-decoded).
+fn secret_text(docs: &[Doc], ns: &str, name: &str, key: &str) -> String {
+    let secret: Secret = decode(find(docs, "Secret", ns, name));
+    let data = secret.data.unwrap_or_default();
+    let bytes = &data
+        .get(key)
+        .unwrap_or_else(|| panic!("Secret {name} has no {key}"))
+        .0;
+    String::from_utf8(bytes.clone()).expect("utf-8")
+}
+
+#[test]
+fn helm_chart_generates_the_tls_certificates() {
+    // The renderer's genCA / genSignedCert record what each certificate
+    // was asked for (tests/deploy_manifests/helm.rs).
+    let docs = render(&json!({"namespace": "sched", "createNamespace": false}));
+    let ca = secret_text(&docs, "sched", "flotilla-ca", "tls.crt");
+    assert_eq!(ca, "fake CA cn=flotilla-ca days=3650");
+    let coordinator = secret_text(&docs, "sched", "flotilla-coordinator-tls", "tls.crt");
+    assert_eq!(
+        coordinator,
+        format!(
+            "fake certificate cn=flotilla-coordinator.sched.svc ips=[] \
+             dns=[flotilla-coordinator,flotilla-coordinator.sched,flotilla-coordinator.sched.svc,\
+             flotilla-coordinator.sched.svc.cluster.local] days=3650 ca=({ca})"
+        )
+    );
+    for class in ["online", "batch"] {
+        let name = format!("flotilla-worker-{class}-tls");
+        assert_eq!(
+            secret_text(&docs, "sched", &name, "tls.crt"),
+            format!(
+                "fake certificate cn=flotilla-worker-{class} ips=[] \
+                 dns=[{class}.worker.flotilla.internal] days=3650 ca=({ca})"
+            )
+        );
+        assert_eq!(secret_text(&docs, "sched", &name, "ca.crt"), ca);
+        assert_eq!(
+            secret_text(&docs, "sched", &name, "tls.key"),
+            format!("fake key cn=flotilla-worker-{class}")
+        );
+    }
+    assert_eq!(
+        secret_text(&docs, "sched", "flotilla-coordinator-tls", "ca.crt"),
+        ca
+    );
+    // Without generation (the operator's Secrets), none; the pods still
+    // mount them.
+    let docs = render(&json!({"tls": {"generate": false}}));
+    assert_eq!(of_kind(&docs, "Secret").count(), 0);
+    assert_eq!(mounted_secrets(&docs).len(), 3);
+}
+
+#[test]
+fn helm_chart_issues_the_certificates_with_cert_manager() {
+    let docs = render(&json!({"tls": {"certManager": {"enabled": true}}}));
+    assert_eq!(
+        of_kind(&docs, "Secret").count(),
+        0,
+        "cert-manager writes the Secrets"
+    );
+    let certs: BTreeMap<String, &Doc> = of_kind(&docs, "Certificate")
+        .map(|d| (d.key().name, d))
+        .collect();
+    assert_eq!(
+        certs.keys().cloned().collect::<Vec<_>>(),
+        [
+            "flotilla-ca",
+            "flotilla-coordinator",
+            "flotilla-worker-batch",
+            "flotilla-worker-online"
+        ]
+    );
+    let secret_names: BTreeSet<String> = certs
+        .values()
+        .map(|d| str_at(&d.value, "/spec/secretName").to_owned())
+        .collect();
+    let mut want = mounted_secrets(&docs);
+    want.insert("flotilla-ca".to_owned());
+    assert_eq!(
+        secret_names, want,
+        "Certificates write the Secrets the pods mount"
+    );
+    let c = &certs["flotilla-coordinator"].value;
+    assert_eq!(
+        c["spec"]["usages"],
+        json!(["server auth", "digital signature"])
+    );
+    assert_eq!(
+        c["spec"]["dnsNames"][2],
+        json!(format!("flotilla-coordinator.{NAMESPACE}.svc"))
+    );
+    assert_eq!(
+        c["spec"]["issuerRef"],
+        json!({"name": "flotilla-ca", "kind": "Issuer"})
+    );
+    let w = &certs["flotilla-worker-online"].value;
+    assert_eq!(
+        w["spec"]["dnsNames"],
+        json!(["online.worker.flotilla.internal"])
+    );
+    assert_eq!(
+        w["spec"]["usages"],
+        json!(["client auth", "digital signature"])
+    );
+    let issuers: BTreeSet<String> = of_kind(&docs, "Issuer").map(|d| d.key().name).collect();
+    assert_eq!(
+        issuers,
+        BTreeSet::from(["flotilla-ca".to_owned(), "flotilla-selfsigned".to_owned()])
+    );
+    assert_eq!(certs["flotilla-ca"].value["spec"]["isCA"], json!(true));
+
+    // The operator's issuer: no CA of the chart's own.
+    let docs = render(&json!({"tls": {"certManager": {
+        "enabled": true,
+        "issuerRef": {"name": "corp-ca", "kind": "ClusterIssuer"},
+    }}}));
+    assert_eq!(of_kind(&docs, "Issuer").count(), 0);
+    let names: Vec<String> = of_kind(&docs, "Certificate")
+        .map(|d| d.key().name)
+        .collect();
+    assert!(!names.contains(&"flotilla-ca".to_owned()), "{names:?}");
+    for d in of_kind(&docs, "Certificate") {
+        assert_eq!(
+            d.value["spec"]["issuerRef"],
+            json!({"name": "corp-ca", "kind": "ClusterIssuer"})
+        );
+    }
+}
+
+#[test]
+fn helm_chart_without_tls_or_network_policy() {
+    let docs = render(&json!({"tls": {"enabled": false}, "networkPolicy": {"enabled": false}}));
+    assert_eq!(of_kind(&docs, "NetworkPolicy").count(), 0);
+    assert_eq!(of_kind(&docs, "Secret").count(), 0);
+    assert!(mounted_secrets(&docs).is_empty());
+    for d in of_kind(&docs, "Deployment") {
+        let dep: Deployment = decode(d);
+        let args = args_of(&pod_spec(&dep).containers[0]);
+        assert!(!args.iter().any(|a| a.starts_with("--tls")), "{args:?}");
+        match args[0].as_str() {
+            // Plaintext off loopback needs --insecure, or it refuses to start.
+            "coordinator" => assert!(args.iter().any(|a| a == "--insecure")),
+            _ => assert_eq!(
+                flag_value(args, "--coordinator"),
+                Some("flotilla-coordinator:7070")
+            ),
+        }
+    }
+    // With defaults the policy is there, as in deploy/manifests/.
+    check_network_policy(&render(&Json::Null));
 }

@@ -2,6 +2,11 @@
 //! processes (leader-elected) and two `flotilla worker` processes, Nodes and
 //! Pods created through the API.
 //!
+//! Coordinators and workers talk mutual TLS as `deploy/manifests/` deploys
+//! them: certificates made by `deploy/gen-certs.sh` (openssl) for the run,
+//! the coordinators given `--tls-cert/--tls-key/--tls-client-ca`, the
+//! workers `https://` addresses and their class's client certificate.
+//!
 //! Checks: pods bound (no node over-committed) or `PodScheduled=False` with
 //! the FitError message and a `FailedScheduling` Event; a pod of another
 //! `schedulerName` untouched; one Lease holder, the standby not listening;
@@ -50,6 +55,26 @@ const OUTCOME: Duration = Duration::from_secs(90);
 /// One test at a time: the bench's schedulers see every node of the
 /// cluster, and the explain test counts nodes.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// The control channel's certificates for this run, made in `dir/tls` by
+/// `deploy/gen-certs.sh` (openssl), the recipe `deploy/README.md` gives
+/// operators: `ca.crt`, `coordinator.{crt,key}` (names include 127.0.0.1),
+/// `worker-{online,batch}.{crt,key}`.
+fn tls_files(dir: &Path) -> PathBuf {
+    let out = dir.join("tls");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/gen-certs.sh");
+    let o = Command::new("bash")
+        .arg(&script)
+        .arg(&out)
+        .output()
+        .expect("running deploy/gen-certs.sh (needs bash and openssl)");
+    assert!(
+        o.status.success(),
+        "deploy/gen-certs.sh failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    out
+}
 
 /// Child processes, killed when the test ends (pass or fail).
 struct Procs {
@@ -307,9 +332,17 @@ async fn scenario(kubeconfig: &Path) {
         children: Vec::new(),
     };
     let (port_a, port_b) = (free_port(), free_port());
+    let tls = tls_files(&dir);
+    let tls_file = |name: &str| tls.join(name).display().to_string();
     let coordinator = |port: u16, id: &str| -> Vec<String> {
         [
             "coordinator",
+            "--tls-cert",
+            &tls_file("coordinator.crt"),
+            "--tls-key",
+            &tls_file("coordinator.key"),
+            "--tls-client-ca",
+            &tls_file("ca.crt"),
             "--kubeconfig",
             &kubeconfig.display().to_string(),
             "--listen",
@@ -348,7 +381,7 @@ async fn scenario(kubeconfig: &Path) {
     )
     .await;
     procs.spawn("coordinator-b", &coordinator(port_b, &id_b));
-    let coordinators = format!("127.0.0.1:{port_a},127.0.0.1:{port_b}");
+    let coordinators = format!("https://127.0.0.1:{port_a},https://127.0.0.1:{port_b}");
     // Workers run the same configuration (the profile named like the pods'
     // schedulerName).
     for (name, class) in [("worker-online", "online"), ("worker-batch", "batch")] {
@@ -358,6 +391,12 @@ async fn scenario(kubeconfig: &Path) {
                 "worker".into(),
                 "--coordinator".into(),
                 coordinators.clone(),
+                "--tls-ca".into(),
+                tls_file("ca.crt"),
+                "--tls-cert".into(),
+                tls_file(&format!("worker-{class}.crt")),
+                "--tls-key".into(),
+                tls_file(&format!("worker-{class}.key")),
                 "--class".into(),
                 class.into(),
                 "--config".into(),

@@ -69,7 +69,7 @@ fn session(coordinator: &Coordinator, credential: &str, method: &str) -> Result<
 }
 
 /// Counts a refused call (`flotilla_refused_calls_total`).
-fn refused(method: &str, reason: &str) {
+pub(crate) fn refused(method: &str, reason: &str) {
     flotilla_shared::metrics::metrics()
         .refused_calls
         .with_label_values(&[method, reason])
@@ -387,6 +387,9 @@ impl CoordinatorApi for CoordinatorService {
         &self,
         req: Request<pb::RegisterRequest>,
     ) -> Result<Response<pb::RegisterResponse>, Status> {
+        // Over mutual TLS, the client certificate says which classes the
+        // caller may serve (crate::tls::authorize_register).
+        let peer_certs = req.peer_certs();
         let r = req.into_inner();
         let class = match pb::WorkloadClass::try_from(r.workload_class) {
             Ok(pb::WorkloadClass::Online) => WorkloadClass::Online,
@@ -397,6 +400,8 @@ impl CoordinatorApi for CoordinatorService {
                 ));
             }
         };
+        let identity =
+            crate::tls::authorize_register(peer_certs.as_deref().map(Vec::as_slice), class)?;
         let name = if r.worker_name.is_empty() {
             format!("{class}-worker")
         } else {
@@ -409,7 +414,10 @@ impl CoordinatorApi for CoordinatorService {
             warn!(worker = %name, "{why}");
         }
         // The worker names itself by the session's credential from now on.
-        let (_, epoch, credential) = self.coordinator.register_session(&name, class);
+        let (id, epoch, credential) = self.coordinator.register_session(&name, class);
+        if let Some(identity) = identity {
+            tracing::info!(worker = id, name = %name, identity = %identity.name, %class, "worker authenticated by its client certificate");
+        }
         Ok(Response::new(pb::RegisterResponse {
             worker_id: credential,
             epoch,

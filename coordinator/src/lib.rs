@@ -10,7 +10,10 @@
 //! - [`grpc`]: the `flotilla.v1.Coordinator` service over [`state`], the
 //!   one place wire types are converted (requests in, answers and each
 //!   worker's `WorkerEvent` out).
-//! - [`server`]: serving it on a TCP listener with graceful shutdown.
+//! - [`server`]: serving it on a TCP listener with graceful shutdown, in
+//!   plaintext (loopback, or `--insecure`) or under mutual TLS ([`tls`]:
+//!   certificates reloaded on change, a worker's class from its
+//!   certificate).
 //! - [`leader`]: leader election between coordinator replicas on a Lease.
 
 pub mod arbiter;
@@ -20,6 +23,7 @@ pub mod leader;
 pub mod partition;
 pub mod server;
 pub mod state;
+pub mod tls;
 
 pub use state::{
     Arbitration, BindSample, Coordinator, Decision, Grant, NodeRejection, PodPhase, PodRecord,

@@ -36,6 +36,12 @@ pub struct RunConfig {
     pub expect_workers: usize,
     /// Coordinator listen address (`127.0.0.1:0` = any free port).
     pub listen: String,
+    /// How the coordinator serves its workers: plaintext (loopback only,
+    /// unless `insecure`) or mutual TLS.
+    pub serve: server::ServeOptions,
+    /// The in-process workers' TLS to the coordinator (with `serve.tls`;
+    /// see [`flotilla_shared::tls::ephemeral::loopback`]).
+    pub worker_tls: Option<flotilla_shared::tls::ClientTlsMaterial>,
     /// Show a progress bar (on stderr, only when it is a terminal).
     pub progress: bool,
     /// Give up waiting after this long; unresolved pods are reported pending.
@@ -91,6 +97,8 @@ impl Default for RunConfig {
             in_process_workers: 4,
             expect_workers: 4,
             listen: "127.0.0.1:0".into(),
+            serve: server::ServeOptions::default(),
+            worker_tls: None,
             progress: true,
             timeout: Duration::from_secs(600),
             settle: Duration::from_millis(1000),
@@ -104,6 +112,24 @@ impl Default for RunConfig {
             backlog: false,
             stop: CancellationToken::new(),
         }
+    }
+}
+
+impl RunConfig {
+    /// This configuration with the coordinator serving its in-process
+    /// workers over mutual TLS on loopback, with a CA and certificates made
+    /// in memory for this run ([`flotilla_shared::tls::ephemeral::loopback`]):
+    /// `run --tls` and `bench --tls`, to measure what TLS costs.
+    ///
+    /// # Errors
+    /// Making or loading the certificates failed.
+    pub fn with_loopback_tls(mut self) -> Result<Self, flotilla_shared::tls::TlsError> {
+        let (server, client) = flotilla_shared::tls::ephemeral::loopback()?;
+        self.serve.tls = Some(Arc::new(flotilla_coordinator::tls::ServerTls::load(
+            server,
+        )?));
+        self.worker_tls = Some(client);
+        Ok(self)
     }
 }
 
@@ -304,7 +330,13 @@ pub async fn run_embedded_full(
     coordinator.set_arbitration(!cfg.single_scheduler);
     coordinator.set_bind_log(cfg.bind_log);
     coordinator.set_extenders(&cfg.scheduler.extenders)?;
-    let running = server::start(coordinator.clone(), &cfg.listen, token.clone()).await?;
+    let running = server::start_with(
+        coordinator.clone(),
+        &cfg.listen,
+        token.clone(),
+        cfg.serve.clone(),
+    )
+    .await?;
     let _ = running.synced.await;
     info!(addr = %running.addr, "coordinator listening");
     if cfg.in_process_workers < cfg.expect_workers {
@@ -321,6 +353,7 @@ pub async fn run_embedded_full(
         &cfg.registry,
         cfg.seed,
         cfg.in_process_workers,
+        cfg.worker_tls.as_ref(),
         &workers_stop,
     );
     if let Some(addr) = &cfg.metrics_listen {

@@ -39,6 +39,8 @@
 //!   spans (OTLP, W3C context between processes).
 //! - [`http`]: JSON over HTTP(S) POST with deadlines and TLS, the transport
 //!   of extenders and placement webhooks.
+//! - [`tls`]: the coordinator's mutual TLS: PEM inputs, a worker's identity
+//!   and allowed classes from its client certificate, ephemeral certificates.
 //! - [`testing`]: builders for pods and nodes.
 
 pub mod affinity_counts;
@@ -69,6 +71,7 @@ pub mod stable_hash;
 pub mod taints;
 pub mod telemetry;
 pub mod testing;
+pub mod tls;
 pub mod topology_spread;
 pub mod trace;
 pub mod workload;

@@ -37,7 +37,7 @@
 //! | `flotilla_pods_bound_total` | `class` | pods the coordinator bound |
 //! | `flotilla_dispatched_pods_total` | `class` | pods the coordinator handed to a worker (re-dispatches included) |
 //! | `flotilla_rebalanced_pods_total` | `class` | pods moved to a worker that joined its pool (its share of the others' untried backlog) |
-//! | `flotilla_refused_calls_total` | `method`, `reason` (`session`: no such session; `not_assigned`: a pod not assigned to the caller; `already_watching`: a second `Watch`; `expired`: a `Watch` past the registration TTL) | worker calls the coordinator refused |
+//! | `flotilla_refused_calls_total` | `method`, `reason` (`session`: no such session; `not_assigned`: a pod not assigned to the caller; `already_watching`: a second `Watch`; `expired`: a `Watch` past the registration TTL; `class`: a `Register` for a class the client certificate does not allow; with method `TLS`, refused handshakes: `no_certificate`, `unknown_ca`, `bad_certificate`, `handshake`, `timeout`, `busy`) | worker calls (and TLS handshakes) the coordinator refused |
 
 use std::sync::OnceLock;
 
@@ -277,7 +277,8 @@ impl Metrics {
                 &r,
                 "flotilla_refused_calls_total",
                 "Worker calls the coordinator refused: no such session, a pod not assigned \
-                 to the caller, a second Watch.",
+                 to the caller, a second Watch, a class the client certificate does not \
+                 allow; and TLS handshakes refused (method TLS).",
                 &["method", "reason"],
             ),
             registry: r,

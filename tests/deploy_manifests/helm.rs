@@ -1,9 +1,15 @@
 //! Renders a Helm chart the way `helm template` does, for the subset of Helm
 //! the Flotilla chart is allowed to use: Go templates (`gtmpl`, a port of Go's
 //! `text/template`) with the root object `.Values` / `.Release` / `.Chart`,
-//! plus three of Helm's functions, `include`, `toYaml` and `nindent`.
+//! plus Helm's functions `include`, `toYaml` and `nindent`, and for the
+//! generated TLS Secrets `b64enc`, `int`, `list`, `dict` and stand-ins for
+//! the certificate functions: `lookup` finds nothing (as `helm template`,
+//! with no cluster), `genCA`, `genSignedCert` and `buildCustomCert` return
+//! `{Cert, Key}` whose text is not a certificate but records what it was
+//! asked for (`fake certificate cn=... dns=[...] days=... ca=...`), so a
+//! test reads back the names each certificate would carry.
 //!
-//! Anything else (Sprig functions, `.Capabilities`, `lookup`, `tpl`, `.Files`)
+//! Anything else (other Sprig functions, `.Capabilities`, `tpl`, `.Files`)
 //! fails to parse or to render, so the chart cannot drift into constructs this
 //! check does not cover. A value the templates read but the values do not set
 //! renders as `<no value>` in Go; Helm would print an empty string, here it is
@@ -35,10 +41,18 @@ thread_local! {
 }
 
 /// The functions templates may call besides Go's builtins.
-const HELM_FUNCS: [(&str, Func); 3] = [
+const HELM_FUNCS: [(&str, Func); 11] = [
     ("include", include as Func),
     ("toYaml", to_yaml as Func),
     ("nindent", nindent as Func),
+    ("b64enc", b64enc as Func),
+    ("int", int as Func),
+    ("list", list as Func),
+    ("dict", dict as Func),
+    ("lookup", lookup as Func),
+    ("genCA", gen_ca as Func),
+    ("genSignedCert", gen_signed_cert as Func),
+    ("buildCustomCert", build_custom_cert as Func),
 ];
 
 /// One rendered template file.
@@ -279,4 +293,143 @@ fn include(args: &[Value]) -> Result<Value, FuncError> {
         .render(&Context::from(data.clone()))
         .map_err(|e| FuncError::Generic(format!("include {name:?}: {e}")))?;
     Ok(Value::String(out))
+}
+
+fn text_of(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// `b64enc s`: standard base64 of the string.
+fn b64enc(args: &[Value]) -> Result<Value, FuncError> {
+    use base64::Engine as _;
+    let [s] = args else {
+        return Err(FuncError::ExactlyXArgs("b64enc".into(), 1));
+    };
+    Ok(Value::String(
+        base64::engine::general_purpose::STANDARD.encode(text_of(s)),
+    ))
+}
+
+/// `int v`: a number (integers pass, numeric strings parse).
+fn int(args: &[Value]) -> Result<Value, FuncError> {
+    let [v] = args else {
+        return Err(FuncError::ExactlyXArgs("int".into(), 1));
+    };
+    match v {
+        Value::Number(n) if n.as_i64().is_some() => Ok(v.clone()),
+        Value::String(s) => s
+            .parse::<i64>()
+            .map(Value::from)
+            .map_err(|e| FuncError::Generic(format!("int {s:?}: {e}"))),
+        other => Err(FuncError::Generic(format!(
+            "int: {other} is not an integer"
+        ))),
+    }
+}
+
+/// `list a b ...`: the arguments as a list.
+fn list(args: &[Value]) -> Result<Value, FuncError> {
+    Ok(Value::Array(args.to_vec()))
+}
+
+/// `dict k1 v1 k2 v2 ...`: a map.
+fn dict(args: &[Value]) -> Result<Value, FuncError> {
+    if !args.len().is_multiple_of(2) {
+        return Err(FuncError::Generic("dict takes key/value pairs".into()));
+    }
+    Ok(Value::Map(
+        args.chunks(2)
+            .map(|kv| (text_of(&kv[0]), kv[1].clone()))
+            .collect(),
+    ))
+}
+
+/// `lookup apiVersion kind namespace name`: what `helm template` sees, an
+/// empty map (nothing in a cluster).
+fn lookup(args: &[Value]) -> Result<Value, FuncError> {
+    if args.len() != 4 {
+        return Err(FuncError::ExactlyXArgs("lookup".into(), 4));
+    }
+    Ok(Value::Map(HashMap::new()))
+}
+
+/// `{Cert, Key}` as Helm's certificate functions return them.
+fn cert_pair(cert: String, key: String) -> Value {
+    Value::Map(HashMap::from([
+        ("Cert".to_owned(), Value::String(cert)),
+        ("Key".to_owned(), Value::String(key)),
+    ]))
+}
+
+fn names(v: &Value) -> Result<String, FuncError> {
+    match v {
+        Value::Array(a) => Ok(a.iter().map(text_of).collect::<Vec<_>>().join(",")),
+        Value::Nil | Value::NoValue => Ok(String::new()),
+        other => Err(FuncError::Generic(format!("{other} is not a list"))),
+    }
+}
+
+fn days(v: &Value) -> Result<u64, FuncError> {
+    match v {
+        Value::Number(n) => n
+            .as_u64()
+            .ok_or_else(|| FuncError::Generic(format!("days {n} is not a positive integer"))),
+        other => Err(FuncError::Generic(format!(
+            "days {other} is not a number (use int)"
+        ))),
+    }
+}
+
+/// `genCA cn days`: a stand-in CA, `fake CA cn=<cn> days=<days>`.
+fn gen_ca(args: &[Value]) -> Result<Value, FuncError> {
+    let [cn, d] = args else {
+        return Err(FuncError::ExactlyXArgs("genCA".into(), 2));
+    };
+    let cn = text_of(cn);
+    Ok(cert_pair(
+        format!("fake CA cn={cn} days={}", days(d)?),
+        format!("fake CA key cn={cn}"),
+    ))
+}
+
+/// `genSignedCert cn ips dnsNames days ca`: a stand-in certificate,
+/// `fake certificate cn=<cn> ips=[..] dns=[..] days=<days> ca=<the CA's text>`.
+fn gen_signed_cert(args: &[Value]) -> Result<Value, FuncError> {
+    let [cn, ips, dns, d, ca] = args else {
+        return Err(FuncError::ExactlyXArgs("genSignedCert".into(), 5));
+    };
+    let Value::Map(ca) = ca else {
+        return Err(FuncError::Generic(
+            "genSignedCert: the CA is not {Cert, Key}".into(),
+        ));
+    };
+    let ca_cert = ca.get("Cert").map(text_of).unwrap_or_default();
+    let cn = text_of(cn);
+    Ok(cert_pair(
+        format!(
+            "fake certificate cn={cn} ips=[{}] dns=[{}] days={} ca=({ca_cert})",
+            names(ips)?,
+            names(dns)?,
+            days(d)?
+        ),
+        format!("fake key cn={cn}"),
+    ))
+}
+
+/// `buildCustomCert b64cert b64key`: the pair decoded.
+fn build_custom_cert(args: &[Value]) -> Result<Value, FuncError> {
+    use base64::Engine as _;
+    let [c, k] = args else {
+        return Err(FuncError::ExactlyXArgs("buildCustomCert".into(), 2));
+    };
+    let decode = |v: &Value| {
+        base64::engine::general_purpose::STANDARD
+            .decode(text_of(v))
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .map_err(|e| FuncError::Generic(format!("buildCustomCert: {e}")))
+    };
+    Ok(cert_pair(decode(c)?, decode(k)?))
 }

@@ -6,7 +6,8 @@ use std::fmt;
 use std::path::Path;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::serde::Serialize;
 use k8s_openapi::serde::de::DeserializeOwned;
@@ -132,6 +133,8 @@ pub fn round_trip(doc: &Doc) -> Result<Json, String> {
         ("v1", "ServiceAccount") => typed::<ServiceAccount>(doc),
         ("v1", "ConfigMap") => typed::<ConfigMap>(doc),
         ("v1", "Service") => typed::<Service>(doc),
+        ("v1", "Secret") => typed::<Secret>(doc),
+        ("networking.k8s.io/v1", "NetworkPolicy") => typed::<NetworkPolicy>(doc),
         ("apps/v1", "Deployment") => typed::<Deployment>(doc),
         ("rbac.authorization.k8s.io/v1", "ClusterRole") => typed::<ClusterRole>(doc),
         ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding") => typed::<ClusterRoleBinding>(doc),

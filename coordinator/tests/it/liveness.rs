@@ -308,7 +308,7 @@ async fn a_worker_leaves_a_frozen_coordinator_for_the_next_replica() {
         liveness: QUICK,
         ..ServeOptions::default()
     };
-    let first = harness(&cluster, quick).await;
+    let first = harness(&cluster, quick.clone()).await;
     let second = harness(&cluster, quick).await;
     let relay = Relay::start(first.addr).await;
     let token = CancellationToken::new();
@@ -353,6 +353,7 @@ async fn shutdown_does_not_wait_on_a_frozen_worker() {
         ServeOptions {
             liveness: NEVER,
             shutdown_grace: Duration::from_millis(300),
+            ..ServeOptions::default()
         },
     )
     .await;

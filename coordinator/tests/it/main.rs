@@ -19,6 +19,7 @@ mod relist;
 mod sessions;
 mod shutdown;
 mod sync_gate;
+mod tls;
 mod workload_gang;
 
 use std::future::Future;

@@ -49,6 +49,9 @@ pub struct BenchConfig {
     /// The scheduler configuration (default: upstream's default profile);
     /// the scenario adds the plugins it needs ([`Scenario::configure`]).
     pub scheduler: SchedulerConfig,
+    /// Coordinator and workers over mutual TLS on loopback
+    /// ([`RunConfig::with_loopback_tls`]); plaintext otherwise.
+    pub tls: bool,
 }
 
 impl Default for BenchConfig {
@@ -59,6 +62,7 @@ impl Default for BenchConfig {
             timeout: Duration::from_secs(600),
             progress: false,
             scheduler: SchedulerConfig::default(),
+            tls: false,
         }
     }
 }
@@ -84,6 +88,9 @@ pub enum BenchError {
         /// The configuration's profiles' names, comma-separated.
         profiles: String,
     },
+    /// The ephemeral TLS certificates could not be made (`tls`).
+    #[error("--tls: {0}")]
+    Tls(#[from] flotilla_shared::tls::TlsError),
     /// The run failed.
     #[error(transparent)]
     Run(#[from] RunError),
@@ -240,6 +247,11 @@ pub async fn run_bench(scenario: Scenario, cfg: &BenchConfig) -> Result<BenchRep
         single_scheduler: cfg.single_scheduler,
         bind_log: true,
         ..RunConfig::default()
+    };
+    let run_cfg = if cfg.tls {
+        run_cfg.with_loopback_tls()?
+    } else {
+        run_cfg
     };
     procstat::reset_peak_rss();
     let out = run_embedded_full(scenario.workload, run_cfg).await?;

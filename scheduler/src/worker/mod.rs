@@ -22,7 +22,9 @@
 //! - `reports`: unschedulable and error reports to the coordinator;
 //! - `housekeeping`: expiry of unconfirmed assumed pods and of gangs
 //!   waiting past their timeout, queue flushes, gauges;
-//! - `telemetry`: the worker's metrics handles and trace contexts.
+//! - `telemetry`: the worker's metrics handles and trace contexts;
+//! - `tls`: the client side of the coordinator's mutual TLS (files read
+//!   again at every join, so rotated certificates are picked up).
 //!
 //! # Threads and tasks
 //! - **watch task** (async): coordinator events → cache and queue;
@@ -52,6 +54,7 @@ mod reports;
 mod scheduling;
 mod session;
 mod telemetry;
+mod tls;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -69,6 +72,7 @@ use flotilla_shared::WorkloadClass;
 use flotilla_shared::extender::ExtenderConfig;
 use flotilla_shared::http::HttpError;
 use flotilla_shared::pdb::PdbInfo;
+use flotilla_shared::tls::{ClientTlsMaterial, TlsError};
 
 use crate::cache::{DEFAULT_ASSUMED_POD_TTL, NodeCache};
 use crate::config::SchedulerConfig;
@@ -125,6 +129,10 @@ pub struct WorkerConfig {
     /// nodes, where preemption's search starts); `None`, the default: from
     /// the OS, as upstream. See [`crate::cycle::CycleRng`].
     pub seed: Option<u64>,
+    /// Mutual TLS to the coordinator, for `https://` addresses (an
+    /// `http://` address is plaintext whatever this says). Its files are
+    /// read again at every join. `None`, the default: plaintext.
+    pub tls: Option<ClientTlsMaterial>,
 }
 
 impl WorkerConfig {
@@ -143,6 +151,7 @@ impl WorkerConfig {
             liveness: Liveness::DEFAULT,
             extenders: Vec::new(),
             seed: None,
+            tls: None,
         }
     }
 
@@ -190,6 +199,10 @@ pub enum WorkerError {
         #[source]
         source: tonic::transport::Error,
     },
+    /// The TLS files cannot be used (read again at every join, so a
+    /// rotation half done is retried until `connect_timeout`).
+    #[error("TLS to the coordinator: {0}")]
+    Tls(#[from] TlsError),
     /// A call to the coordinator failed.
     #[error("coordinator call {call} failed: {status}")]
     Rpc {
@@ -442,11 +455,11 @@ pub struct InProcessWorker {
 }
 
 /// Starts `n` workers as tasks of this process ([`pools`]: online gets the
-/// odd one), each connecting to the coordinator at `addr` (`host:port`),
-/// configured from `scheduler` ([`WorkerConfig::configured`]) with `seed`,
-/// its frameworks built from `registry`; they drain and stop when `stop`
-/// fires. What `flotilla run` and `run --kubeconfig` run beside their
-/// coordinator.
+/// odd one), each connecting to the coordinator at `addr` (`host:port`;
+/// `https://` with `tls`), configured from `scheduler`
+/// ([`WorkerConfig::configured`]) with `seed`, its frameworks built from
+/// `registry`; they drain and stop when `stop` fires. What `flotilla run`
+/// and `run --kubeconfig` run beside their coordinator.
 #[must_use]
 pub fn spawn_in_process(
     addr: &str,
@@ -454,10 +467,15 @@ pub fn spawn_in_process(
     registry: &Registry,
     seed: Option<u64>,
     n: usize,
+    tls: Option<&ClientTlsMaterial>,
     stop: &CancellationToken,
 ) -> Vec<InProcessWorker> {
     let (online, batch) = pools(n);
-    let url = format!("http://{addr}");
+    let url = if tls.is_some() {
+        format!("https://{addr}")
+    } else {
+        format!("http://{addr}")
+    };
     let mut workers = Vec::with_capacity(n);
     for (class, count) in [
         (WorkloadClass::Online, online),
@@ -467,6 +485,7 @@ pub fn spawn_in_process(
             let name = worker_name(class, i);
             let mut cfg = WorkerConfig::new(&url, &name, class).configured(scheduler);
             cfg.seed = seed;
+            cfg.tls = tls.cloned();
             let stats = Arc::new(WorkerStats::default());
             let (st, registry, token) = (stats.clone(), registry.clone(), stop.clone());
             let label = name.clone();

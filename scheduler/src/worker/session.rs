@@ -35,19 +35,26 @@ use crate::webhook::Webhook;
 use crate::window::ProposalWindow;
 
 /// Whether a failed Register/Watch means "try another replica" (a standby
-/// coordinator, or one shutting down) rather than a broken request.
+/// coordinator, or one shutting down) rather than a broken request. A call
+/// that failed on its connection (no answer: the status carries tonic's
+/// transport error) is one too: under mutual TLS that is how a refused
+/// client certificate shows (TLS 1.3 tells the client only after its side
+/// of the handshake), which a certificate rotation in progress can cause;
+/// the next round reads the files again.
 fn try_elsewhere(status: &tonic::Status) -> bool {
     matches!(
         status.code(),
         tonic::Code::Unavailable | tonic::Code::FailedPrecondition | tonic::Code::NotFound
-    )
+    ) || std::error::Error::source(status).is_some_and(|e| e.is::<tonic::transport::Error>())
 }
 
 /// Connects, registers and opens the watch stream, trying the coordinator
 /// addresses (`cfg.coordinator`, comma-separated) in turn until one accepts,
 /// for up to `patience` (with backoff between rounds). A replica that does
 /// not answer a call within [`Liveness::bound`] (frozen, or a standby
-/// behind a dropping network) is passed over like one that refuses.
+/// behind a dropping network) is passed over like one that refuses. With
+/// `cfg.tls`, each round reads the TLS files again (a file unreadable in
+/// the middle of a rotation is retried like an unreachable coordinator).
 async fn join(
     cfg: &WorkerConfig,
     class: pb::WorkloadClass,
@@ -88,7 +95,16 @@ async fn join(
     let mut delay = Duration::from_millis(50);
     loop {
         let mut last = None;
-        for (addr, endpoint) in &endpoints {
+        // The TLS files, read again at each round: a worker whose
+        // certificates were rotated presents the new ones.
+        let round = match super::tls::with_tls(cfg.tls.as_ref(), &endpoints) {
+            Ok(round) => round,
+            Err(e) => {
+                last = Some(WorkerError::Tls(e));
+                Vec::new()
+            }
+        };
+        for (addr, endpoint) in &round {
             let ch = match endpoint.connect().await {
                 Ok(ch) => ch,
                 Err(source) => {
@@ -146,7 +162,8 @@ async fn join(
             }
             return Ok((client, reg, stream));
         }
-        // `endpoints` is not empty, so every round leaves an error.
+        // `endpoints` is not empty, so every round leaves an error (a
+        // refusal, or the TLS files).
         if let Some(e) = last
             && Instant::now() >= deadline
         {
