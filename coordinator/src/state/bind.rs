@@ -400,7 +400,7 @@ impl Coordinator {
     /// bound or deleted ends the wait the same way. Only shutdown (or a
     /// lost lease, whose fence refuses the retry) gives up and releases the
     /// room.
-    async fn learn_outcome(
+    pub(super) async fn learn_outcome(
         &self,
         pod: &PodRef,
         info: &PodInfo,

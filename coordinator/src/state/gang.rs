@@ -647,7 +647,12 @@ impl Coordinator {
                 uid: info.uid.to_string(),
             };
             async move {
-                let r = self.write_binding(&pod, info, node).await;
+                let mut r = self.write_binding(&pod, info, node).await;
+                if matches!(r, Err(ClusterError::OutcomeUnknown(_))) {
+                    // The member's room stays granted until the outcome is
+                    // known, as a single pod's.
+                    r = self.learn_outcome(&pod, info, node, r).await;
+                }
                 (pod, node.clone(), info.clone(), r)
             }
         });

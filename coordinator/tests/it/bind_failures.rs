@@ -462,3 +462,58 @@ async fn a_grant_is_settled_when_its_worker_dies_mid_call() {
     .await;
     h.shutdown().await;
 }
+
+/// A gang member's Binding without an answer keeps its room like a single
+/// pod's, and the gang ends bound whole, each member once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_gang_member_whose_binding_outcome_is_unknown_keeps_its_room() {
+    let (h, gated) = start().await;
+    h.cluster
+        .apply_pod_group(crate::gang::pod_group("pg", 2, None))
+        .expect("group");
+    for m in ["m0", "m1"] {
+        h.cluster
+            .create_pod(crate::gang::member(m, "pg", "2"))
+            .expect("pod");
+    }
+    let c = h.coordinator.clone();
+    wait_until(STEP, "both members known", || c.records().len() == 2).await;
+    let (w, _) = c.register("batch-0", flotilla_shared::WorkloadClass::Batch);
+    let _events = c.attach(w).expect("attach");
+    let refs: Vec<(PodRef, String)> = ["m0", "m1"]
+        .iter()
+        .map(|m| {
+            let p = h.cluster.pod("default", m).expect("pod");
+            (PodRef::of(&p), "n1".to_owned())
+        })
+        .collect();
+    gated.lands.store(true, std::sync::atomic::Ordering::SeqCst);
+    let first = gated.arm();
+    let c2 = c.clone();
+    let proposal = tokio::spawn(async move { c2.propose_gang(w, "default/pg", &refs).await });
+    wait_until(STEP, "the grant, one Binding held", || {
+        let s = c.summary();
+        s.granting >= 1 && s.granting + s.bound == 2
+    })
+    .await;
+    first
+        .send(Err(ClusterError::OutcomeUnknown("connection reset".into())))
+        .expect("a member's Binding waits");
+    let d = within(STEP, "the gang's answer", proposal)
+        .await
+        .expect("no panic");
+    assert_eq!(d.decision, flotilla_coordinator::Decision::Bound, "{d:?}");
+    assert!(d.failed.is_empty(), "{d:?}");
+    let s = c.summary();
+    assert_eq!(
+        (
+            s.bound,
+            s.granting,
+            s.counters.bind_outcomes_unknown,
+            s.counters.bind_errors
+        ),
+        (2, 0, 1, 0)
+    );
+    assert_eq!(c.node_pods("n1").expect("n1").len(), 2, "each counted once");
+    h.shutdown().await;
+}
