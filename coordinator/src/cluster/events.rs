@@ -368,12 +368,13 @@ impl EventRecorder {
     /// Waits until every event recorded before this call was written or
     /// given up, for at most `within`; whether it got there.
     pub async fn flush(&self, within: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + within;
         let (done, wait) = tokio::sync::oneshot::channel();
-        let sent = tokio::time::timeout(within, self.tx.send(Queued::Flush(done))).await;
+        let sent = tokio::time::timeout_at(deadline, self.tx.send(Queued::Flush(done))).await;
         if !matches!(sent, Ok(Ok(()))) {
             return false;
         }
-        matches!(tokio::time::timeout(within, wait).await, Ok(Ok(())))
+        matches!(tokio::time::timeout_at(deadline, wait).await, Ok(Ok(())))
     }
 
     /// Queues `event`; drops and counts it when the queue is full.

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use tracing::{Instrument as _, debug, info_span, warn};
 
-use flotilla_shared::extender::{ExtenderConfig, HttpExtender};
+use flotilla_shared::extender::{ExtenderConfig, FailureKind, HttpExtender};
 use flotilla_shared::framework::BindView;
 use flotilla_shared::pod_info::PodInfo;
 
@@ -217,6 +217,10 @@ impl Coordinator {
                     b.stats().record_ignored();
                     warn!(%pod, node, error = %e, "ignorable extender failed to bind; writing the Binding instead");
                 }
+                // No answer: the extender may still write the Binding.
+                Err(e) if matches!(e.kind, FailureKind::Timeout | FailureKind::Transport) => {
+                    return Err(ClusterError::OutcomeUnknown(e.to_string()));
+                }
                 Err(e) => return Err(ClusterError::BindRejected(e.to_string())),
             }
         }
@@ -396,10 +400,13 @@ impl Coordinator {
     /// is sent again, with backoff (0.1 s doubling to 5 s), until an
     /// answer says what happened: bound (this Binding or the first, which
     /// the server then answers as already bound to this node), bound
-    /// elsewhere, or the pod gone. The watch may tell first: the pod seen
-    /// bound or deleted ends the wait the same way. Only shutdown (or a
-    /// lost lease, whose fence refuses the retry) gives up and releases the
-    /// room.
+    /// elsewhere, or the pod gone. An answer that says nothing of the first
+    /// Binding (another timeout, 429, 5xx, a refused connection while the
+    /// server restarts) keeps it going; a binder extender's refusal does
+    /// for a few tries (it may refuse because the first Binding landed),
+    /// until the watch shows the pod. The watch may tell first: the pod
+    /// seen bound or deleted ends the wait the same way. Only shutdown
+    /// gives up and releases the room (a lost lease ends the process).
     pub(super) async fn learn_outcome(
         &self,
         pod: &PodRef,
@@ -413,9 +420,18 @@ impl Coordinator {
             warn!(%pod, node = %node, error = %e, "Binding outcome unknown; keeping its room and sending it again");
         }
         self.inner.lock().counters.bind_outcomes_unknown += 1;
+        /// Refusals of a binder extender tried again (about 3 s of
+        /// backoff: time for the watch to show a first Binding that landed).
+        const REFUSALS_RETRIED: u32 = 5;
         let mut result = first;
         let mut delay = FIRST_RETRY;
-        while matches!(result, Err(ClusterError::OutcomeUnknown(_))) {
+        let mut refusals = 0;
+        loop {
+            match &result {
+                Err(ClusterError::OutcomeUnknown(_) | ClusterError::Unavailable(_)) => {}
+                Err(ClusterError::BindRejected(_)) if refusals < REFUSALS_RETRIED => refusals += 1,
+                _ => break,
+            }
             if let Some(seen) = self.outcome_seen(info, node) {
                 return seen;
             }

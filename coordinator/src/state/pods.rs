@@ -247,10 +247,11 @@ impl Inner {
     }
 
     /// Worker `joined` opened its stream: it takes its share of its pool's
-    /// backlog, the pods the pool's other workers were handed and have not
-    /// tried yet (no report on them). Each worker above an even share
-    /// gives up its excess, lowest priority and newest first (what it
-    /// would reach last), until `joined` holds its share. Gang members
+    /// backlog, the pods of its class handed to other workers and not
+    /// tried yet (no report on them). Those another pool held while this
+    /// one had no worker all come to it; then each worker of the pool above
+    /// an even share gives up its excess, lowest priority and newest first
+    /// (what it would reach last), until `joined` holds its share. Gang members
     /// stay with their gang's worker, nominated pods with the worker that
     /// preempted for them, pods already found unschedulable where they
     /// wait for a change. A moved pod is taken back from its worker
@@ -260,41 +261,47 @@ impl Inner {
         let Some(class) = self.workers.get(&joined).map(|w| w.class) else {
             return 0;
         };
+        // Pods of `class` that worker `w` holds and may give up.
         let movable = |inner: &Inner, w: WorkerId, uid: &Arc<str>| {
             inner.pods.get(uid).is_some_and(|r| {
                 r.phase == PodPhase::Pending(Some(w))
                     && r.unschedulable.is_none()
                     && gang::group_of(&r.info).is_none()
                     && !inner.nominated.contains_key(uid)
+                    && inner.class_of(&r.info) == class
             })
         };
+        let backlog_of = |inner: &Inner, id: WorkerId, e: &WorkerEntry| -> Vec<Arc<str>> {
+            e.assigned
+                .iter()
+                .filter(|u| movable(inner, id, u))
+                .cloned()
+                .collect()
+        };
+        // The pool's pods another pool held while this one had no worker
+        // come home whole.
+        let mut moved: Vec<Arc<str>> = self
+            .workers
+            .iter()
+            .filter(|(_, e)| e.tx.is_some() && e.class != class)
+            .flat_map(|(id, e)| backlog_of(self, *id, e))
+            .collect();
         let mut backlogs: Vec<(WorkerId, Vec<Arc<str>>)> = self
             .workers
             .iter()
             .filter(|(_, e)| e.tx.is_some() && e.class == class)
-            .map(|(id, e)| {
-                let mine = e
-                    .assigned
-                    .iter()
-                    .filter(|u| movable(self, *id, u))
-                    .cloned()
-                    .collect();
-                (*id, mine)
-            })
+            .map(|(id, e)| (*id, backlog_of(self, *id, e)))
             .collect();
-        let total: usize = backlogs.iter().map(|(_, b)| b.len()).sum();
+        let total: usize = backlogs.iter().map(|(_, b)| b.len()).sum::<usize>() + moved.len();
         let share = total / backlogs.len().max(1);
         let held = backlogs
             .iter()
             .find(|(id, _)| *id == joined)
-            .map_or(0, |(_, b)| b.len());
+            .map_or(0, |(_, b)| b.len())
+            + moved.len();
         let mut wanted = share.saturating_sub(held);
-        if wanted == 0 {
-            return 0;
-        }
         // The most loaded give first.
         backlogs.sort_by_key(|(id, b)| (std::cmp::Reverse(b.len()), *id));
-        let mut moved = Vec::new();
         for (id, mut backlog) in backlogs {
             if id == joined || wanted == 0 {
                 continue;

@@ -517,3 +517,49 @@ async fn a_gang_member_whose_binding_outcome_is_unknown_keeps_its_room() {
     assert_eq!(c.node_pods("n1").expect("n1").len(), 2, "each counted once");
     h.shutdown().await;
 }
+
+/// After a Binding without an answer, a retry answered 429 or 5xx (the
+/// server restarting) says nothing of the first: the room stays held and
+/// the Binding is sent again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_retry_answered_429_keeps_the_room_of_an_unknown_binding() {
+    let (h, gated) = start().await;
+    for p in ["a", "b"] {
+        h.cluster
+            .create_pod(PodBuilder::new(p).cpu("4").build())
+            .expect("pod");
+        h.wait_for_record(&format!("uid-{p}")).await;
+    }
+    let w = FakeWorker::join(&h, "online-0", Online).await;
+    let c = h.coordinator.clone();
+    let first = gated.arm();
+    let proposal = propose_in_background(&w, "a", "n1");
+    wait_until(STEP, "the grant", || c.summary().granting == 1).await;
+    let second = gated.arm();
+    first
+        .send(Err(ClusterError::OutcomeUnknown("no answer".into())))
+        .expect("bind is waiting");
+    let g = gated.clone();
+    wait_until(STEP, "the retry at the server", || g.gate.lock().is_none()).await;
+    let third = gated.arm();
+    second
+        .send(Err(ClusterError::Unavailable(
+            "binding default/a to n1: HTTP 429 TooManyRequests".into(),
+        )))
+        .expect("the retry is waiting");
+    wait_until(STEP, "the third try at the server", || {
+        g.gate.lock().is_none()
+    })
+    .await;
+    // Still unknown: the room is held.
+    let d = w.propose("b", "n1").await;
+    assert_eq!(d.outcome, i32::from(pb::BindOutcome::Conflict), "{d:?}");
+    third.send(Ok(())).expect("the third try is waiting");
+    let d = within(STEP, "the answer", proposal)
+        .await
+        .expect("no panic")
+        .expect("ProposeBind answers");
+    assert_eq!(d.outcome, i32::from(pb::BindOutcome::Bound), "{d:?}");
+    assert_eq!(c.summary().counters.bind_errors, 0);
+    h.shutdown().await;
+}

@@ -327,3 +327,32 @@ async fn a_worker_that_joins_takes_its_share_of_the_untried_backlog() {
     drop((w1, w2, batch));
     h.shutdown().await;
 }
+
+/// Pods of a pool that had no worker went to the other pool's; when a
+/// worker of their own pool joins, they all come to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_pools_pods_held_by_the_other_pool_go_to_its_first_worker() {
+    const PODS: usize = 6;
+    let h = Harness::start(cluster_with_nodes(2)).await;
+    let mut online = FakeWorker::join(&h, "online-0", Online).await;
+    online.until_synced().await;
+    for i in 0..PODS {
+        h.cluster
+            .create_pod(
+                PodBuilder::new(&format!("b-{i}"))
+                    .cpu("100m")
+                    .label(CLASS_LABEL, "batch")
+                    .build(),
+            )
+            .expect("pod");
+    }
+    let held = online.read_until(|e| assigned_names(e).len() == PODS).await;
+    assert_eq!(assigned_names(&held).len(), PODS, "no batch worker yet");
+    let mut batch = FakeWorker::join(&h, "batch-0", Batch).await;
+    let got: BTreeSet<String> = assigned_names(&batch.until_synced().await)
+        .into_iter()
+        .collect();
+    assert_eq!(got.len(), PODS, "{got:?}");
+    drop((online, batch));
+    h.shutdown().await;
+}

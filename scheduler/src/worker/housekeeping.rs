@@ -36,8 +36,13 @@ pub(super) async fn housekeeping(s: Arc<Shared>, stop: CancellationToken) {
             g.set(i64::try_from(v).unwrap_or(i64::MAX));
         }
         let now = Instant::now();
-        for key in s.cache.cleanup_expired(now) {
-            warn!(pod = %key, "assumed pod expired without confirmation");
+        let expired = s.cache.cleanup_expired(now);
+        if let Some(first) = expired.first() {
+            // One line per sweep: a worker waking from a freeze finds
+            // thousands.
+            warn!(pods = expired.len(), first = %first, "assumed pods expired without confirmation");
+        }
+        for _ in &expired {
             s.queue.on_event(ClusterEvent::AssignedPodDeleted, now);
         }
         for gang in s.cycle(&[]).expire_gangs(now) {

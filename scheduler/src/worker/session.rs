@@ -42,9 +42,14 @@ use crate::window::ProposalWindow;
 /// of the handshake), which a certificate rotation in progress can cause;
 /// the next round reads the files again.
 fn try_elsewhere(status: &tonic::Status) -> bool {
+    // Unauthenticated: our registration was dropped before our Watch
+    // (others registering in a flood): register again.
     matches!(
         status.code(),
-        tonic::Code::Unavailable | tonic::Code::FailedPrecondition | tonic::Code::NotFound
+        tonic::Code::Unavailable
+            | tonic::Code::FailedPrecondition
+            | tonic::Code::NotFound
+            | tonic::Code::Unauthenticated
     ) || std::error::Error::source(status).is_some_and(|e| e.is::<tonic::transport::Error>())
 }
 
