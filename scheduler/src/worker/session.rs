@@ -110,12 +110,23 @@ async fn join(
             }
         };
         for (addr, endpoint) in &round {
-            let ch = match endpoint.connect().await {
-                Ok(ch) => ch,
-                Err(source) => {
+            // Bounded whole: the endpoint's connect timeout covers only TCP,
+            // and a frozen replica accepts TCP (its kernel does) but never
+            // finishes the TLS or HTTP/2 handshake.
+            let ch = match tokio::time::timeout(answer_within, endpoint.connect()).await {
+                Ok(Ok(ch)) => ch,
+                Ok(Err(source)) => {
                     last = Some(WorkerError::Connect {
                         addr: addr.clone(),
                         source,
+                    });
+                    continue;
+                }
+                Err(_) => {
+                    debug!(%addr, "no handshake within {answer_within:?}; trying the next");
+                    last = Some(WorkerError::Rpc {
+                        call: "connect",
+                        status: Box::new(no_answer(answer_within)),
                     });
                     continue;
                 }
