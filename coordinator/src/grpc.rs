@@ -61,11 +61,28 @@ fn carrier(md: &tonic::metadata::MetadataMap) -> flotilla_shared::trace::Carrier
 
 /// The worker whose session `credential` (the `worker_id` Register
 /// answered) names; `Unauthenticated`, counted, for any other value.
-fn session(coordinator: &Coordinator, credential: &str, method: &str) -> Result<WorkerId, Status> {
-    coordinator.session(credential).map_err(|m| {
-        refused(method, "session");
-        Status::unauthenticated(m)
-    })
+/// Over mutual TLS the session must also come over a connection
+/// presenting the certificate it registered with (`certificate`: the
+/// connection's leaf certificate, DER).
+fn session(
+    coordinator: &Coordinator,
+    credential: &str,
+    certificate: Option<&[u8]>,
+    method: &str,
+) -> Result<WorkerId, Status> {
+    coordinator
+        .session_presenting(credential, certificate)
+        .map_err(|m| {
+            refused(method, "session");
+            Status::unauthenticated(m)
+        })
+}
+
+/// The leaf client certificate (DER) of the connection `req` came over,
+/// if it presented one.
+fn leaf_certificate<T>(req: &Request<T>) -> Option<Vec<u8>> {
+    req.peer_certs()
+        .and_then(|certs| certs.first().map(|c| c.as_ref().to_vec()))
 }
 
 /// Counts a refused call (`flotilla_refused_calls_total`).
@@ -287,6 +304,7 @@ fn record_outcome(span: &tracing::Span, decision: Decision) -> (pb::BindOutcome,
 async fn serve_bind_stream(
     coordinator: Arc<Coordinator>,
     mut inbound: tonic::Streaming<pb::BindRequests>,
+    certificate: Option<Vec<u8>>,
     tx: mpsc::UnboundedSender<Result<pb::BindResult, Status>>,
 ) {
     const METHOD: &str = "flotilla.v1.Coordinator/BindStream";
@@ -306,7 +324,12 @@ async fn serve_bind_stream(
                         continue;
                     }
                 };
-                let worker = match session(&coordinator, &batch.worker_id, "BindStream") {
+                let worker = match session(
+                    &coordinator,
+                    &batch.worker_id,
+                    certificate.as_deref(),
+                    "BindStream",
+                ) {
                     Ok(w) => w,
                     Err(st) => {
                         let _ = tx.send(Err(st));
@@ -418,6 +441,10 @@ impl CoordinatorApi for CoordinatorService {
         if let Some(identity) = identity {
             tracing::info!(worker = id, name = %name, identity = %identity.name, %class, "worker authenticated by its client certificate");
         }
+        if let Some(leaf) = peer_certs.as_deref().and_then(|c| c.first()) {
+            self.coordinator
+                .bind_certificate(id, leaf.as_ref().to_vec());
+        }
         Ok(Response::new(pb::RegisterResponse {
             worker_id: credential,
             epoch,
@@ -430,7 +457,13 @@ impl CoordinatorApi for CoordinatorService {
         &self,
         req: Request<pb::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
-        let id = session(&self.coordinator, &req.into_inner().worker_id, "Watch")?;
+        let leaf = leaf_certificate(&req);
+        let id = session(
+            &self.coordinator,
+            &req.into_inner().worker_id,
+            leaf.as_deref(),
+            "Watch",
+        )?;
         let rx = self.coordinator.attach(id).map_err(|e| {
             refused("Watch", e.reason());
             match e {
@@ -452,8 +485,14 @@ impl CoordinatorApi for CoordinatorService {
         req: Request<pb::BindProposal>,
     ) -> Result<Response<pb::BindDecision>, Status> {
         let parent = carrier(req.metadata());
+        let leaf = leaf_certificate(&req);
         let r = req.into_inner();
-        let id = session(&self.coordinator, &r.worker_id, "ProposeBind")?;
+        let id = session(
+            &self.coordinator,
+            &r.worker_id,
+            leaf.as_deref(),
+            "ProposeBind",
+        )?;
         let pod = parse_pod(r.pod)?;
         if r.node_name.is_empty() {
             return Err(Status::invalid_argument("node_name: required"));
@@ -492,9 +531,11 @@ impl CoordinatorApi for CoordinatorService {
         req: Request<tonic::Streaming<pb::BindRequests>>,
     ) -> Result<Response<Self::BindStreamStream>, Status> {
         let (tx, rx) = mpsc::unbounded_channel();
+        let leaf = leaf_certificate(&req);
         tokio::spawn(serve_bind_stream(
             self.coordinator.clone(),
             req.into_inner(),
+            leaf,
             tx,
         ));
         Ok(Response::new(Box::pin(BindResultStream {
@@ -507,8 +548,14 @@ impl CoordinatorApi for CoordinatorService {
         &self,
         req: Request<pb::UnschedulableReport>,
     ) -> Result<Response<pb::ReportAck>, Status> {
+        let leaf = leaf_certificate(&req);
         let r = req.into_inner();
-        let id = session(&self.coordinator, &r.worker_id, "ReportUnschedulable")?;
+        let id = session(
+            &self.coordinator,
+            &r.worker_id,
+            leaf.as_deref(),
+            "ReportUnschedulable",
+        )?;
         let pod = parse_pod(r.pod)?;
         if self.coordinator.pending_elsewhere(&pod, id) {
             refused("ReportUnschedulable", "not_assigned");
@@ -558,8 +605,14 @@ impl CoordinatorApi for CoordinatorService {
         req: Request<pb::GangProposal>,
     ) -> Result<Response<pb::GangDecision>, Status> {
         let parent = carrier(req.metadata());
+        let leaf = leaf_certificate(&req);
         let r = req.into_inner();
-        let id = session(&self.coordinator, &r.worker_id, "ProposeGang")?;
+        let id = session(
+            &self.coordinator,
+            &r.worker_id,
+            leaf.as_deref(),
+            "ProposeGang",
+        )?;
         if r.pod_group.is_empty() || r.pod_group.len() > MAX_FIELD_BYTES {
             return Err(Status::invalid_argument(
                 "pod_group: required, at most 1024 bytes",
@@ -617,8 +670,14 @@ impl CoordinatorApi for CoordinatorService {
         req: Request<pb::PreemptionProposal>,
     ) -> Result<Response<pb::PreemptionDecision>, Status> {
         let parent = carrier(req.metadata());
+        let leaf = leaf_certificate(&req);
         let r = req.into_inner();
-        let id = session(&self.coordinator, &r.worker_id, "ProposePreemption")?;
+        let id = session(
+            &self.coordinator,
+            &r.worker_id,
+            leaf.as_deref(),
+            "ProposePreemption",
+        )?;
         let pod = parse_pod(r.pod)?;
         if r.node_name.is_empty() {
             return Err(Status::invalid_argument("node_name: required"));

@@ -117,6 +117,10 @@ struct WorkerEntry {
     /// When it registered; a registration never followed by `Watch`
     /// expires after [`REGISTRATION_TTL`].
     registered_at: std::time::Instant,
+    /// The client certificate (DER) its `Register` came with, over mutual
+    /// TLS: every later call must come over a connection presenting the
+    /// same, so a credential is worth nothing to another worker.
+    certificate: Option<Vec<u8>>,
     tx: Option<WorkerTx>,
     assigned: HashSet<Arc<str>>,
     partition: Vec<Arc<str>>,

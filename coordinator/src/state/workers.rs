@@ -129,6 +129,7 @@ impl Coordinator {
                 class,
                 secret: secret.clone(),
                 registered_at: now,
+                certificate: None,
                 tx: None,
                 assigned: HashSet::new(),
                 partition: Vec::new(),
@@ -137,6 +138,39 @@ impl Coordinator {
         );
         info!(worker = id, name, %class, "worker registered");
         (id, inner.epoch, format!("{id}.{secret}"))
+    }
+
+    /// Ties worker `id`'s session to the client certificate (DER) its
+    /// `Register` came with ([`Coordinator::session_presenting`]).
+    pub fn bind_certificate(&self, id: WorkerId, certificate: Vec<u8>) {
+        if let Some(w) = self.inner.lock().workers.get_mut(&id) {
+            w.certificate = Some(certificate);
+        }
+    }
+
+    /// [`Coordinator::session`] for a call over a connection that presented
+    /// `certificate` (DER; `None` in plaintext): a session tied to a
+    /// certificate answers only calls presenting the same one.
+    ///
+    /// # Errors
+    /// As [`Coordinator::session`], or the certificate differs.
+    pub fn session_presenting(
+        &self,
+        credential: &str,
+        certificate: Option<&[u8]>,
+    ) -> Result<WorkerId, String> {
+        let id = self.session(credential)?;
+        let inner = self.inner.lock();
+        match inner
+            .workers
+            .get(&id)
+            .and_then(|w| w.certificate.as_deref())
+        {
+            Some(bound) if Some(bound) != certificate => Err(format!(
+                "worker_id: session {id} belongs to another client certificate"
+            )),
+            _ => Ok(id),
+        }
     }
 
     /// The worker whose session `credential` (`<id>.<secret>`, from

@@ -526,3 +526,49 @@ async fn a_worker_reads_its_files_again_at_every_join_and_honours_the_server_nam
         .expect("the worker ends cleanly");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A session is tied to the certificate that registered it: another
+/// worker's connection, with a good certificate of its own, cannot use
+/// the credential (stolen from a log, say); its owner can.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_credential_is_refused_over_another_certificate() {
+    let (ca, c) = serve_with_new_ca().await;
+    let a = ca
+        .worker("worker-a", &[Some(WorkloadClass::Online)])
+        .unwrap();
+    let b = ca
+        .worker("worker-b", &[Some(WorkloadClass::Online)])
+        .unwrap();
+    let mut client_a = connect(c.addr, &ca.cert_pem(), Some(&a)).await.unwrap();
+    let credential = register(&mut client_a, pb::WorkloadClass::Online)
+        .await
+        .expect("a registers")
+        .worker_id;
+    let mut client_b = connect(c.addr, &ca.cert_pem(), Some(&b)).await.unwrap();
+    let before = refusals("Watch", "session");
+    let stolen = within(
+        STEP,
+        "Watch with another's credential",
+        client_b.watch(pb::WatchRequest {
+            worker_id: credential.clone(),
+        }),
+    )
+    .await
+    .expect_err("the credential is a's");
+    assert_eq!(stolen.code(), tonic::Code::Unauthenticated, "{stolen}");
+    assert!(
+        stolen.message().contains("another client certificate"),
+        "{}",
+        stolen.message()
+    );
+    assert!(refusals("Watch", "session") > before);
+    within(
+        STEP,
+        "Watch with its own credential",
+        client_a.watch(pb::WatchRequest {
+            worker_id: credential,
+        }),
+    )
+    .await
+    .expect("a watches");
+}
