@@ -22,7 +22,7 @@ use crate::cluster::PodRef;
 use crate::partition::WorkerId;
 use crate::state::{
     Arbitration, AttachError, Coordinator, Decision, NodeRejection, PodIdentity,
-    PreemptionDecision, WorkerEvent,
+    PreemptionDecision, ReportStanding, WorkerEvent,
 };
 
 /// The service.
@@ -557,16 +557,17 @@ impl CoordinatorApi for CoordinatorService {
             "ReportUnschedulable",
         )?;
         let pod = parse_pod(r.pod)?;
-        if self.coordinator.pending_elsewhere(&pod, id) {
-            refused("ReportUnschedulable", "not_assigned");
-            return Err(Status::permission_denied(format!(
-                "pod {pod} is not assigned to this worker"
-            )));
-        }
-        if !self.coordinator.is_assigned_to(&pod, id) {
+        match self.coordinator.report_standing(&pod, id) {
+            ReportStanding::Assigned => {}
+            ReportStanding::Elsewhere => {
+                refused("ReportUnschedulable", "not_assigned");
+                return Err(Status::permission_denied(format!(
+                    "pod {pod} is not assigned to this worker"
+                )));
+            }
             // Late (the pod bound or deleted meanwhile) or about no pod we
             // know: nothing to record, nothing counted.
-            return Ok(Response::new(pb::ReportAck {}));
+            ReportStanding::Late => return Ok(Response::new(pb::ReportAck {})),
         }
         let message = bounded(r.message, MAX_MESSAGE_BYTES);
         if r.pre_enqueue {

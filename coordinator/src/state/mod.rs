@@ -92,7 +92,7 @@ pub use pods::{PodPhase, PodRecord};
 pub use preemption::PreemptionDecision;
 pub use report::{BindSample, Counters, NodeRejection, Summary};
 pub use stream::{PodIdentity, WorkerEvent, WorkerTx};
-pub use workers::AttachError;
+pub use workers::{AttachError, ReportStanding};
 
 use sync::Deferred;
 

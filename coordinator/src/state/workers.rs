@@ -35,6 +35,19 @@ impl Inner {
     }
 }
 
+/// A worker's report about a pod, against the coordinator's view
+/// ([`Coordinator::report_standing`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReportStanding {
+    /// Pending and handed to the reporter: the report is acted on.
+    Assigned,
+    /// Pending and not the reporter's (held back, or another worker's):
+    /// refused.
+    Elsewhere,
+    /// Bound or deleted meanwhile, or never known: late, changes nothing.
+    Late,
+}
+
 /// Why [`Coordinator::attach`] refused a stream.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AttachError {
@@ -196,28 +209,20 @@ impl Coordinator {
         if same { Ok(id) } else { Err(refused()) }
     }
 
-    /// Whether `pod` is pending and not handed to worker `id` (held back,
-    /// or another worker's): what that worker may not report about. A pod
-    /// bound or gone meanwhile is not (the report is simply late).
+    /// What worker `id` may do with a report about `pod`, in one look.
     #[must_use]
-    pub fn pending_elsewhere(&self, pod: &crate::cluster::PodRef, id: WorkerId) -> bool {
-        self.inner
+    pub fn report_standing(&self, pod: &crate::cluster::PodRef, id: WorkerId) -> ReportStanding {
+        match self
+            .inner
             .lock()
             .pods
             .get(pod.uid.as_str())
-            .is_some_and(|r| matches!(r.phase, PodPhase::Pending(w) if w != Some(id)))
-    }
-
-    /// Whether `pod` is pending and handed to worker `id`: what a report
-    /// of that worker may act on. A report about any other pod (bound or
-    /// deleted meanwhile, never known) is late, and changes nothing.
-    #[must_use]
-    pub fn is_assigned_to(&self, pod: &crate::cluster::PodRef, id: WorkerId) -> bool {
-        self.inner
-            .lock()
-            .pods
-            .get(pod.uid.as_str())
-            .is_some_and(|r| r.phase == PodPhase::Pending(Some(id)))
+            .map(|r| &r.phase)
+        {
+            Some(PodPhase::Pending(Some(w))) if *w == id => ReportStanding::Assigned,
+            Some(PodPhase::Pending(_)) => ReportStanding::Elsewhere,
+            _ => ReportStanding::Late,
+        }
     }
 
     /// Opens worker `id`'s event stream: replays nodes, bound pods and its
