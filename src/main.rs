@@ -457,7 +457,8 @@ struct WorkerArgs {
     sched: ConfigArgs,
     /// Coordinator address (host:port, http://host:port, or
     /// https://host:port with --tls-ca); a comma-separated list names
-    /// replicas, tried in turn on (re)connect.
+    /// replicas, tried in order on (re)connect (the next 250 ms after the one
+    /// before, without waiting for it to give up).
     #[arg(long, default_value = "127.0.0.1:7070")]
     coordinator: String,
     #[command(flatten)]

@@ -343,6 +343,36 @@ async fn a_worker_leaves_a_frozen_coordinator_for_the_next_replica() {
         .expect("worker ends cleanly");
 }
 
+/// A frozen replica listed first does not hold up the join: the worker
+/// handshakes with every replica at once and registers on the first that
+/// answers, long before the frozen one's liveness bound (an hour here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_frozen_replica_listed_first_does_not_delay_the_join() {
+    let cluster = cluster_with_node("4");
+    let frozen = harness(&cluster, ServeOptions::default()).await;
+    let live = harness(&cluster, ServeOptions::default()).await;
+    let relay = Relay::start(frozen.addr).await;
+    relay.freeze(true);
+    let token = CancellationToken::new();
+    let handle = spawn_worker(
+        &format!("{},{}", relay.url(), live.url()),
+        "online-0",
+        NEVER,
+        &token,
+    );
+    let c = live.coordinator.clone();
+    wait_until(STEP, "the worker joined the answering replica", || {
+        c.live_workers() == 1
+    })
+    .await;
+    assert_eq!(frozen.coordinator.live_workers(), 0);
+    token.cancel();
+    within(STEP, "worker drains", handle)
+        .await
+        .expect("no panic")
+        .expect("worker ends cleanly");
+}
+
 /// A coordinator shutting down closes the connection of a worker that does
 /// not answer after the grace, even with keepalive far off.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

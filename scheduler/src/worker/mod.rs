@@ -95,8 +95,10 @@ use telemetry::{PodTrace, WorkerMetrics};
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
     /// Coordinator address, e.g. `http://127.0.0.1:7070`; several
-    /// (replicas, of which one leads) are comma-separated and tried in turn
-    /// on every (re)connect.
+    /// (replicas, of which one leads) are comma-separated and tried in order
+    /// on every (re)connect, each 250 ms after the one before without
+    /// waiting for it to give up (a frozen replica does not hold up the
+    /// leader).
     pub coordinator: String,
     /// Name shown in logs and reports.
     pub name: String,

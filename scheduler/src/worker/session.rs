@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt as _;
+use futures::stream::FuturesUnordered;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tonic::transport::{Channel, Endpoint};
@@ -53,11 +54,13 @@ fn try_elsewhere(status: &tonic::Status) -> bool {
     ) || std::error::Error::source(status).is_some_and(|e| e.is::<tonic::transport::Error>())
 }
 
-/// Connects, registers and opens the watch stream, trying the coordinator
-/// addresses (`cfg.coordinator`, comma-separated) in turn until one accepts,
-/// for up to `patience` (with backoff between rounds). A replica that does
-/// not answer a call within [`Liveness::bound`] (frozen, or a standby
-/// behind a dropping network) is passed over like one that refuses. With
+/// Connects, registers and opens the watch stream on one of the coordinator
+/// addresses (`cfg.coordinator`, comma-separated), for up to `patience`
+/// (with backoff between rounds). Each round tries the addresses in order,
+/// starting the next after [`JOIN_STAGGER`] without waiting for the one
+/// before to give up, and keeps the first registration. A replica that does not answer within
+/// [`Liveness::bound`] (frozen, or a standby behind a dropping network) is
+/// passed over like one that refuses. With
 /// `cfg.tls`, each round reads the TLS files again (a file unreadable in
 /// the middle of a rotation is retried like an unreachable coordinator).
 async fn join(
@@ -109,53 +112,28 @@ async fn join(
                 Vec::new()
             }
         };
-        for (addr, endpoint) in &round {
-            // Bounded whole: the endpoint's connect timeout covers only TCP,
-            // and a frozen replica accepts TCP (its kernel does) but never
-            // finishes the TLS or HTTP/2 handshake.
-            let ch = match tokio::time::timeout(answer_within, endpoint.connect()).await {
-                Ok(Ok(ch)) => ch,
-                Ok(Err(source)) => {
-                    last = Some(WorkerError::Connect {
-                        addr: addr.clone(),
-                        source,
-                    });
+        // The replicas in order, each started JOIN_STAGGER after the one
+        // before (as Happy Eyeballs does, RFC 8305), the first to register
+        // first: a live first replica wins, and a frozen one (its kernel
+        // accepts TCP, nothing more ever comes) does not hold up the leader
+        // behind it; a standby does not listen at all. A registration left
+        // behind by a slower replica expires unwatched.
+        let mut registering: FuturesUnordered<_> = round
+            .iter()
+            .zip(0u32..)
+            .map(|((addr, endpoint), i)| async move {
+                tokio::time::sleep(JOIN_STAGGER * i).await;
+                register_at(cfg, class, addr, endpoint, answer_within).await
+            })
+            .collect();
+        while let Some(registered) = registering.next().await {
+            let (addr, mut client, reg) = match registered {
+                Ok(r) => r,
+                Err(Attempt::Elsewhere(e)) => {
+                    last = Some(e);
                     continue;
                 }
-                Err(_) => {
-                    debug!(%addr, "no handshake within {answer_within:?}; trying the next");
-                    last = Some(WorkerError::Rpc {
-                        call: "connect",
-                        status: Box::new(no_answer(answer_within)),
-                    });
-                    continue;
-                }
-            };
-            let mut client = CoordinatorClient::new(ch)
-                .max_decoding_message_size(64 * 1024 * 1024)
-                .max_encoding_message_size(64 * 1024 * 1024);
-            let rpc = |call: &'static str, s: tonic::Status| WorkerError::Rpc {
-                call,
-                status: Box::new(s),
-            };
-            let registered = tokio::time::timeout(
-                answer_within,
-                client.register(pb::RegisterRequest {
-                    worker_name: cfg.name.clone(),
-                    workload_class: class.into(),
-                    profiles_fingerprint: Profile::fingerprint_of(&cfg.profiles),
-                }),
-            )
-            .await
-            .unwrap_or_else(|_| Err(no_answer(answer_within)));
-            let reg = match registered {
-                Ok(r) => r.into_inner(),
-                Err(s) if try_elsewhere(&s) => {
-                    debug!(%addr, status = %s, "coordinator refused the registration; trying the next");
-                    last = Some(rpc("Register", s));
-                    continue;
-                }
-                Err(s) => return Err(rpc("Register", s)),
+                Err(Attempt::Fatal(e)) => return Err(e),
             };
             let watched = tokio::time::timeout(
                 answer_within,
@@ -168,10 +146,18 @@ async fn join(
             let stream = match watched {
                 Ok(r) => r.into_inner(),
                 Err(s) if try_elsewhere(&s) => {
-                    last = Some(rpc("Watch", s));
+                    last = Some(WorkerError::Rpc {
+                        call: "Watch",
+                        status: Box::new(s),
+                    });
                     continue;
                 }
-                Err(s) => return Err(rpc("Watch", s)),
+                Err(s) => {
+                    return Err(WorkerError::Rpc {
+                        call: "Watch",
+                        status: Box::new(s),
+                    });
+                }
             };
             if endpoints.len() > 1 {
                 info!(worker = %cfg.name, coordinator = %addr, "joined");
@@ -187,6 +173,76 @@ async fn join(
         }
         tokio::time::sleep(delay).await;
         delay = (delay * 2).min(Duration::from_secs(1));
+    }
+}
+
+/// How long a join waits for one replica before it also tries the next.
+const JOIN_STAGGER: Duration = Duration::from_millis(250);
+
+/// How one replica's join attempt failed.
+enum Attempt {
+    /// Not this replica now (unreachable, frozen, a standby, a refusal
+    /// another may not give): try the others.
+    Elsewhere(WorkerError),
+    /// A refusal every replica would give (e.g. the certificate's class):
+    /// give up.
+    Fatal(WorkerError),
+}
+
+/// Connects to one replica and registers, each step bounded by
+/// `answer_within` (the endpoint's own connect timeout covers only TCP,
+/// not the TLS or HTTP/2 handshake).
+async fn register_at<'a>(
+    cfg: &WorkerConfig,
+    class: pb::WorkloadClass,
+    addr: &'a str,
+    endpoint: &Endpoint,
+    answer_within: Duration,
+) -> Result<(&'a str, CoordinatorClient<Channel>, pb::RegisterResponse), Attempt> {
+    let ch = match tokio::time::timeout(answer_within, endpoint.connect()).await {
+        Ok(Ok(ch)) => ch,
+        Ok(Err(source)) => {
+            return Err(Attempt::Elsewhere(WorkerError::Connect {
+                addr: addr.to_owned(),
+                source,
+            }));
+        }
+        Err(_) => {
+            debug!(%addr, "no handshake within {answer_within:?}");
+            return Err(Attempt::Elsewhere(WorkerError::Rpc {
+                call: "connect",
+                status: Box::new(no_answer(answer_within)),
+            }));
+        }
+    };
+    let mut client = CoordinatorClient::new(ch)
+        .max_decoding_message_size(64 * 1024 * 1024)
+        .max_encoding_message_size(64 * 1024 * 1024);
+    let registered = tokio::time::timeout(
+        answer_within,
+        client.register(pb::RegisterRequest {
+            worker_name: cfg.name.clone(),
+            workload_class: class.into(),
+            profiles_fingerprint: Profile::fingerprint_of(&cfg.profiles),
+        }),
+    )
+    .await
+    .unwrap_or_else(|_| Err(no_answer(answer_within)));
+    match registered {
+        Ok(r) => Ok((addr, client, r.into_inner())),
+        Err(s) => {
+            let elsewhere = try_elsewhere(&s);
+            let e = WorkerError::Rpc {
+                call: "Register",
+                status: Box::new(s),
+            };
+            if elsewhere {
+                debug!(%addr, error = %e, "coordinator refused the registration; trying the others");
+                Err(Attempt::Elsewhere(e))
+            } else {
+                Err(Attempt::Fatal(e))
+            }
+        }
     }
 }
 
