@@ -339,8 +339,9 @@ pub trait SharedLister: Sync {
     /// The volume objects (claims, PVs, StorageClasses, CSINodes,
     /// VolumeAttachments) the volume plugins read. This default is an empty
     /// state: every claim reads as not found, so the volume plugins must
-    /// not run over a lister that was given none.
-    fn volumes(&self) -> &VolumeState {
+    /// not run over a lister that was given none. An `Arc` (one count
+    /// bump) so a PreFilter can keep it for its Filter.
+    fn volumes(&self) -> Arc<VolumeState> {
         VolumeState::empty()
     }
 

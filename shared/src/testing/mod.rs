@@ -21,7 +21,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     LabelSelector, LabelSelectorRequirement, ObjectMeta,
 };
 
-use crate::framework::SharedLister;
+use crate::framework::{Code, CycleState, FilterPlugin, PreFilterPlugin, SharedLister, Status};
 use crate::node_info::{NodeInfo, NodeSpec};
 use crate::pod_info::PodInfo;
 use crate::volumes::VolumeState;
@@ -645,7 +645,31 @@ impl SharedLister for FakeLister {
         self.namespaces.get(namespace)
     }
 
-    fn volumes(&self) -> &VolumeState {
-        &self.volumes
+    fn volumes(&self) -> Arc<VolumeState> {
+        Arc::clone(&self.volumes)
     }
+}
+
+/// Runs `plugin`'s PreFilter over `lister`, then its Filter on each of
+/// `lister`'s nodes, as the framework does: `Err(status)` when PreFilter
+/// does not return `Success` (`Skip` included), else each node's status in
+/// `lister.nodes` order.
+///
+/// # Errors
+/// PreFilter's status when it is not `Success`.
+pub fn pre_filter_then_filter<P: PreFilterPlugin + FilterPlugin>(
+    plugin: &P,
+    pod: &PodInfo,
+    lister: &FakeLister,
+) -> Result<Vec<Status>, Status> {
+    let mut state = CycleState::default();
+    let (_, st) = plugin.pre_filter(&mut state, pod, lister);
+    if st.code != Code::Success {
+        return Err(st);
+    }
+    Ok(lister
+        .nodes
+        .iter()
+        .map(|n| plugin.filter(&state, pod, n))
+        .collect())
 }

@@ -80,7 +80,7 @@ pub struct VolumeState {
     attachment_node: HashMap<Arc<str>, Arc<str>>,
 }
 
-static EMPTY: LazyLock<VolumeState> = LazyLock::new(VolumeState::default);
+static EMPTY: LazyLock<Arc<VolumeState>> = LazyLock::new(Arc::default);
 
 /// Stores `obj` compiled, or its error under its name; the error is
 /// returned too (for the caller's log). An object without a name cannot
@@ -112,8 +112,8 @@ where
 impl VolumeState {
     /// A shared empty state (what a lister without volume state answers).
     #[must_use]
-    pub fn empty() -> &'static VolumeState {
-        &EMPTY
+    pub fn empty() -> Arc<VolumeState> {
+        Arc::clone(&EMPTY)
     }
 
     /// The claim `namespace/name`.
@@ -420,7 +420,7 @@ mod tests {
         s.apply_storage_class(&storage_class("c", "p", Some("Immediate")))
             .unwrap();
         assert!(s.storage_class("c").found().is_some());
-        assert!(VolumeState::empty().claim("default", "ok") == Lookup::Missing);
+        assert_eq!(VolumeState::empty().claim("default", "ok"), Lookup::Missing);
     }
 
     #[test]
