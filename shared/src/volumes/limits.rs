@@ -208,11 +208,17 @@ pub fn check_csi_limits(
     }
     let on_node: HashSet<&CsiVolumeId> = on_node.iter().collect();
     for (driver, limit) in limited {
-        let attached = on_node.iter().filter(|id| id.driver() == driver).count();
         let added = new
             .iter()
             .filter(|id| id.driver() == driver && !on_node.contains(id))
             .count();
+        if added == 0 {
+            // Every volume of this driver is there already: nothing new to
+            // attach, even on a node over its limit (upstream checks only
+            // the drivers with new volumes).
+            continue;
+        }
+        let attached = on_node.iter().filter(|id| id.driver() == driver).count();
         if i64::try_from(attached + added).unwrap_or(i64::MAX) > limit {
             return Err(VolumeRejection::unschedulable(REASON_MAX_VOLUME_COUNT));
         }

@@ -134,6 +134,22 @@ fn csi_limits_table() {
             Ok(()),
         ),
         (
+            "volumes all on a node already over its limit: nothing new",
+            pod("p", &["csi-ebs-0"]).build_info(),
+            vec![on("e", &["csi-ebs-0", "csi-ebs-1"])],
+            &[],
+            Some(1),
+            Ok(()),
+        ),
+        (
+            "one new volume on a node already over its limit",
+            pod("p", &["csi-ebs-0", "csi-ebs-2"]).build_info(),
+            vec![on("e", &["csi-ebs-0", "csi-ebs-1"])],
+            &[],
+            Some(1),
+            exceed.clone(),
+        ),
+        (
             "the same claim twice in one pod counts once",
             pod("p", &["csi-ebs-0", "csi-ebs-0"]).build_info(),
             vec![],
