@@ -68,6 +68,26 @@ impl CsiVolumeId {
     }
 }
 
+/// Where [`add_pod_volumes`] collects volumes: the new pod's few, in
+/// order (a `Vec`), or a node's many (a `HashSet`).
+trait VolumeSet {
+    fn add(&mut self, id: CsiVolumeId);
+}
+
+impl VolumeSet for Vec<CsiVolumeId> {
+    fn add(&mut self, id: CsiVolumeId) {
+        if !self.contains(&id) {
+            self.push(id);
+        }
+    }
+}
+
+impl VolumeSet for HashSet<CsiVolumeId> {
+    fn add(&mut self, id: CsiVolumeId) {
+        self.insert(id);
+    }
+}
+
 /// Whether the pod being placed or one already on the node: for the new
 /// pod a missing claim rejects it; for a placed pod it is skipped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,12 +96,13 @@ enum Whose {
     Placed,
 }
 
-/// Adds the CSI volumes of `pod`'s claims to `out`.
+/// Adds the CSI volumes of `pod`'s claims to `out` (a volume already there
+/// is not added twice).
 fn add_pod_volumes(
     pod: &PodInfo,
     state: &VolumeState,
     whose: Whose,
-    out: &mut Vec<CsiVolumeId>,
+    out: &mut impl VolumeSet,
 ) -> Result<(), VolumeRejection> {
     let Some(volumes) = pod.volumes.as_deref() else {
         return Ok(());
@@ -128,8 +149,8 @@ fn add_pod_volumes(
                     claim: c.claim.clone(),
                 }),
         };
-        if let Some(id) = id.filter(|id| !id.driver().is_empty() && !out.contains(id)) {
-            out.push(id);
+        if let Some(id) = id.filter(|id| !id.driver().is_empty()) {
+            out.add(id);
         }
     }
     Ok(())
@@ -188,7 +209,7 @@ pub fn check_csi_limits(
     if limited.is_empty() {
         return Ok(());
     }
-    let mut on_node: Vec<CsiVolumeId> = Vec::new();
+    let mut on_node: HashSet<CsiVolumeId> = HashSet::new();
     for p in node.pods.iter().filter(|p| p.volumes.is_some()) {
         add_pod_volumes(p, state, Whose::Placed, &mut on_node)?;
     }
@@ -201,12 +222,9 @@ pub fn check_csi_limits(
                 driver: va.attacher.clone(),
                 handle: csi.volume_handle.clone(),
             };
-            if !on_node.contains(&id) {
-                on_node.push(id);
-            }
+            on_node.insert(id);
         }
     }
-    let on_node: HashSet<&CsiVolumeId> = on_node.iter().collect();
     for (driver, limit) in limited {
         let added = new
             .iter()
