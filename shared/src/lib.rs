@@ -24,6 +24,10 @@
 //! - [`pdb`]: `PodDisruptionBudget` compiled for preemption.
 //! - [`images`]: container image names (pods) and reported images (nodes),
 //!   for ImageLocality.
+//! - [`volumes`]: PersistentVolumeClaims, PersistentVolumes, StorageClasses,
+//!   CSINodes and VolumeAttachments compiled for the volume plugins, the
+//!   store a cycle reads them from, and the pure checks of VolumeZone,
+//!   VolumeRestrictions and NodeVolumeLimits.
 //! - [`workload`]: online vs batch classification.
 //! - [`pod_group`]: the `PodGroup` custom resource of gang scheduling
 //!   (scheduler-plugins Coscheduling) and the pod label naming it.
@@ -74,6 +78,7 @@ pub mod testing;
 pub mod tls;
 pub mod topology_spread;
 pub mod trace;
+pub mod volumes;
 pub mod workload;
 
 pub use node_hot::NodeHot;

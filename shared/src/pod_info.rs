@@ -15,6 +15,7 @@ use crate::resources::{self, Resources};
 use crate::selector::{self, Selector, Term};
 use crate::taints::Toleration;
 use crate::topology_spread::{self, TopologySpreadConstraint};
+use crate::volumes::PodVolumes;
 use crate::workload::{self, WorkloadClass};
 
 /// The scheduler name pods get when they name none.
@@ -149,6 +150,10 @@ pub struct PodInfo {
     /// `scheduling.k8s.io` PodGroup of the pod's namespace it belongs to
     /// (see [`crate::gang`]).
     pub pod_group_name: Option<Arc<str>>,
+    /// `spec.volumes` as the volume plugins read them (claims, inline
+    /// disks, CSI inline volumes); `None` when the pod has none of those
+    /// (most pods: configMap, secret and emptyDir volumes are not kept).
+    pub volumes: Option<Arc<PodVolumes>>,
 }
 
 /// A pod that cannot be read; names the object and the field.
@@ -421,6 +426,8 @@ impl PodInfo {
                 .and_then(|g| g.pod_group_name.as_deref())
                 .filter(|n| !n.is_empty())
                 .map(Arc::from),
+            volumes: PodVolumes::from_spec(name, spec.volumes.as_deref().unwrap_or_default())
+                .map(Arc::new),
             source: ObjectSource::Object(pod),
             scheduling_gates,
             nominated_node_name,

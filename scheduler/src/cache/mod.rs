@@ -35,6 +35,7 @@ use parking_lot::{Condvar, Mutex};
 use flotilla_shared::framework::ClusterEvent;
 use flotilla_shared::images::NodeImages;
 use flotilla_shared::node_info::Orphans;
+use flotilla_shared::volumes::VolumeState;
 use flotilla_shared::{NodeInfo, NodeSpec, PodInfo, PodKey};
 
 pub use snapshot::{NominatedPods, Snapshot};
@@ -110,6 +111,9 @@ struct Inner {
     /// Assumed pods whose binding was proposed and that the cluster has not
     /// confirmed yet (neither bound back through the watch nor forgotten).
     unconfirmed: usize,
+    /// The volume objects, shared with snapshots as one Arc (empty until
+    /// [`NodeCache::set_volume_state`]).
+    volumes: Arc<VolumeState>,
 }
 
 impl Inner {
@@ -560,6 +564,14 @@ impl NodeCache {
         self.inner.lock().images.get(image).copied().unwrap_or(0)
     }
 
+    /// Replaces the volume objects the next snapshots read (claims, PVs,
+    /// StorageClasses, CSINodes, VolumeAttachments). Nothing calls it in a
+    /// worker yet: the coordinator does not send volume objects, which is
+    /// why the volume plugins are not in the default profile.
+    pub fn set_volume_state(&self, volumes: Arc<VolumeState>) {
+        self.inner.lock().volumes = volumes;
+    }
+
     /// A copy of one node's info (for tests and inspection).
     #[must_use]
     pub fn node(&self, name: &str) -> Option<Arc<NodeInfo>> {
@@ -581,6 +593,9 @@ impl NodeCache {
         }
         if !Arc::ptr_eq(&snap.nominated, &inner.nominated) {
             snap.nominated = inner.nominated.clone();
+        }
+        if !Arc::ptr_eq(&snap.volumes, &inner.volumes) {
+            snap.volumes = inner.volumes.clone();
         }
         if snap.layout_generation != inner.layout_generation {
             snap.rebuild(&inner.nodes, &inner.partition, inner.generation);

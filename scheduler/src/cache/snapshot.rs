@@ -8,6 +8,7 @@ use flotilla_shared::framework::{SharedLister, has_scoring_affinity};
 use flotilla_shared::pod_affinity::RequiredAffinityState;
 use flotilla_shared::spread_counts::SpreadCounts;
 use flotilla_shared::topology_spread::{DomainCounts, TopologySpreadConstraint};
+use flotilla_shared::volumes::{ClaimUsers, VolumeState};
 use flotilla_shared::{NodeHot, NodeInfo, PodInfo};
 use parking_lot::Mutex;
 
@@ -52,6 +53,15 @@ pub struct Snapshot {
     spread: Kept<SpreadCounts>,
     /// Required inter-pod (anti-)affinity counts, kept the same way.
     affinity: Kept<AffinityCounts>,
+    /// The volume objects (shared with the cache). Empty unless the cache
+    /// was given a state ([`super::NodeCache::set_volume_state`]); nothing
+    /// feeds one to workers yet, so the volume plugins stay out of the
+    /// default profile.
+    pub(super) volumes: Arc<VolumeState>,
+    /// Which pods use each claim, kept current by [`Snapshot::replace`]
+    /// (so preemption's scratch copy, with victims removed, sees them
+    /// gone) and recounted by [`Snapshot::rebuild`].
+    claim_users: ClaimUsers,
 }
 
 /// Counts kept across cycles, behind a lock because the cycle reads the
@@ -115,6 +125,7 @@ impl Snapshot {
             .collect();
         self.spread.0.get_mut().invalidate();
         self.affinity.0.get_mut().invalidate();
+        self.claim_users = ClaimUsers::count_nodes(self.nodes.iter().map(|n| &**n));
         self.generation = generation;
     }
 
@@ -128,6 +139,7 @@ impl Snapshot {
                 .0
                 .get_mut()
                 .node_replaced(&self.nodes[i], info);
+            self.claim_users.node_replaced(&self.nodes[i], info);
             self.nodes[i] = info.clone();
             self.hot[i] = NodeHot::of(info);
             set_membership(
@@ -249,6 +261,15 @@ impl SharedLister for Snapshot {
         self.with_affinity.iter().map(|&i| &self.nodes[i]).collect()
     }
 
+    fn volumes(&self) -> Arc<VolumeState> {
+        Arc::clone(&self.volumes)
+    }
+
+    /// From the kept users (see [`ClaimUsers`]).
+    fn claim_used_by_other_pod(&self, namespace: &str, claim: &str, uid: &str) -> bool {
+        self.claim_users.used_by_other_pod(namespace, claim, uid)
+    }
+
     fn have_pods_with_scoring_affinity(&self) -> Vec<&Arc<NodeInfo>> {
         self.with_scoring_affinity
             .iter()
@@ -277,6 +298,52 @@ mod tests {
 
     fn names(v: Vec<&Arc<flotilla_shared::NodeInfo>>) -> Vec<String> {
         v.iter().map(|n| n.name().to_owned()).collect()
+    }
+
+    #[test]
+    fn claim_users_and_volume_objects_follow_the_cache_and_preemptions_scratch_copy() {
+        use flotilla_shared::testing::volumes::PvcBuilder;
+        use flotilla_shared::volumes::{Lookup, VolumeState};
+
+        let cache = NodeCache::new(Duration::from_secs(30));
+        for n in ["n1", "n2"] {
+            cache.upsert_node(NodeBuilder::new(n).build_spec());
+        }
+        let mut snap = Snapshot::default();
+        cache.update_snapshot(&mut snap);
+        assert!(!snap.claim_used_by_other_pod("default", "data", "uid-x"));
+        assert_eq!(snap.volumes().claim("default", "data"), Lookup::Missing);
+
+        cache.add_bound_pod(Arc::new(
+            PodBuilder::new("a")
+                .node_name("n1")
+                .pvc_volume("v", "data")
+                .build_info(),
+        ));
+        cache.update_snapshot(&mut snap);
+        assert!(snap.claim_used_by_other_pod("default", "data", "uid-x"));
+        assert!(!snap.claim_used_by_other_pod("default", "data", "uid-a"));
+
+        // Preemption's dry run: a copy with the victim removed from n1.
+        let mut scratch = snap.clone();
+        let mut n1 = flotilla_shared::NodeInfo::clone(scratch.get("n1").unwrap());
+        assert!(n1.remove_pod("uid-a").is_some());
+        scratch.replace(&Arc::new(n1));
+        assert!(!scratch.claim_used_by_other_pod("default", "data", "uid-x"));
+        assert!(
+            snap.claim_used_by_other_pod("default", "data", "uid-x"),
+            "the cycle's snapshot keeps its view"
+        );
+
+        assert!(cache.remove_pod("uid-a"));
+        let mut objects = VolumeState::default();
+        objects
+            .apply_claim(&PvcBuilder::new("data").build())
+            .unwrap();
+        cache.set_volume_state(Arc::new(objects));
+        cache.update_snapshot(&mut snap);
+        assert!(!snap.claim_used_by_other_pod("default", "data", "uid-x"));
+        assert!(snap.volumes().claim("default", "data").found().is_some());
     }
 
     #[test]

@@ -370,6 +370,13 @@ impl SharedLister for NodeOverlay<'_> {
     fn image_node_count(&self, image: &str) -> usize {
         self.base.image_node_count(image)
     }
+
+    fn volumes(&self) -> Arc<flotilla_shared::volumes::VolumeState> {
+        self.base.volumes()
+    }
+
+    // `claim_used_by_other_pod`: the trait's walk over `nodes`, which holds
+    // the replaced node (a rare path: pods nominated to the node).
 }
 
 /// One scored node in a [`CycleDetail`].

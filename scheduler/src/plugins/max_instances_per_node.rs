@@ -157,11 +157,9 @@ impl BindCheck for MaxInstancesPerNode {
 
 impl FilterPlugin for MaxInstancesPerNode {
     fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        let Some(limit) = state.read::<InstanceLimit>(PRE_FILTER_KEY) else {
-            return Status::error(format!(
-                "reading {PRE_FILTER_KEY:?} from cycleState: not found (PreFilter did not run)"
-            ))
-            .with_plugin(NAME);
+        let limit = match state.read_pre_filter::<InstanceLimit>(PRE_FILTER_KEY, NAME) {
+            Ok(limit) => limit,
+            Err(st) => return st,
         };
         if max_instances::fits(limit, &pod.uid, node, &self.label_key) {
             Status::success()

@@ -32,6 +32,16 @@
 //! gang members at Permit; the worker sends each gang whole to the
 //! coordinator (see [`crate::gang`]).
 //!
+//! [`VolumeZone`], [`VolumeRestrictions`] and [`NodeVolumeLimits`] (PreFilter
+//! and Filter, upstream's reasons; their checks in `shared::volumes`) exist
+//! but are **not registered** and not in the default profile: workers are not
+//! sent the volume objects yet, and over an empty volume state every pod
+//! with a claim would be rejected. Events: VolumeZone `StorageClassAdded`,
+//! `NodeAdded`, `NodeLabelChanged`, `PvcChanged`, `PvChanged`;
+//! VolumeRestrictions `AssignedPodDeleted`, `NodeAdded`, `PvcChanged`;
+//! NodeVolumeLimits `CsiNodeChanged`, `AssignedPodDeleted`, `PvcChanged`,
+//! `VolumeAttachmentDeleted`.
+//!
 //! [`resource_allocation`] holds what the two resource score plugins share.
 //! [`DefaultPreemption`] (PostFilter) only carries its args; the algorithm
 //! is [`crate::preemption`].
@@ -45,6 +55,9 @@
 //!
 //! The framework multiplies each plugin's normalized score (0..=100) by its
 //! weight ([`DEFAULT_SCORE_WEIGHTS`], upstream `default_plugins.go`) and sums.
+
+use flotilla_shared::framework::Status;
+use flotilla_shared::volumes::VolumeRejection;
 
 pub mod coscheduling;
 pub mod default_binder;
@@ -60,11 +73,14 @@ pub mod node_ports;
 pub mod node_resources_balanced_allocation;
 pub mod node_resources_fit;
 pub mod node_unschedulable;
+pub mod node_volume_limits;
 pub mod pod_topology_spread;
 pub mod priority_sort;
 pub mod resource_allocation;
 pub mod scheduling_gates;
 pub mod taint_toleration;
+pub mod volume_restrictions;
+pub mod volume_zone;
 
 pub use coscheduling::Coscheduling;
 pub use default_binder::DefaultBinder;
@@ -79,10 +95,23 @@ pub use node_ports::NodePorts;
 pub use node_resources_balanced_allocation::NodeResourcesBalancedAllocation;
 pub use node_resources_fit::NodeResourcesFit;
 pub use node_unschedulable::NodeUnschedulable;
+pub use node_volume_limits::NodeVolumeLimits;
 pub use pod_topology_spread::PodTopologySpread;
 pub use priority_sort::PrioritySort;
 pub use scheduling_gates::SchedulingGates;
 pub use taint_toleration::TaintToleration;
+pub use volume_restrictions::VolumeRestrictions;
+pub use volume_zone::VolumeZone;
+
+/// A volume Filter's status: the missing-state error, the check's
+/// rejection (with `plugin`), or success.
+fn as_status(result: Result<Result<(), VolumeRejection>, Status>, plugin: &'static str) -> Status {
+    match result {
+        Ok(Ok(())) => Status::success(),
+        Ok(Err(r)) => r.into_status(plugin),
+        Err(st) => st,
+    }
+}
 
 /// Upstream default Score weights of the in-tree score plugins
 /// (`pkg/scheduler/apis/config/v1/default_plugins.go`).

@@ -36,14 +36,25 @@ pub const MAX_INSTANCES_PER_NODE: &str = "MaxInstancesPerNode";
 /// `SchedulingGates` (PreEnqueue).
 pub const SCHEDULING_GATES: &str = "SchedulingGates";
 
+/// `VolumeZone`.
+pub const VOLUME_ZONE: &str = "VolumeZone";
+/// `VolumeRestrictions`.
+pub const VOLUME_RESTRICTIONS: &str = "VolumeRestrictions";
+/// `NodeVolumeLimits` (upstream's CSI limits plugin, `CSILimits`).
+pub const NODE_VOLUME_LIMITS: &str = "NodeVolumeLimits";
+
 /// Upstream default plugins Flotilla does not implement (yet): configs may
-/// name them; they are ignored with a warning. Volume plugins are out of
-/// scope: pods with volumes are placed without volume constraints.
+/// name them; they are ignored with a warning. VolumeZone,
+/// VolumeRestrictions and NodeVolumeLimits exist
+/// ([`crate::plugins::volume_zone`] and its siblings) but are not
+/// registered: workers are not sent the volume objects yet, and over an
+/// empty volume state every pod with a claim would be rejected. Until
+/// then pods with volumes are placed without volume constraints.
 pub const NOT_IMPLEMENTED: &[&str] = &[
-    "VolumeRestrictions",
-    "NodeVolumeLimits",
+    VOLUME_RESTRICTIONS,
+    NODE_VOLUME_LIMITS,
     "VolumeBinding",
-    "VolumeZone",
+    VOLUME_ZONE,
     "DynamicResources",
     "NodeDeclaredFeatures",
 ];

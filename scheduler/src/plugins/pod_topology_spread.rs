@@ -533,11 +533,9 @@ impl BindCheck for PodTopologySpread {
 
 impl FilterPlugin for PodTopologySpread {
     fn filter(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Status {
-        let Some(s) = state.read::<PreFilterState>(PRE_FILTER_STATE_KEY) else {
-            return Status::error(format!(
-                "reading {PRE_FILTER_STATE_KEY:?} from cycleState: not found (PreFilter did not run)"
-            ))
-            .with_plugin(NAME);
+        let s = match state.read_pre_filter::<PreFilterState>(PRE_FILTER_STATE_KEY, NAME) {
+            Ok(s) => s,
+            Err(st) => return st,
         };
         match topology_spread::check_node_with_mins(
             &s.constraints,

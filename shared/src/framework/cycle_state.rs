@@ -3,6 +3,8 @@
 
 use std::any::Any;
 
+use super::Status;
+
 /// Typed slots keyed by a plugin-chosen static name. Written in PreFilter
 /// (single-threaded), read concurrently by Filter and Score.
 ///
@@ -35,6 +37,24 @@ impl CycleState {
         self.slots
             .iter()
             .position(|(k, _)| std::ptr::eq(*k, key) || *k == key)
+    }
+
+    /// What a Filter reads from its PreFilter: the value under `key`.
+    ///
+    /// # Errors
+    /// `Error` `reading "<key>" from cycleState: not found (PreFilter did
+    /// not run)`, for `plugin`, when it is absent or of another type.
+    pub fn read_pre_filter<T: Any + Send + Sync>(
+        &self,
+        key: &'static str,
+        plugin: &'static str,
+    ) -> Result<&T, Status> {
+        self.read(key).ok_or_else(|| {
+            Status::error(format!(
+                "reading {key:?} from cycleState: not found (PreFilter did not run)"
+            ))
+            .with_plugin(plugin)
+        })
     }
 
     /// Reads the value under `key` if it exists and has type `T`.

@@ -45,6 +45,7 @@ use crate::node_info::NodeInfo;
 use crate::pod_affinity::RequiredAffinityState;
 use crate::pod_info::PodInfo;
 use crate::topology_spread::{DomainCounts, TopologySpreadConstraint};
+use crate::volumes::VolumeState;
 
 /// Lowest score a plugin may give after normalization (upstream `MinNodeScore`).
 pub const MIN_NODE_SCORE: i64 = 0;
@@ -76,11 +77,29 @@ pub enum ClusterEvent {
     /// A PodGroup was added or changed (upstream
     /// `podgroups.v1alpha1.scheduling.x-k8s.io` `Add|Update`).
     PodGroupChanged,
+    /// A PersistentVolumeClaim was added or updated (upstream
+    /// `PersistentVolumeClaim/Add|Update`): a missing claim may exist now,
+    /// an unbound one may be bound.
+    PvcChanged,
+    /// A PersistentVolume was added or updated (its zone labels, its
+    /// binding).
+    PvChanged,
+    /// A StorageClass was added (`StorageClass/Add`; the binding mode
+    /// cannot change afterwards).
+    StorageClassAdded,
+    /// A CSINode was added or updated (a driver installed, a volume limit
+    /// raised).
+    CsiNodeChanged,
+    /// A CSIDriver was added or updated.
+    CsiDriverChanged,
+    /// A VolumeAttachment was deleted (a CSI volume slot freed on its
+    /// node).
+    VolumeAttachmentDeleted,
 }
 
 impl ClusterEvent {
     /// Every event (what a pod rejected by an extender waits for: any).
-    pub const ALL: [ClusterEvent; 9] = [
+    pub const ALL: [ClusterEvent; 15] = [
         ClusterEvent::NodeAdded,
         ClusterEvent::NodeAllocatableGrew,
         ClusterEvent::NodeLabelChanged,
@@ -90,6 +109,12 @@ impl ClusterEvent {
         ClusterEvent::AssignedPodAdded,
         ClusterEvent::UnscheduledPodAdded,
         ClusterEvent::PodGroupChanged,
+        ClusterEvent::PvcChanged,
+        ClusterEvent::PvChanged,
+        ClusterEvent::StorageClassAdded,
+        ClusterEvent::CsiNodeChanged,
+        ClusterEvent::CsiDriverChanged,
+        ClusterEvent::VolumeAttachmentDeleted,
     ];
 }
 
@@ -309,6 +334,24 @@ pub trait SharedLister: Sync {
             .iter()
             .filter(|n| n.spec.images.contains_key(image))
             .count()
+    }
+
+    /// The volume objects (claims, PVs, StorageClasses, CSINodes,
+    /// VolumeAttachments) the volume plugins read. This default is an empty
+    /// state: every claim reads as not found, so the volume plugins must
+    /// not run over a lister that was given none. An `Arc` (one count
+    /// bump) so a PreFilter can keep it for its Filter.
+    fn volumes(&self) -> Arc<VolumeState> {
+        VolumeState::empty()
+    }
+
+    /// Whether a pod on a node of this view, other than the one with uid
+    /// `uid`, uses the claim `namespace/claim` through a PVC volume
+    /// (upstream `StorageInfos().IsPVCUsedByPods`). This default walks
+    /// every pod, O(pods); the scheduler's snapshot answers from the
+    /// [`crate::volumes::ClaimUsers`] it keeps.
+    fn claim_used_by_other_pod(&self, namespace: &str, claim: &str, uid: &str) -> bool {
+        crate::volumes::state::claim_used_by_other_pod(self.nodes(), namespace, claim, uid)
     }
 }
 

@@ -3,25 +3,28 @@
 //! [`http`], a mock HTTP(S) server for extender and webhook tests.
 
 pub mod http;
+pub mod volumes;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{
-    Affinity, Container, ContainerImage, ContainerPort, Node, NodeAffinity, NodeCondition,
-    NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, NodeSpec as K8sNodeSpec, NodeStatus,
-    Pod, PodAffinity, PodAffinityTerm, PodAntiAffinity, PodSpec, PodStatus,
-    PreferredSchedulingTerm, ResourceRequirements, Taint, Toleration, TopologySpreadConstraint,
-    WeightedPodAffinityTerm,
+    Affinity, Container, ContainerImage, ContainerPort, EphemeralVolumeSource, Node, NodeAffinity,
+    NodeCondition, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
+    NodeSpec as K8sNodeSpec, NodeStatus, PersistentVolumeClaimTemplate,
+    PersistentVolumeClaimVolumeSource, Pod, PodAffinity, PodAffinityTerm, PodAntiAffinity, PodSpec,
+    PodStatus, PreferredSchedulingTerm, ResourceRequirements, Taint, Toleration,
+    TopologySpreadConstraint, Volume, WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     LabelSelector, LabelSelectorRequirement, ObjectMeta,
 };
 
-use crate::framework::SharedLister;
+use crate::framework::{Code, CycleState, FilterPlugin, PreFilterPlugin, SharedLister, Status};
 use crate::node_info::{NodeInfo, NodeSpec};
 use crate::pod_info::PodInfo;
+use crate::volumes::VolumeState;
 
 /// Builds a Ready `Node` with capacity = allocatable.
 #[derive(Debug, Clone)]
@@ -456,6 +459,48 @@ impl PodBuilder {
         self
     }
 
+    /// Appends a volume to `spec.volumes`.
+    #[must_use]
+    pub fn volume(mut self, v: Volume) -> Self {
+        self.spec().volumes.get_or_insert_with(Vec::new).push(v);
+        self
+    }
+
+    /// A `persistentVolumeClaim` volume `volume` using claim `claim`.
+    #[must_use]
+    pub fn pvc_volume(self, volume: &str, claim: &str) -> Self {
+        self.volume(Volume {
+            name: volume.into(),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: claim.into(),
+                read_only: None,
+            }),
+            ..Default::default()
+        })
+    }
+
+    /// One `persistentVolumeClaim` volume per claim, named `v0`, `v1`, ...
+    #[must_use]
+    pub fn pvc_volumes(self, claims: &[&str]) -> Self {
+        claims
+            .iter()
+            .enumerate()
+            .fold(self, |b, (i, c)| b.pvc_volume(&format!("v{i}"), c))
+    }
+
+    /// A generic ephemeral volume `volume` (its claim is
+    /// `<pod>-<volume>`).
+    #[must_use]
+    pub fn ephemeral_volume(self, volume: &str) -> Self {
+        self.volume(Volume {
+            name: volume.into(),
+            ephemeral: Some(EphemeralVolumeSource {
+                volume_claim_template: Some(PersistentVolumeClaimTemplate::default()),
+            }),
+            ..Default::default()
+        })
+    }
+
     /// `status.phase`.
     #[must_use]
     pub fn phase(mut self, phase: &str) -> Self {
@@ -571,6 +616,8 @@ pub struct FakeLister {
     pub nodes: Vec<Arc<NodeInfo>>,
     /// Namespace name → labels.
     pub namespaces: BTreeMap<String, BTreeMap<String, String>>,
+    /// The volume objects ([`SharedLister::volumes`]); empty by default.
+    pub volumes: Arc<VolumeState>,
 }
 
 impl FakeLister {
@@ -580,6 +627,7 @@ impl FakeLister {
         FakeLister {
             nodes: nodes.into_iter().map(Arc::new).collect(),
             namespaces: BTreeMap::new(),
+            volumes: Arc::default(),
         }
     }
 }
@@ -596,4 +644,32 @@ impl SharedLister for FakeLister {
     fn namespace_labels(&self, namespace: &str) -> Option<&BTreeMap<String, String>> {
         self.namespaces.get(namespace)
     }
+
+    fn volumes(&self) -> Arc<VolumeState> {
+        Arc::clone(&self.volumes)
+    }
+}
+
+/// Runs `plugin`'s PreFilter over `lister`, then its Filter on each of
+/// `lister`'s nodes, as the framework does: `Err(status)` when PreFilter
+/// does not return `Success` (`Skip` included), else each node's status in
+/// `lister.nodes` order.
+///
+/// # Errors
+/// PreFilter's status when it is not `Success`.
+pub fn pre_filter_then_filter<P: PreFilterPlugin + FilterPlugin>(
+    plugin: &P,
+    pod: &PodInfo,
+    lister: &FakeLister,
+) -> Result<Vec<Status>, Status> {
+    let mut state = CycleState::default();
+    let (_, st) = plugin.pre_filter(&mut state, pod, lister);
+    if st.code != Code::Success {
+        return Err(st);
+    }
+    Ok(lister
+        .nodes
+        .iter()
+        .map(|n| plugin.filter(&state, pod, n))
+        .collect())
 }
