@@ -57,10 +57,10 @@ fn try_elsewhere(status: &tonic::Status) -> bool {
 /// Connects, registers and opens the watch stream on one of the coordinator
 /// addresses (`cfg.coordinator`, comma-separated), for up to `patience`
 /// (with backoff between rounds). Each round tries the addresses in order,
-/// starting the next after [`JOIN_STAGGER`] without waiting for the one
-/// before to give up, and keeps the first registration. A replica that does not answer within
-/// [`Liveness::bound`] (frozen, or a standby behind a dropping network) is
-/// passed over like one that refuses. With
+/// starting the next [`JOIN_STAGGER`] after the one before (not waiting
+/// for it to give up), and keeps the first registration. A replica that
+/// does not answer within [`Liveness::bound`] (frozen, or a standby behind
+/// a dropping network) is passed over like one that refuses. With
 /// `cfg.tls`, each round reads the TLS files again (a file unreadable in
 /// the middle of a rotation is retried like an unreachable coordinator).
 async fn join(
