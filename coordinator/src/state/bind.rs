@@ -436,7 +436,14 @@ impl Coordinator {
                 return seen;
             }
             tokio::select! {
-                () = self.closing.cancelled() => return result,
+                // Still unknown, whatever the last retry was answered: the
+                // first Binding may have landed.
+                () = self.closing.cancelled() => {
+                    let last = result.err().map_or_else(String::new, |e| e.to_string());
+                    return Err(ClusterError::OutcomeUnknown(format!(
+                        "given up at shutdown; last answer: {last}"
+                    )));
+                }
                 () = tokio::time::sleep(delay) => {}
             }
             delay = (delay * 2).min(LONGEST_RETRY);
@@ -470,13 +477,16 @@ impl Coordinator {
     /// A Binding failed for a reason other than the pod or node being gone
     /// or the pod bound already: upstream's binding failure, a
     /// `FailedScheduling` event and `PodScheduled=False` (SchedulerError)
-    /// saying why (`Binding rejected: ...`).
+    /// saying why (`Binding rejected: ...`). Nothing is said of a Binding
+    /// whose outcome is still unknown (given up at shutdown): it may have
+    /// landed, and the next leader lists the truth.
     async fn binding_rejected(&self, pod: &PodRef, e: &ClusterError) {
         if matches!(
             e,
             ClusterError::PodNotFound(_)
                 | ClusterError::AlreadyBound { .. }
                 | ClusterError::NodeNotFound(_)
+                | ClusterError::OutcomeUnknown(_)
         ) {
             return;
         }

@@ -225,6 +225,49 @@ async fn a_binding_whose_outcome_is_unknown_keeps_its_room_until_it_is_known() {
     h.shutdown().await;
 }
 
+/// Shutting down while a Binding's outcome is unknown gives up on it
+/// without saying it failed: the Binding may have landed, so nothing is
+/// written on the pod (no `Binding rejected` status on a pod that may be
+/// bound); the next leader lists the truth.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn shutdown_during_an_unknown_outcome_writes_nothing_on_the_pod() {
+    let (h, gated) = start().await;
+    h.cluster
+        .create_pod(PodBuilder::new("a").cpu("4").build())
+        .expect("pod");
+    h.wait_for_record("uid-a").await;
+    let w = FakeWorker::join(&h, "online-0", Online).await;
+    let c = h.coordinator.clone();
+    let first = gated.arm();
+    let proposal = propose_in_background(&w, "a", "n1");
+    wait_until(STEP, "the grant", || c.summary().granting == 1).await;
+    // The retry waits for ever: only shutdown ends it.
+    let _retry = gated.arm();
+    first
+        .send(Err(ClusterError::OutcomeUnknown(
+            "no answer within 30s".into(),
+        )))
+        .expect("bind is waiting");
+    wait_until(STEP, "the outcome counted unknown", || {
+        c.summary().counters.bind_outcomes_unknown == 1
+    })
+    .await;
+    c.close_streams();
+    let _ = within(STEP, "the proposal ends", proposal).await;
+    let pod = h.cluster.pod("default", "a").expect("pod");
+    let conditions = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.clone())
+        .unwrap_or_default();
+    assert!(
+        conditions.iter().all(|c| c.type_ != "PodScheduled"),
+        "nothing said about a pod whose Binding may have landed: {conditions:?}"
+    );
+    assert_eq!(h.cluster.write_counts().1, 0, "no status written");
+    h.shutdown().await;
+}
+
 /// The first Binding landed though its answer was lost: the retry is
 /// answered "already bound to this node", which is the pod bound.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
