@@ -170,6 +170,37 @@ async fn a_binding_that_fails_at_the_cluster_is_an_error_and_frees_the_room() {
     h.shutdown().await;
 }
 
+/// Proposes `pod` on `node` in the background, answers its Binding
+/// "outcome unknown" and waits until that is counted; the retry's gate is
+/// armed (send on the returned sender to answer it).
+async fn propose_with_unknown_outcome(
+    h: &Harness,
+    gated: &GatedCluster,
+    w: &FakeWorker,
+    pod: &str,
+    node: &str,
+) -> (
+    tokio::task::JoinHandle<Result<pb::BindDecision, tonic::Status>>,
+    oneshot::Sender<Result<(), ClusterError>>,
+) {
+    let c = h.coordinator.clone();
+    let first = gated.arm();
+    let proposal = propose_in_background(w, pod, node);
+    wait_until(STEP, "the grant", || c.summary().granting == 1).await;
+    // Re-armed before the retry (0.1 s later): the retry waits too.
+    let retry = gated.arm();
+    first
+        .send(Err(ClusterError::OutcomeUnknown(
+            "no answer within 30s".into(),
+        )))
+        .expect("bind is waiting");
+    wait_until(STEP, "the outcome counted unknown", || {
+        c.summary().counters.bind_outcomes_unknown == 1
+    })
+    .await;
+    (proposal, retry)
+}
+
 /// A Binding sent and never answered keeps its room (no other pod may
 /// take it: the server may still apply it) and is sent again until an
 /// answer comes; the pod is then bound once.
@@ -184,21 +215,7 @@ async fn a_binding_whose_outcome_is_unknown_keeps_its_room_until_it_is_known() {
     }
     let w = FakeWorker::join(&h, "online-0", Online).await;
     let c = h.coordinator.clone();
-
-    let first = gated.arm();
-    let proposal = propose_in_background(&w, "a", "n1");
-    wait_until(STEP, "the grant", || c.summary().granting == 1).await;
-    // Re-armed before the retry (0.1 s later): the retry waits too.
-    let second = gated.arm();
-    first
-        .send(Err(ClusterError::OutcomeUnknown(
-            "no answer within 30s".into(),
-        )))
-        .expect("bind is waiting");
-    wait_until(STEP, "the outcome counted unknown", || {
-        c.summary().counters.bind_outcomes_unknown == 1
-    })
-    .await;
+    let (proposal, second) = propose_with_unknown_outcome(&h, &gated, &w, "a", "n1").await;
     // While unknown: the room is held, and another pod cannot take it.
     assert_eq!(c.summary().granting, 1);
     assert_eq!(c.node_pods("n1").expect("n1").len(), 1);
@@ -237,22 +254,9 @@ async fn shutdown_during_an_unknown_outcome_writes_nothing_on_the_pod() {
         .expect("pod");
     h.wait_for_record("uid-a").await;
     let w = FakeWorker::join(&h, "online-0", Online).await;
-    let c = h.coordinator.clone();
-    let first = gated.arm();
-    let proposal = propose_in_background(&w, "a", "n1");
-    wait_until(STEP, "the grant", || c.summary().granting == 1).await;
     // The retry waits for ever: only shutdown ends it.
-    let _retry = gated.arm();
-    first
-        .send(Err(ClusterError::OutcomeUnknown(
-            "no answer within 30s".into(),
-        )))
-        .expect("bind is waiting");
-    wait_until(STEP, "the outcome counted unknown", || {
-        c.summary().counters.bind_outcomes_unknown == 1
-    })
-    .await;
-    c.close_streams();
+    let (proposal, _retry) = propose_with_unknown_outcome(&h, &gated, &w, "a", "n1").await;
+    h.coordinator.close_streams();
     let _ = within(STEP, "the proposal ends", proposal).await;
     let pod = h.cluster.pod("default", "a").expect("pod");
     let conditions = pod
