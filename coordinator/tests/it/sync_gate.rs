@@ -103,7 +103,18 @@ async fn pods_listed_first_wait_for_every_list_and_namespaces_reach_workers() {
             WatchEvent::Listed(Kind::PriorityClass),
             WatchEvent::Relisting(Kind::PodDisruptionBudget),
             WatchEvent::Listed(Kind::PodDisruptionBudget),
-        ],
+        ]
+        .into_iter()
+        .chain(
+            Kind::ALL
+                .into_iter()
+                .filter_map(|k| match k {
+                    Kind::Volume(_) => Some([WatchEvent::Relisting(k), WatchEvent::Listed(k)]),
+                    _ => None,
+                })
+                .flatten(),
+        )
+        .collect(),
     )
     .await;
     let c = coordinator.clone();

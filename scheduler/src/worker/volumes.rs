@@ -1,0 +1,64 @@
+//! The worker's volume objects: a [`VolumeState`] fed by the
+//! coordinator's `volume_upsert` / `volume_deleted` events and published
+//! to the cache as a whole new `Arc` ([`NodeCache::set_volume_state`]),
+//! which snapshots pick up by pointer.
+//!
+//! During the replay that opens a session nothing is published (the
+//! scheduling thread starts at `synced`); [`WorkerVolumes::go_live`]
+//! publishes once then, and every change after that publishes at once:
+//! one copy of the state per change, O(volume objects), which are few
+//! next to pods and change seldom.
+
+use std::sync::Arc;
+
+use flotilla_shared::framework::ClusterEvent;
+use flotilla_shared::volumes::{VolumeKey, VolumeObject, VolumeState};
+use tracing::debug;
+
+use crate::cache::NodeCache;
+
+/// See the module docs.
+#[derive(Debug, Default)]
+pub(super) struct WorkerVolumes {
+    state: VolumeState,
+    /// The replay ended: publish every change.
+    live: bool,
+}
+
+impl WorkerVolumes {
+    /// Adds or replaces `obj`; returns the queueing event it raises
+    /// ([`flotilla_shared::volumes::VolumeKind::cluster_event`]). An object
+    /// that does not compile is kept as its error (the pods using it are
+    /// told), logged at debug (the coordinator logs it at warn).
+    pub(super) fn upsert(&mut self, obj: &VolumeObject, cache: &NodeCache) -> Option<ClusterEvent> {
+        let key = obj.key();
+        let added = !key.is_in(&self.state);
+        if let Err(e) = obj.apply_to(&mut self.state) {
+            debug!(object = %key, error = %e, "volume object cannot be read");
+        }
+        self.publish(cache);
+        key.kind.cluster_event(added, false)
+    }
+
+    /// Removes the object `key`; returns the queueing event it raises.
+    pub(super) fn delete(&mut self, key: &VolumeKey, cache: &NodeCache) -> Option<ClusterEvent> {
+        if !key.is_in(&self.state) {
+            return None;
+        }
+        key.remove_from(&mut self.state);
+        self.publish(cache);
+        key.kind.cluster_event(false, true)
+    }
+
+    /// The replay ended: publish the state, and every change from now on.
+    pub(super) fn go_live(&mut self, cache: &NodeCache) {
+        self.live = true;
+        self.publish(cache);
+    }
+
+    fn publish(&self, cache: &NodeCache) {
+        if self.live {
+            cache.set_volume_state(Arc::new(self.state.clone()));
+        }
+    }
+}
