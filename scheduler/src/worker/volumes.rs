@@ -27,12 +27,15 @@ pub(super) struct WorkerVolumes {
 
 impl WorkerVolumes {
     /// Adds or replaces `obj`; returns the queueing event it raises
-    /// ([`flotilla_shared::volumes::VolumeKind::cluster_event`]). An object
+    /// ([`flotilla_shared::volumes::VolumeKind::cluster_event`]; replacing
+    /// an unreadable object counts as adding it). An object
     /// that does not compile is kept as its error (the pods using it are
     /// told), logged at debug (the coordinator logs it at warn).
     pub(super) fn upsert(&mut self, obj: &VolumeObject, cache: &NodeCache) -> Option<ClusterEvent> {
         let key = obj.key();
-        let added = !key.is_in(&self.state);
+        // An object that could not be read and now can counts as added
+        // (a StorageClass's fixed binding mode must retry its pods).
+        let added = !key.is_valid_in(&self.state);
         if let Err(e) = obj.apply_to(&mut self.state) {
             debug!(object = %key, error = %e, "volume object cannot be read");
         }

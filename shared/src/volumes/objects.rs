@@ -17,7 +17,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use super::model::{
     ANNOTATION_BETA_STORAGE_CLASS, ANNOTATION_BIND_COMPLETED, ANNOTATION_SELECTED_NODE, VolumeError,
 };
-use super::state::VolumeState;
+use super::state::{Lookup, VolumeState};
 use crate::framework::ClusterEvent;
 
 /// The six kinds of volume objects.
@@ -137,17 +137,44 @@ impl VolumeKey {
     /// Whether `state` holds the object (valid or not).
     #[must_use]
     pub fn is_in(&self, state: &VolumeState) -> bool {
-        use super::state::Lookup;
-        fn held<T>(l: Lookup<'_, T>) -> bool {
-            !matches!(l, Lookup::Missing)
-        }
+        self.held(state) != Held::Missing
+    }
+
+    /// Whether `state` holds the object and could read it (an object
+    /// stored as its [`VolumeError`] is not).
+    #[must_use]
+    pub fn is_valid_in(&self, state: &VolumeState) -> bool {
+        self.held(state) == Held::Valid
+    }
+
+    fn held(&self, state: &VolumeState) -> Held {
         match self.kind {
-            VolumeKind::Claim => held(state.claim(&self.namespace, &self.name)),
-            VolumeKind::Pv => held(state.pv(&self.name)),
-            VolumeKind::StorageClass => held(state.storage_class(&self.name)),
-            VolumeKind::CsiNode => held(state.csi_node(&self.name)),
-            VolumeKind::CsiDriver => held(state.csi_driver(&self.name)),
-            VolumeKind::VolumeAttachment => state.has_volume_attachment(&self.name),
+            VolumeKind::Claim => Held::of(state.claim(&self.namespace, &self.name)),
+            VolumeKind::Pv => Held::of(state.pv(&self.name)),
+            VolumeKind::StorageClass => Held::of(state.storage_class(&self.name)),
+            VolumeKind::CsiNode => Held::of(state.csi_node(&self.name)),
+            VolumeKind::CsiDriver => Held::of(state.csi_driver(&self.name)),
+            // Only attachments that compile are stored.
+            VolumeKind::VolumeAttachment if state.has_volume_attachment(&self.name) => Held::Valid,
+            VolumeKind::VolumeAttachment => Held::Missing,
+        }
+    }
+}
+
+/// What a [`VolumeState`] holds under a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Held {
+    Missing,
+    Invalid,
+    Valid,
+}
+
+impl Held {
+    fn of<T>(l: Lookup<'_, T>) -> Self {
+        match l {
+            Lookup::Found(_) => Held::Valid,
+            Lookup::Invalid(_) => Held::Invalid,
+            Lookup::Missing => Held::Missing,
         }
     }
 }
@@ -447,6 +474,10 @@ mod tests {
         let mut s = VolumeState::default();
         let e = o.apply_to(&mut s).unwrap_err();
         assert!(e.to_string().contains("volumeBindingMode"), "{e}");
+        assert!(
+            o.key().is_in(&s) && !o.key().is_valid_in(&s),
+            "kept as its error"
+        );
         let pod = serde_json::json!({"kind": "Pod", "metadata": {"name": "p"}});
         assert!(VolumeObject::from_value(&pod).is_none());
         let bad = serde_json::json!({"kind": "PersistentVolume", "spec": 3});
