@@ -1474,6 +1474,38 @@ mod tests {
             })
         );
     }
+
+    #[tokio::test]
+    async fn volume_objects_are_listed_and_watched() {
+        use flotilla_shared::testing::volumes::{PvcBuilder, storage_class};
+        use flotilla_shared::volumes::VolumeKind;
+        let c = EmbeddedCluster::new();
+        let class = VolumeObject::StorageClass(Arc::new(storage_class("local", "p", None)));
+        c.apply_volume(class).unwrap();
+        let list = c.list().await.unwrap();
+        assert_eq!(list.volumes.len(), 1);
+        let mut w = c.watch(list.resource_version);
+        let claim =
+            VolumeObject::Claim(Arc::new(PvcBuilder::new("data").namespace("team").build()));
+        c.apply_volume(claim.clone()).unwrap();
+        c.delete_volume(&claim.key()).unwrap();
+        assert!(matches!(w.next().await, Some(Ok(WatchEvent::VolumeApplied(o))) if o == claim));
+        assert!(matches!(w.next().await, Some(Ok(WatchEvent::VolumeDeleted(o))) if o == claim));
+        assert_eq!(
+            c.delete_volume(&claim.key()),
+            Err(AdminError::NotFound {
+                kind: "PersistentVolumeClaim",
+                name: "team/data".into()
+            })
+        );
+        let unnamed = VolumeObject::Claim(Arc::new(PvcBuilder::new("").build()));
+        assert_eq!(
+            c.apply_volume(unnamed),
+            Err(AdminError::MissingName {
+                kind: VolumeKind::Claim.kind_name()
+            })
+        );
+    }
     fn workload_group(name: &str, min_count: i32) -> WorkloadPodGroup {
         serde_json::from_value(serde_json::json!({
             "metadata": {"name": name},

@@ -65,3 +65,60 @@ impl WorkerVolumes {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use flotilla_shared::framework::SharedLister as _;
+    use flotilla_shared::testing::volumes::{PvcBuilder, storage_class, volume_attachment};
+    use flotilla_shared::volumes::Lookup;
+
+    use super::*;
+    use crate::cache::Snapshot;
+
+    fn published(cache: &NodeCache) -> Arc<VolumeState> {
+        let mut snap = Snapshot::default();
+        cache.update_snapshot(&mut snap);
+        snap.volumes()
+    }
+
+    #[test]
+    fn changes_publish_after_the_replay_and_raise_upstreams_events() {
+        let cache = NodeCache::default();
+        let mut v = WorkerVolumes::default();
+        let claim = VolumeObject::Claim(Arc::new(PvcBuilder::new("data").build()));
+        assert_eq!(v.upsert(&claim, &cache), Some(ClusterEvent::PvcChanged));
+        assert_eq!(
+            published(&cache).claim("default", "data"),
+            Lookup::Missing,
+            "nothing published during the replay"
+        );
+        v.go_live(&cache);
+        assert!(published(&cache).claim("default", "data").found().is_some());
+
+        // A StorageClass: added raises its event, an update does not; a
+        // class fixed after being unreadable counts as added.
+        let class = |mode| VolumeObject::StorageClass(Arc::new(storage_class("c", "p", mode)));
+        assert_eq!(
+            v.upsert(&class(Some("Immediate")), &cache),
+            Some(ClusterEvent::StorageClassAdded)
+        );
+        assert_eq!(v.upsert(&class(Some("Immediate")), &cache), None);
+        assert_eq!(v.upsert(&class(Some("Sometimes")), &cache), None);
+        assert_eq!(
+            v.upsert(&class(Some("WaitForFirstConsumer")), &cache),
+            Some(ClusterEvent::StorageClassAdded)
+        );
+
+        let va = VolumeObject::VolumeAttachment(Arc::new(volume_attachment("va", "d", "n1", "pv")));
+        assert_eq!(v.upsert(&va, &cache), None);
+        assert_eq!(published(&cache).attachments_on("n1").len(), 1);
+        assert_eq!(
+            v.delete(&va.key(), &cache),
+            Some(ClusterEvent::VolumeAttachmentDeleted)
+        );
+        assert_eq!(v.delete(&va.key(), &cache), None, "already gone");
+        assert!(published(&cache).attachments_on("n1").is_empty());
+        assert_eq!(v.delete(&claim.key(), &cache), None);
+        assert_eq!(published(&cache).claim("default", "data"), Lookup::Missing);
+    }
+}
