@@ -3,33 +3,19 @@
 //! Filters decide as `explain` says (tests/fixtures/volumes.yaml).
 
 use std::path::Path;
-use std::time::Duration;
 
-use flotilla_loadtest::run::{RunConfig, run_embedded_with_cluster};
 use flotilla_loadtest::workload::{OnBadInput, load_k8s_list};
+use flotilla_scheduler::config::SchedulerConfig;
 
-use crate::{node_of, unschedulable_message, within};
+use crate::{node_of, run_to_end, test_run, unschedulable_message};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_k8s_trace_with_volume_objects_places_pods_by_their_volumes() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/volumes.yaml");
     let workload = load_k8s_list(&path, OnBadInput::Fail).expect("loads");
     assert_eq!(workload.volumes.len(), 7);
-    let cfg = RunConfig {
-        in_process_workers: 1,
-        expect_workers: 1,
-        progress: false,
-        timeout: Duration::from_secs(60),
-        settle: Duration::from_millis(300),
-        ..RunConfig::default()
-    };
-    let (report, cluster) = within(
-        Duration::from_secs(120),
-        "the run",
-        run_embedded_with_cluster(workload, cfg),
-    )
-    .await
-    .expect("the run completes");
+    let cfg = test_run(1, SchedulerConfig::default());
+    let (report, cluster) = run_to_end(workload, cfg, "the run").await;
     assert!(!report.timed_out);
     assert_eq!((report.scheduled, report.unschedulable), (1, 1));
     for p in cluster.pods() {
