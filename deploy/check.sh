@@ -156,6 +156,11 @@ if [ "$rbac" = 1 ]; then
   for v in list watch; do
     check yes $c default "$v" priorityclasses.scheduling.k8s.io
     check yes $c team-a "$v" poddisruptionbudgets.policy
+    check yes $c team-a "$v" persistentvolumeclaims
+    check yes $c default "$v" persistentvolumes
+    for r in storageclasses csinodes csidrivers volumeattachments; do
+      check yes $c default "$v" "$r.storage.k8s.io"
+    done
   done
   check yes $c team-a create pods --subresource=binding
   check yes $c team-a patch pods --subresource=status
@@ -177,6 +182,8 @@ if [ "$rbac" = 1 ]; then
   # What it must not be able to do.
   check no $c default delete priorityclasses.scheduling.k8s.io
   check no $c team-a delete poddisruptionbudgets.policy
+  check no $c team-a patch persistentvolumeclaims
+  check no $c default update persistentvolumes
   check no $c team-a create pods
   check no $c team-a update pods
   check no $c default update nodes

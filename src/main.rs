@@ -94,8 +94,9 @@ run, and show for each pod every node's filter result and every plugin's score.
 
 Input, exactly one of:
   --cluster FILE  YAML or JSON; a v1 List (what `kubectl get
-                  nodes,pods,namespaces,priorityclasses,pdb -A -o yaml`
-                  writes), typed lists, or multi-document YAML.
+                  nodes,pods,namespaces,priorityclasses,pdb,pvc,pv,
+                  storageclasses,csinodes,csidrivers,volumeattachments
+                  -A -o yaml` writes), typed lists, or multi-document YAML.
   --kubeconfig FILE, --in-cluster or --kube
                   a live cluster, read-only: GET lists (in pages of 500) of
                   the same kinds, never a watch or a write; nothing in the

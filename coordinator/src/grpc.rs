@@ -157,6 +157,19 @@ impl Stream for WorkerStream {
     }
 }
 
+/// The wire form of a volume kind (the worker's `events.rs` reads it back).
+fn wire_volume_kind(kind: flotilla_shared::volumes::VolumeKind) -> pb::VolumeKind {
+    use flotilla_shared::volumes::VolumeKind as K;
+    match kind {
+        K::Claim => pb::VolumeKind::Claim,
+        K::Pv => pb::VolumeKind::Pv,
+        K::StorageClass => pb::VolumeKind::StorageClass,
+        K::CsiNode => pb::VolumeKind::CsiNode,
+        K::CsiDriver => pb::VolumeKind::CsiDriver,
+        K::VolumeAttachment => pb::VolumeKind::VolumeAttachment,
+    }
+}
+
 /// The wire form of a worker's event. An object's JSON, encoded once and
 /// shared by every worker's copy of the event, is copied into this
 /// worker's message; shared names become strings.
@@ -204,6 +217,15 @@ fn watch_event(e: WorkerEvent) -> pb::WatchEvent {
         WorkerEvent::PdbDeleted { namespace, name } => {
             Event::PdbDeleted(pb::ObjectRef { namespace, name })
         }
+        WorkerEvent::VolumeUpsert { kind, json } => Event::VolumeUpsert(pb::VolumeObject {
+            kind: wire_volume_kind(kind).into(),
+            json: json.to_vec(),
+        }),
+        WorkerEvent::VolumeDeleted(key) => Event::VolumeDeleted(pb::VolumeRef {
+            kind: wire_volume_kind(key.kind).into(),
+            namespace: key.namespace,
+            name: key.name,
+        }),
         WorkerEvent::NominatedPod { pod, node } => Event::NominatedPod(pb::NominatedPod {
             pod: Some(raw(&pod)),
             node_name: node.to_string(),

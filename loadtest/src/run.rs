@@ -298,6 +298,9 @@ pub async fn run_embedded_full(
     for pdb in &workload.pod_disruption_budgets {
         cluster.apply_pdb(pdb.clone())?;
     }
+    for v in &workload.volumes {
+        cluster.apply_volume(v.clone())?;
+    }
     for g in &workload.pod_groups {
         cluster.apply_pod_group(g.clone())?;
     }

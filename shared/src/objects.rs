@@ -36,6 +36,10 @@ pub struct ClusterObjects {
     /// PodGroups of Kubernetes' own API (`scheduling.k8s.io` `v1alpha2` /
     /// `v1beta1`: gangs and basic groups, served by GangScheduling).
     pub workload_pod_groups: Vec<WorkloadPodGroup>,
+    /// Volume objects: PersistentVolumeClaims, PersistentVolumes,
+    /// StorageClasses, CSINodes, CSIDrivers, VolumeAttachments (the volume
+    /// Filters read them).
+    pub volumes: Vec<crate::volumes::VolumeObject>,
     /// Bad objects skipped (when the loader was told to skip them) and
     /// objects of other kinds,
     /// in input order.

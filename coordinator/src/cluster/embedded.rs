@@ -1,6 +1,8 @@
 //! The embedded simulated cluster: an in-memory API server for Nodes, Pods,
 //! PodGroups (`scheduling.x-k8s.io/v1alpha1`, and Kubernetes' own
-//! `scheduling.k8s.io` ones, with their `status` subresource), PriorityClasses and PodDisruptionBudgets with
+//! `scheduling.k8s.io` ones, with their `status` subresource), PriorityClasses, PodDisruptionBudgets and the
+//! volume objects (claims, PVs, StorageClasses, CSINodes, CSIDrivers,
+//! VolumeAttachments, [`EmbeddedCluster::apply_volume`]) with
 //! resourceVersions, list + watch, Bindings, graceful pod deletion, pod
 //! status conditions and
 //! recorded Events.
@@ -21,6 +23,7 @@ use std::sync::Arc;
 
 use flotilla_shared::gang::{self, PodGroupCondition, WorkloadPodGroup};
 use flotilla_shared::pod_group::{PodGroup, PodGroupStatus};
+use flotilla_shared::volumes::{VolumeKey, VolumeObject};
 use futures::StreamExt as _;
 use futures::stream::BoxStream;
 use k8s_openapi::api::core::v1::{Node, Pod, PodCondition, PodStatus};
@@ -73,6 +76,9 @@ struct State {
     /// they change.
     admission: Option<flotilla_shared::priority::PriorityClasses>,
     pdbs: BTreeMap<(String, String), Arc<PodDisruptionBudget>>,
+    /// Volume objects by key (no controller acts on them: a claim stays
+    /// as applied).
+    volumes: BTreeMap<VolumeKey, VolumeObject>,
     /// Overrides every grace period when set ([`EmbeddedCluster::set_grace_period`]).
     grace_override: Option<i64>,
     /// Graceful deletes accepted.
@@ -504,6 +510,45 @@ impl EmbeddedCluster {
         Ok(())
     }
 
+    /// Creates or replaces a volume object (a claim, a PV, a StorageClass,
+    /// a CSINode, a CSIDriver or a VolumeAttachment; like `kubectl
+    /// apply`). Kept as given: no PV controller binds claims here.
+    ///
+    /// # Errors
+    /// [`AdminError::MissingName`].
+    pub fn apply_volume(&self, obj: VolumeObject) -> Result<(), AdminError> {
+        let key = obj.key();
+        if key.name.is_empty() {
+            return Err(AdminError::MissingName {
+                kind: key.kind.kind_name(),
+            });
+        }
+        let mut st = self.state.lock();
+        st.next_rv();
+        st.volumes.insert(key, obj.clone());
+        st.emit(WatchEvent::VolumeApplied(obj));
+        Ok(())
+    }
+
+    /// Deletes a volume object.
+    ///
+    /// # Errors
+    /// [`AdminError::NotFound`].
+    pub fn delete_volume(&self, key: &VolumeKey) -> Result<(), AdminError> {
+        let mut st = self.state.lock();
+        let obj = st.volumes.remove(key).ok_or_else(|| AdminError::NotFound {
+            kind: key.kind.kind_name(),
+            name: if key.namespace.is_empty() {
+                key.name.clone()
+            } else {
+                format!("{}/{}", key.namespace, key.name)
+            },
+        })?;
+        st.next_rv();
+        st.emit(WatchEvent::VolumeDeleted(obj));
+        Ok(())
+    }
+
     /// Creates or replaces a PodGroup (like `kubectl apply`; the `status`
     /// kept from the current object, as a write to the main resource does).
     /// A missing namespace becomes `default`, a missing uid is generated.
@@ -817,6 +862,7 @@ impl ListWatch for EmbeddedCluster {
             resource_version: st.resource_version,
             priority_classes: st.priority_classes.values().cloned().collect(),
             pdbs: st.pdbs.values().cloned().collect(),
+            volumes: st.volumes.values().cloned().collect(),
         };
         drop(st);
         list.pods = stored.iter().map(StoredPod::pod).collect();
@@ -1425,6 +1471,38 @@ mod tests {
             Err(AdminError::NotFound {
                 kind: "PodDisruptionBudget",
                 name: "default/nope".into()
+            })
+        );
+    }
+
+    #[tokio::test]
+    async fn volume_objects_are_listed_and_watched() {
+        use flotilla_shared::testing::volumes::{PvcBuilder, storage_class};
+        use flotilla_shared::volumes::VolumeKind;
+        let c = EmbeddedCluster::new();
+        let class = VolumeObject::StorageClass(Arc::new(storage_class("local", "p", None)));
+        c.apply_volume(class).unwrap();
+        let list = c.list().await.unwrap();
+        assert_eq!(list.volumes.len(), 1);
+        let mut w = c.watch(list.resource_version);
+        let claim =
+            VolumeObject::Claim(Arc::new(PvcBuilder::new("data").namespace("team").build()));
+        c.apply_volume(claim.clone()).unwrap();
+        c.delete_volume(&claim.key()).unwrap();
+        assert!(matches!(w.next().await, Some(Ok(WatchEvent::VolumeApplied(o))) if o == claim));
+        assert!(matches!(w.next().await, Some(Ok(WatchEvent::VolumeDeleted(o))) if o == claim));
+        assert_eq!(
+            c.delete_volume(&claim.key()),
+            Err(AdminError::NotFound {
+                kind: "PersistentVolumeClaim",
+                name: "team/data".into()
+            })
+        );
+        let unnamed = VolumeObject::Claim(Arc::new(PvcBuilder::new("").build()));
+        assert_eq!(
+            c.apply_volume(unnamed),
+            Err(AdminError::MissingName {
+                kind: VolumeKind::Claim.kind_name()
             })
         );
     }

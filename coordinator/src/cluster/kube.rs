@@ -18,6 +18,13 @@
 //!   `status` subresource, best effort; a `scheduling.k8s.io` PodGroup's
 //!   condition is written with the whole `status.conditions` list (a merge
 //!   patch replaces lists), in the object's own `apiVersion`.
+//! - **Volume objects** (core `v1` PersistentVolumeClaims and
+//!   PersistentVolumes; `storage.k8s.io/v1` StorageClasses, CSINodes,
+//!   CSIDrivers and VolumeAttachments, all served since 1.17 and so by the
+//!   1.20 lab): watched as the optional kinds above, so a server that does
+//!   not serve one (404) has none, with one info line naming it. (The
+//!   `ReadWriteOncePod` access mode needs 1.22; an older server has no
+//!   claim using it.)
 //! - **Bind**: `POST pods/<name>/binding` with a `v1` Binding (metadata
 //!   namespace, name and uid; target Node), as upstream's DefaultBinder. 409 →
 //!   [`ClusterError::AlreadyBound`], 404 → [`ClusterError::PodNotFound`],
@@ -87,6 +94,7 @@ use super::ratelimit::{self, RateLimit, TokenBucket};
 use super::{Cluster, ClusterError, Kind, PodRef, SchedulingEvent, WatchEvent};
 use flotilla_shared::gang::{self, PodGroupCondition, WorkloadPodGroup};
 use flotilla_shared::pod_group::{PodGroup, PodGroupStatus};
+use flotilla_shared::volumes::VolumeObject;
 
 /// How often a kind the server does not serve (404 on list) is listed
 /// again: the PodGroup CRD not installed, or `policy/v1`
@@ -188,6 +196,76 @@ where
     optional_versions_stream(
         kind,
         vec![OptionalVersion::of(api, kind, applied, deleted)],
+        missing,
+    )
+}
+
+/// The change streams of the six volume kinds, each optional (a kind the
+/// server does not serve is listed empty, with one info line saying what
+/// the volume Filters then miss).
+fn volume_streams(
+    client: &::kube::Client,
+) -> Vec<BoxStream<'static, Result<WatchEvent, ClusterError>>> {
+    use flotilla_shared::volumes::VolumeKind as V;
+    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+    use k8s_openapi::api::storage::v1::{CSIDriver, CSINode, StorageClass, VolumeAttachment};
+    vec![
+        volume_stream::<PersistentVolumeClaim>(
+            client,
+            V::Claim,
+            "v1 PersistentVolumeClaims are not served: every pod with a claim is unschedulable",
+        ),
+        volume_stream::<PersistentVolume>(
+            client,
+            V::Pv,
+            "v1 PersistentVolumes are not served: pods with bound claims are unschedulable",
+        ),
+        volume_stream::<StorageClass>(
+            client,
+            V::StorageClass,
+            "storage.k8s.io/v1 StorageClasses are not served: unbound claims name no class",
+        ),
+        volume_stream::<CSINode>(
+            client,
+            V::CsiNode,
+            "storage.k8s.io/v1 CSINodes are not served: no CSI attach limits are known",
+        ),
+        volume_stream::<CSIDriver>(
+            client,
+            V::CsiDriver,
+            "storage.k8s.io/v1 CSIDrivers are not served",
+        ),
+        volume_stream::<VolumeAttachment>(
+            client,
+            V::VolumeAttachment,
+            "storage.k8s.io/v1 VolumeAttachments are not served: attached volumes are not counted",
+        ),
+    ]
+}
+
+/// The optional change stream of one volume kind.
+fn volume_stream<K>(
+    client: &::kube::Client,
+    kind: flotilla_shared::volumes::VolumeKind,
+    missing: &'static str,
+) -> BoxStream<'static, Result<WatchEvent, ClusterError>>
+where
+    K: ::kube::Resource
+        + k8s_openapi::Resource
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+    <K as ::kube::Resource>::DynamicType: Default,
+    VolumeObject: From<Arc<K>>,
+{
+    optional_stream(
+        Api::<K>::all(client.clone()),
+        Kind::Volume(kind),
+        |o| WatchEvent::VolumeApplied(VolumeObject::from(o)),
+        |o| WatchEvent::VolumeDeleted(VolumeObject::from(o)),
         missing,
     )
 }
@@ -1016,7 +1094,7 @@ impl Cluster for KubeCluster {
              no gang scheduling groups",
         );
         let workload_pod_groups = workload_pod_group_stream(&self.client);
-        futures::stream::select_all([
+        let mut streams = vec![
             namespaces,
             nodes,
             pods,
@@ -1024,8 +1102,9 @@ impl Cluster for KubeCluster {
             workload_pod_groups,
             priority_classes,
             pdbs,
-        ])
-        .boxed()
+        ];
+        streams.extend(volume_streams(&self.client));
+        futures::stream::select_all(streams).boxed()
     }
 
     async fn bind(&self, pod: &PodRef, node: &str) -> Result<(), ClusterError> {

@@ -10,7 +10,7 @@
 //! # The change stream
 //! For each kind ([`Kind::Namespace`], [`Kind::Node`], [`Kind::Pod`],
 //! [`Kind::PodGroup`], [`Kind::WorkloadPodGroup`], [`Kind::PriorityClass`],
-//! [`Kind::PodDisruptionBudget`]) a backend emits
+//! [`Kind::PodDisruptionBudget`], and each [`Kind::Volume`] kind) a backend emits
 //! `Relisting(kind)`, then every object of that kind as `*Applied`, then
 //! `Listed(kind)`: objects of that kind the consumer knows but that were not
 //! applied in between no longer exist. After that come single changes, in
@@ -30,6 +30,7 @@ use std::time::Duration;
 
 use flotilla_shared::gang::{PodGroupCondition, WorkloadPodGroup};
 use flotilla_shared::pod_group::{PodGroup, PodGroupStatus};
+use flotilla_shared::volumes::{VolumeKind, VolumeObject};
 use futures::StreamExt as _;
 use futures::stream::BoxStream;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
@@ -97,11 +98,16 @@ pub enum Kind {
     /// `policy/v1` PodDisruptionBudget (forwarded to workers for
     /// preemption's victim selection).
     PodDisruptionBudget,
+    /// A storage kind (PersistentVolumeClaims, PersistentVolumes, and
+    /// `storage.k8s.io/v1` StorageClasses, CSINodes, CSIDrivers and
+    /// VolumeAttachments), forwarded to workers for the volume Filters and
+    /// kept for the arbiter. A server that does not serve one lists none.
+    Volume(VolumeKind),
 }
 
 impl Kind {
     /// Every kind; the consumer is synced once each was listed.
-    pub const ALL: [Kind; 7] = [
+    pub const ALL: [Kind; 13] = [
         Kind::Namespace,
         Kind::Node,
         Kind::Pod,
@@ -109,6 +115,12 @@ impl Kind {
         Kind::WorkloadPodGroup,
         Kind::PriorityClass,
         Kind::PodDisruptionBudget,
+        Kind::Volume(VolumeKind::ALL[0]),
+        Kind::Volume(VolumeKind::ALL[1]),
+        Kind::Volume(VolumeKind::ALL[2]),
+        Kind::Volume(VolumeKind::ALL[3]),
+        Kind::Volume(VolumeKind::ALL[4]),
+        Kind::Volume(VolumeKind::ALL[5]),
     ];
 }
 
@@ -122,6 +134,7 @@ impl std::fmt::Display for Kind {
             Kind::WorkloadPodGroup => "podgroups.scheduling.k8s.io",
             Kind::PriorityClass => "priorityclasses",
             Kind::PodDisruptionBudget => "poddisruptionbudgets",
+            Kind::Volume(k) => k.resource(),
         })
     }
 }
@@ -145,6 +158,8 @@ pub struct ClusterList {
     pub priority_classes: Vec<Arc<PriorityClass>>,
     /// All PodDisruptionBudgets.
     pub pdbs: Vec<Arc<PodDisruptionBudget>>,
+    /// Every volume object, of the six kinds.
+    pub volumes: Vec<VolumeObject>,
 }
 
 /// One item of the change stream (see the module docs for the order).
@@ -184,6 +199,10 @@ pub enum WatchEvent {
     PdbApplied(Arc<PodDisruptionBudget>),
     /// A PodDisruptionBudget was deleted (last state).
     PdbDeleted(Arc<PodDisruptionBudget>),
+    /// A volume object was created or changed (or listed).
+    VolumeApplied(VolumeObject),
+    /// A volume object was deleted (last state).
+    VolumeDeleted(VolumeObject),
 }
 
 impl WatchEvent {
@@ -203,6 +222,7 @@ impl WatchEvent {
                 Kind::PriorityClass
             }
             WatchEvent::PdbApplied(_) | WatchEvent::PdbDeleted(_) => Kind::PodDisruptionBudget,
+            WatchEvent::VolumeApplied(o) | WatchEvent::VolumeDeleted(o) => Kind::Volume(o.kind()),
         }
     }
 }
@@ -370,14 +390,33 @@ pub trait Cluster: Send + Sync + 'static {
 /// into a change stream.
 #[tonic::async_trait]
 pub trait ListWatch: Send + Sync + 'static {
-    /// Lists every namespace, node, pod, PodGroup, PriorityClass and
-    /// PodDisruptionBudget.
+    /// Lists every namespace, node, pod, PodGroup, PriorityClass,
+    /// PodDisruptionBudget and volume object.
     async fn list(&self) -> Result<ClusterList, ClusterError>;
 
     /// Changes after `resource_version`, in order, until the backend or the
     /// consumer stops (object events only, no list markers).
     /// `Err(Expired)` means: list again.
     fn watch(&self, resource_version: u64) -> BoxStream<'static, Result<WatchEvent, ClusterError>>;
+}
+
+/// The list markers and objects of every volume kind, in
+/// [`VolumeKind::ALL`] order: `Relisting`, the kind's objects as
+/// `VolumeApplied`, `Listed`.
+fn volume_list_events(volumes: Vec<VolumeObject>) -> Vec<WatchEvent> {
+    let mut out = Vec::with_capacity(volumes.len() + 2 * VolumeKind::ALL.len());
+    for kind in VolumeKind::ALL {
+        out.push(WatchEvent::Relisting(Kind::Volume(kind)));
+        out.extend(
+            volumes
+                .iter()
+                .filter(|o| o.kind() == kind)
+                .cloned()
+                .map(WatchEvent::VolumeApplied),
+        );
+        out.push(WatchEvent::Listed(Kind::Volume(kind)));
+    }
+    out
 }
 
 /// First delay after a failed list; doubles up to [`LIST_RETRY_MAX`].
@@ -472,7 +511,8 @@ async fn list_watch_loop<S: ListWatch + ?Sized>(
                     .into_iter()
                     .map(WatchEvent::WorkloadPodGroupApplied),
             )
-            .chain(std::iter::once(WatchEvent::Listed(Kind::WorkloadPodGroup)));
+            .chain(std::iter::once(WatchEvent::Listed(Kind::WorkloadPodGroup)))
+            .chain(volume_list_events(list.volumes));
         for e in listed {
             if tx.send(Ok(e)).await.is_err() {
                 return;

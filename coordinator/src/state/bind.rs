@@ -146,7 +146,8 @@ impl Inner {
             &self.namespaces,
             self.anti_affinity_pods,
             &mut self.kept,
-        );
+        )
+        .with_volumes(&self.volume_state);
         arbiter::check(checks, info, ninfo, &nominated, &mut view)?;
         Ok(name.clone())
     }

@@ -36,6 +36,7 @@
 //! - `workers.rs`: workers registering, their streams opening and closing,
 //!   sends to them.
 //! - `stream.rs`: what a worker's stream carries ([`WorkerEvent`]).
+//! - `volumes.rs`: the volume objects, kept for the arbiter and forwarded.
 //! - `report.rs`: failure reports, counters, the summary, records, the
 //!   bind log.
 //!
@@ -72,6 +73,7 @@ use flotilla_shared::extender::HttpExtender;
 use flotilla_shared::framework::{BindCheck, KeptCounts, ServedProfile, profiles_fingerprint};
 use flotilla_shared::node_info::{NodeInfo, Orphans};
 use flotilla_shared::priority::PriorityClasses;
+use flotilla_shared::volumes::{VolumeKey, VolumeState};
 
 use crate::cluster::Cluster;
 use crate::partition::WorkerId;
@@ -84,6 +86,7 @@ mod preemption;
 mod report;
 mod stream;
 mod sync;
+mod volumes;
 mod workers;
 
 pub use bind::{Arbitration, Decision, Grant, MAX_ALTERNATIVES_CHECKED};
@@ -197,6 +200,10 @@ struct Inner {
     unresolved: HashMap<Arc<str>, bool>,
     /// PodDisruptionBudgets by (namespace, name), forwarded to workers.
     pdbs: BTreeMap<(String, String), Arc<PodDisruptionBudget>>,
+    /// Volume objects by key: their compact JSON, as sent to workers.
+    volumes: BTreeMap<VolumeKey, Arc<[u8]>>,
+    /// The volume objects compiled, for the arbiter's volume checks.
+    volume_state: VolumeState,
     /// Nominated pods: uid → node.
     nominated: HashMap<Arc<str>, Arc<str>>,
     /// Node → the uids nominated to it.

@@ -284,7 +284,8 @@ impl Coordinator {
             &inner.namespaces,
             inner.anti_affinity_pods,
             &mut scratch,
-        );
+        )
+        .with_volumes(&inner.volume_state);
         if let Err(reason) = arbiter::fits_with(checks, &preemptor, &without, &nominated, &mut view)
         {
             return Err(Conflict(format!(

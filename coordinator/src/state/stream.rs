@@ -18,6 +18,7 @@ use tokio::sync::mpsc;
 use flotilla_shared::PodKey;
 use flotilla_shared::pod_info::PodInfo;
 use flotilla_shared::trace::Carrier;
+use flotilla_shared::volumes::{VolumeKey, VolumeKind};
 
 /// Sender half of a worker's event stream.
 pub type WorkerTx = mpsc::UnboundedSender<WorkerEvent>;
@@ -107,6 +108,15 @@ pub enum WorkerEvent {
         /// Its name.
         name: String,
     },
+    /// A volume object was added or changed: its compact JSON.
+    VolumeUpsert {
+        /// Its kind.
+        kind: VolumeKind,
+        /// The object, compact ([`flotilla_shared::volumes::VolumeObject::compact`]).
+        json: Arc<[u8]>,
+    },
+    /// A volume object was deleted.
+    VolumeDeleted(VolumeKey),
     /// A pending pod was nominated to a node (preemption made room there).
     NominatedPod {
         /// The pod, as the coordinator holds it.

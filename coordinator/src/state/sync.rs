@@ -238,6 +238,11 @@ impl Coordinator {
                 inner.classes_changed();
                 return;
             }
+            Kind::Volume(kind) => {
+                for key in inner.volumes_not_listed(kind, &listed) {
+                    inner.volume_deleted(&key);
+                }
+            }
             Kind::PodDisruptionBudget => {
                 let keys: HashSet<(String, String)> = listed
                     .iter()
@@ -301,6 +306,8 @@ impl Coordinator {
             WatchEvent::PriorityClassDeleted(pc) => inner.priority_class_deleted(pc),
             WatchEvent::PdbApplied(pdb) => inner.pdb_applied(pdb),
             WatchEvent::PdbDeleted(pdb) => inner.pdb_deleted(pdb),
+            WatchEvent::VolumeApplied(obj) => inner.volume_applied(&obj),
+            WatchEvent::VolumeDeleted(obj) => inner.volume_deleted(&obj.key()),
         }
     }
 

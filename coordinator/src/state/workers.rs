@@ -265,6 +265,9 @@ impl Coordinator {
         for pdb in inner.pdbs.values() {
             let _ = tx.send(WorkerEvent::PdbUpsert(json(&**pdb)));
         }
+        for e in inner.volume_events() {
+            let _ = tx.send(e);
+        }
         for (uid, node) in &inner.nominated {
             if let Some(rec) = inner.pods.get(uid) {
                 let _ = tx.send(nominated_event(&rec.info, node));

@@ -20,6 +20,7 @@ mod sessions;
 mod shutdown;
 mod sync_gate;
 mod tls;
+mod volumes;
 mod workload_gang;
 
 use std::future::Future;

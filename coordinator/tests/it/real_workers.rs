@@ -595,3 +595,196 @@ async fn a_worker_with_other_profiles_is_noticed_and_still_joins() {
     token.cancel();
     let _ = handle.await;
 }
+
+mod volumes {
+    //! The volume Filters end to end: the objects flow from the embedded
+    //! cluster through the coordinator to a real worker.
+
+    use std::sync::Arc;
+
+    use flotilla_coordinator::cluster::EmbeddedCluster;
+    use flotilla_shared::WorkloadClass;
+    use flotilla_shared::testing::volumes::{PvBuilder, PvcBuilder, storage_class};
+    use flotilla_shared::testing::{NodeBuilder, PodBuilder};
+    use flotilla_shared::volumes::model::LABEL_ZONE;
+    use flotilla_shared::volumes::{VolumeKey, VolumeKind, VolumeObject};
+    use k8s_openapi::api::core::v1::Pod;
+
+    use super::{CLASS_LABEL, start_workers, stop};
+    use crate::{Harness, OUTCOME, node_of, unschedulable_message, wait_until};
+
+    fn claim(c: PvcBuilder) -> VolumeObject {
+        VolumeObject::Claim(Arc::new(c.build()))
+    }
+
+    fn pv(p: PvBuilder) -> VolumeObject {
+        VolumeObject::Pv(Arc::new(p.build()))
+    }
+
+    /// `nodes` as `(name, zone)`, with room for everything.
+    fn cluster(nodes: &[(&str, &str)]) -> EmbeddedCluster {
+        let c = EmbeddedCluster::new();
+        for (n, zone) in nodes {
+            c.apply_node(
+                NodeBuilder::new(n)
+                    .cpu("8")
+                    .memory("32Gi")
+                    .pods(110)
+                    .label(LABEL_ZONE, zone)
+                    .build(),
+            )
+            .expect("node");
+        }
+        c
+    }
+
+    fn pod(name: &str, claim: &str) -> Pod {
+        PodBuilder::new(name)
+            .cpu("100m")
+            .label(CLASS_LABEL, "online")
+            .pvc_volume("data", claim)
+            .build()
+    }
+
+    /// `read(pod)` of pod `name`, once it is `Some` (waiting up to
+    /// [`OUTCOME`] for `what`).
+    async fn wait_for_pod(
+        h: &Harness,
+        name: &str,
+        what: &str,
+        read: fn(&Pod) -> Option<&str>,
+    ) -> String {
+        let cluster = h.cluster.clone();
+        let name = name.to_owned();
+        let current = move || {
+            cluster
+                .pods()
+                .iter()
+                .find(|p| p.metadata.name.as_deref() == Some(&name))
+                .and_then(|p| read(p).map(str::to_owned))
+        };
+        let c = current.clone();
+        wait_until(OUTCOME, what, move || c().is_some()).await;
+        current().unwrap_or_default()
+    }
+
+    /// The message of `name`'s `PodScheduled=False` condition, once set.
+    async fn pending_message(h: &Harness, name: &str) -> String {
+        wait_for_pod(
+            h,
+            name,
+            "the pod reported unschedulable",
+            unschedulable_message,
+        )
+        .await
+    }
+
+    /// The node `name` is bound to, once bound.
+    async fn bound_node(h: &Harness, name: &str) -> String {
+        wait_for_pod(h, name, "the pod bound", node_of).await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_pod_whose_bound_pv_is_in_zone_a_lands_only_on_zone_a_nodes() {
+        let c = cluster(&[("n1", "a"), ("n2", "b"), ("n3", "a"), ("n4", "b")]);
+        for i in 0..6 {
+            let (name, pv_name) = (format!("data-{i}"), format!("pv-{i}"));
+            c.apply_volume(pv(PvBuilder::new(&pv_name).label(LABEL_ZONE, "a")))
+                .expect("pv");
+            c.apply_volume(claim(PvcBuilder::new(&name).bound_to(&pv_name)))
+                .expect("claim");
+        }
+        let h = Harness::start(c).await;
+        let workers = start_workers(&h, &[("online-0", WorkloadClass::Online)]).await;
+        for i in 0..6 {
+            h.cluster
+                .create_pod(pod(&format!("p{i}"), &format!("data-{i}")))
+                .expect("pod");
+        }
+        for i in 0..6 {
+            let node = bound_node(&h, &format!("p{i}")).await;
+            assert!(
+                node == "n1" || node == "n3",
+                "p{i} on {node}, outside zone a"
+            );
+        }
+        stop(h, workers).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_pod_whose_read_write_once_pod_claim_is_in_use_waits_until_its_user_is_deleted() {
+        let c = cluster(&[("n1", "a"), ("n2", "a")]);
+        c.apply_volume(pv(PvBuilder::new("pv-solo"))).expect("pv");
+        c.apply_volume(claim(
+            PvcBuilder::new("solo")
+                .access_mode("ReadWriteOncePod")
+                .bound_to("pv-solo"),
+        ))
+        .expect("claim");
+        let h = Harness::start(c).await;
+        let workers = start_workers(&h, &[("online-0", WorkloadClass::Online)]).await;
+        h.cluster.create_pod(pod("first", "solo")).expect("pod");
+        bound_node(&h, "first").await;
+        h.cluster.create_pod(pod("second", "solo")).expect("pod");
+        assert_eq!(
+            pending_message(&h, "second").await,
+            "0/2 nodes are available: 2 node(s) unavailable due to PersistentVolumeClaim with \
+             ReadWriteOncePod access mode already in-use by another pod. preemption: 0/2 nodes \
+             are available: 2 No preemption victims found for incoming pod."
+        );
+        // The user deleted (AssignedPodDeleted): the claim is free.
+        h.cluster.delete_pod("default", "first").expect("delete");
+        bound_node(&h, "second").await;
+        stop(h, workers).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_missing_claim_or_an_unknown_binding_mode_is_told_on_the_pod_and_retried_when_fixed()
+    {
+        let c = cluster(&[("n1", "a"), ("n2", "b")]);
+        let bad_class = storage_class("odd", "example.com/csi", Some("Sometimes"));
+        c.apply_volume(VolumeObject::StorageClass(Arc::new(bad_class)))
+            .expect("class");
+        c.apply_volume(claim(PvcBuilder::new("unbound").class("odd")))
+            .expect("claim");
+        let wait = storage_class("wait", "example.com/csi", Some("WaitForFirstConsumer"));
+        c.apply_volume(VolumeObject::StorageClass(Arc::new(wait)))
+            .expect("class");
+        let h = Harness::start(c).await;
+        let workers = start_workers(&h, &[("online-0", WorkloadClass::Online)]).await;
+
+        h.cluster.create_pod(pod("orphan", "ghost")).expect("pod");
+        assert_eq!(
+            pending_message(&h, "orphan").await,
+            "0/2 nodes are available: persistentvolumeclaim \"ghost\" not found. preemption: \
+             0/2 nodes are available: 2 Preemption is not helpful for scheduling."
+        );
+        h.cluster
+            .create_pod(pod("odd-class", "unbound"))
+            .expect("pod");
+        let m = pending_message(&h, "odd-class").await;
+        assert!(
+            m.contains("StorageClass odd") && m.contains("volumeBindingMode"),
+            "names the object and the field: {m}"
+        );
+
+        // Each is retried when its object appears or is fixed.
+        h.cluster
+            .apply_volume(claim(PvcBuilder::new("ghost").class("wait")))
+            .expect("claim");
+        bound_node(&h, "orphan").await;
+        let fixed = storage_class("odd", "example.com/csi", Some("WaitForFirstConsumer"));
+        h.cluster
+            .apply_volume(VolumeObject::StorageClass(Arc::new(fixed)))
+            .expect("class");
+        bound_node(&h, "odd-class").await;
+        h.cluster
+            .delete_volume(&VolumeKey {
+                kind: VolumeKind::StorageClass,
+                namespace: String::new(),
+                name: "odd".into(),
+            })
+            .expect("delete");
+        stop(h, workers).await;
+    }
+}

@@ -18,7 +18,9 @@ use flotilla_coordinator::cluster::{
 use flotilla_coordinator::{Coordinator, server};
 use flotilla_proto::v1::WorkloadClass::Online;
 use flotilla_proto::v1::watch_event::Event;
+use flotilla_shared::testing::volumes::PvcBuilder;
 use flotilla_shared::testing::{NodeBuilder, PodBuilder};
+use flotilla_shared::volumes::{VolumeKind, VolumeObject};
 
 use crate::{FakeWorker, Harness, STEP, raw_name, wait_until, within};
 
@@ -103,7 +105,18 @@ async fn pods_listed_first_wait_for_every_list_and_namespaces_reach_workers() {
             WatchEvent::Listed(Kind::PriorityClass),
             WatchEvent::Relisting(Kind::PodDisruptionBudget),
             WatchEvent::Listed(Kind::PodDisruptionBudget),
-        ],
+        ]
+        .into_iter()
+        .chain(
+            Kind::ALL
+                .into_iter()
+                .filter_map(|k| match k {
+                    Kind::Volume(_) => Some([WatchEvent::Relisting(k), WatchEvent::Listed(k)]),
+                    _ => None,
+                })
+                .flatten(),
+        )
+        .collect(),
     )
     .await;
     let c = coordinator.clone();
@@ -195,6 +208,36 @@ async fn pods_listed_first_wait_for_every_list_and_namespaces_reach_workers() {
         more.iter()
             .any(|e| matches!(e, Event::NamespaceDeleted(n) if n == "default")),
         "{more:?}"
+    );
+
+    // Volume objects: a relist adds a claim; the next one, without it,
+    // deletes it at the worker.
+    let claims = Kind::Volume(VolumeKind::Claim);
+    let claim = VolumeObject::Claim(Arc::new(PvcBuilder::new("data").build()));
+    send(
+        &tx,
+        vec![
+            WatchEvent::Relisting(claims),
+            WatchEvent::VolumeApplied(claim),
+            WatchEvent::Listed(claims),
+        ],
+    )
+    .await;
+    w.read_until(|e| e.iter().any(|e| matches!(e, Event::VolumeUpsert(_))))
+        .await;
+    send(
+        &tx,
+        vec![WatchEvent::Relisting(claims), WatchEvent::Listed(claims)],
+    )
+    .await;
+    let gone = w
+        .read_until(|e| e.iter().any(|e| matches!(e, Event::VolumeDeleted(_))))
+        .await;
+    assert!(
+        gone.iter().any(|e| matches!(e, Event::VolumeDeleted(r)
+            if r.name == "data" && r.namespace == "default"
+                && r.kind == flotilla_proto::v1::VolumeKind::Claim as i32)),
+        "{gone:?}"
     );
     drop(w);
     h.shutdown().await;

@@ -1135,10 +1135,11 @@ pub async fn run_api_bench(
         || !w.pod_disruption_budgets.is_empty()
         || !w.pod_groups.is_empty()
         || !w.workload_pod_groups.is_empty()
+        || !w.volumes.is_empty()
     {
         return Err(ApiBenchError::Unsupported(
             name,
-            "it needs PriorityClasses, PodDisruptionBudgets or PodGroups",
+            "it needs PriorityClasses, PodDisruptionBudgets, PodGroups or volume objects",
         ));
     }
     if cfg.upstream.is_some() && cfg.limit.is_none() {

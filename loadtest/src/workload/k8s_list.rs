@@ -34,6 +34,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -49,6 +50,7 @@ use super::{
     file_label,
 };
 use flotilla_shared::gang::{self, WorkloadPodGroup};
+use flotilla_shared::volumes::{VolumeKind, VolumeObject};
 
 pub use flotilla_shared::objects::DEFAULT_NAMESPACE;
 
@@ -64,6 +66,9 @@ enum Kinds {
 
 impl Kinds {
     fn keeps(self, kind: &str) -> bool {
+        if VolumeKind::of_kind_name(kind).is_some() {
+            return true;
+        }
         match self {
             Kinds::Workload => matches!(
                 kind,
@@ -78,9 +83,15 @@ impl Kinds {
 
     fn described(self) -> &'static str {
         match self {
-            Kinds::Workload => "only Node, Pod, PriorityClass, PodDisruptionBudget and PodGroup",
+            Kinds::Workload => {
+                "only Node, Pod, PriorityClass, PodDisruptionBudget, PodGroup and the volume \
+                 kinds (PersistentVolumeClaim, PersistentVolume, StorageClass, CSINode, \
+                 CSIDriver, VolumeAttachment)"
+            }
             Kinds::Cluster => {
-                "only Node, Pod, Namespace, PriorityClass, PodDisruptionBudget and PodGroup"
+                "only Node, Pod, Namespace, PriorityClass, PodDisruptionBudget, PodGroup and the \
+                 volume kinds (PersistentVolumeClaim, PersistentVolume, StorageClass, CSINode, \
+                 CSIDriver, VolumeAttachment)"
             }
         }
     }
@@ -109,6 +120,7 @@ pub fn load_k8s_list(path: &Path, on_bad: OnBadInput) -> Result<Workload> {
         pod_disruption_budgets: objects.pod_disruption_budgets,
         pod_groups: objects.pod_groups,
         workload_pod_groups: objects.workload_pod_groups,
+        volumes: objects.volumes,
         timeline: Vec::new(),
     })
 }
@@ -417,6 +429,10 @@ impl Loader {
                     self.decode_object(number, value, None, name, invalid_priority_class)?;
                 self.objects.priority_classes.push(pc);
             }
+            k if kept && let Some(volume_kind) = VolumeKind::of_kind_name(k) => {
+                let obj = self.decode_volume(number, value, volume_kind, namespace, name)?;
+                self.objects.volumes.push(obj);
+            }
             "PodDisruptionBudget" if kept => {
                 let pdb: PodDisruptionBudget =
                     self.decode_object(number, value, Some(namespace), name, |_| None)?;
@@ -534,6 +550,52 @@ impl Loader {
         }
         self.seen.insert(seen_key, number);
         Ok(object)
+    }
+
+    /// Decodes a volume object of `kind` (claims are namespaced, the other
+    /// kinds not), its fields checked as for every kind; what the volume
+    /// model cannot read (an unknown binding mode...) is not refused here:
+    /// a pod using the object is told, as on a live cluster.
+    fn decode_volume(
+        &mut self,
+        number: usize,
+        value: Value,
+        kind: VolumeKind,
+        namespace: Option<&str>,
+        name: Option<&str>,
+    ) -> Result<VolumeObject> {
+        use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+        use k8s_openapi::api::storage::v1::{CSIDriver, CSINode, StorageClass, VolumeAttachment};
+        Ok(match kind {
+            VolumeKind::Claim => {
+                VolumeObject::from(Arc::new(self.decode_object::<PersistentVolumeClaim>(
+                    number,
+                    value,
+                    Some(namespace),
+                    name,
+                    |_| None,
+                )?))
+            }
+            VolumeKind::Pv => VolumeObject::from(Arc::new(
+                self.decode_object::<PersistentVolume>(number, value, None, name, |_| None)?,
+            )),
+            VolumeKind::StorageClass => VolumeObject::from(Arc::new(
+                self.decode_object::<StorageClass>(number, value, None, name, |_| None)?,
+            )),
+            VolumeKind::CsiNode => VolumeObject::from(Arc::new(self.decode_object::<CSINode>(
+                number,
+                value,
+                None,
+                name,
+                |_| None,
+            )?)),
+            VolumeKind::CsiDriver => VolumeObject::from(Arc::new(
+                self.decode_object::<CSIDriver>(number, value, None, name, |_| None)?,
+            )),
+            VolumeKind::VolumeAttachment => VolumeObject::from(Arc::new(
+                self.decode_object::<VolumeAttachment>(number, value, None, name, |_| None)?,
+            )),
+        })
     }
 
     /// Decodes `value` as `T`, tracking the field path for errors.
@@ -1209,7 +1271,42 @@ spec: {containers: [{name: c}]}
         assert_eq!(
             w.warnings[0].to_string(),
             "kinds.yaml: item 1 (Namespace team-a): skipped: kind Namespace is not loaded \
-             (only Node, Pod, PriorityClass, PodDisruptionBudget and PodGroup)"
+             (only Node, Pod, PriorityClass, PodDisruptionBudget, PodGroup and the volume kinds \
+             (PersistentVolumeClaim, PersistentVolume, StorageClass, CSINode, CSIDriver, \
+             VolumeAttachment))"
+        );
+    }
+
+    #[test]
+    fn volume_kinds_are_loaded_for_runs_and_simulate_and_their_content_is_not_judged() {
+        let f = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/volumes.yaml");
+        let keys =
+            |v: &[VolumeObject]| -> Vec<String> { v.iter().map(|o| o.key().to_string()).collect() };
+        let want = [
+            "PersistentVolume pv-a",
+            "PersistentVolumeClaim default/data",
+            "StorageClass odd",
+            "PersistentVolumeClaim default/scratch",
+            "CSINode node-a",
+            "CSIDriver example.com/csi",
+            "VolumeAttachment va",
+        ];
+        let w = load_k8s_list(&f, OnBadInput::Fail).expect("a run loads them");
+        assert_eq!(keys(&w.volumes), want);
+        assert!(w.warnings.is_empty(), "{:?}", w.warnings);
+        let o = load_cluster_objects(&f, OnBadInput::Fail).expect("simulate loads them");
+        assert_eq!(keys(&o.volumes), want);
+
+        // A field of the wrong type is refused with its path, as for pods.
+        let bad = TempFile::new(
+            "bad-volume.yaml",
+            "kind: PersistentVolumeClaim\nmetadata: {name: c}\nspec: {accessModes: 3}\n",
+        );
+        let e = load_cluster_objects(bad.path(), OnBadInput::Fail).expect_err("bad field");
+        assert!(
+            e.to_string().contains("PersistentVolumeClaim default/c")
+                && e.to_string().contains("spec.accessModes"),
+            "{e}"
         );
     }
 

@@ -16,6 +16,11 @@
 //!   turn); when the server does not serve them, or the caller may not list
 //!   them (403), they are skipped with a note (preemption then sees no
 //!   budget; no pod forms a gang).
+//! - The volume kinds: PersistentVolumeClaims and PersistentVolumes (core
+//!   `v1`), StorageClasses, CSINodes, CSIDrivers and VolumeAttachments
+//!   (`storage.k8s.io/v1`, served since 1.17): optional as above (a kind
+//!   not served or forbidden is skipped with a note; pods using claims are
+//!   then unschedulable, as on a worker without them).
 //!
 //! Lists are read in pages of [`PAGE_SIZE`] with continue tokens, so every
 //! page of one resource comes from the same snapshot (the API server's
@@ -71,7 +76,7 @@ impl Resource {
 }
 
 /// Every kind read, in this order.
-const RESOURCES: [Resource; 7] = [
+const RESOURCES: [Resource; 13] = [
     Resource {
         plural: "nodes",
         kinds: "Nodes",
@@ -114,7 +119,31 @@ const RESOURCES: [Resource; 7] = [
         api_versions: &gang::API_VERSIONS,
         optional: true,
     },
+    volume_resource("persistentvolumeclaims", "PersistentVolumeClaims", &["v1"]),
+    volume_resource("persistentvolumes", "PersistentVolumes", &["v1"]),
+    volume_resource("storageclasses", "StorageClasses", &[STORAGE_V1]),
+    volume_resource("csinodes", "CSINodes", &[STORAGE_V1]),
+    volume_resource("csidrivers", "CSIDrivers", &[STORAGE_V1]),
+    volume_resource("volumeattachments", "VolumeAttachments", &[STORAGE_V1]),
 ];
+
+/// The group version of StorageClasses, CSINodes, CSIDrivers and
+/// VolumeAttachments.
+const STORAGE_V1: &str = "storage.k8s.io/v1";
+
+/// A volume kind: optional, in one version.
+const fn volume_resource(
+    plural: &'static str,
+    kinds: &'static str,
+    api_versions: &'static [&'static str],
+) -> Resource {
+    Resource {
+        plural,
+        kinds,
+        api_versions,
+        optional: true,
+    }
+}
 
 /// Why a live cluster could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -148,7 +177,7 @@ pub struct LiveCluster {
 }
 
 /// Reads Nodes, Pods, Namespaces, PriorityClasses and, when served,
-/// PodDisruptionBudgets and PodGroups (both APIs) from the API server behind `client`
+/// PodDisruptionBudgets, PodGroups (both APIs) and the volume kinds from the API server behind `client`
 /// (see the module docs), with `GET` requests only. `server` is the
 /// server's URL, for names and messages (a trailing `/` is dropped).
 ///
@@ -210,6 +239,10 @@ pub async fn read_cluster(client: &Client, server: &str) -> Result<LiveCluster, 
 /// Whether discovery lists `plural` in the group version `api_version`
 /// (404 on the group version: not served).
 async fn served(client: &Client, api_version: &str, plural: &str) -> Result<bool, kube::Error> {
+    if api_version == "v1" {
+        // The core group is always served; its list answers for the kind.
+        return Ok(true);
+    }
     match client.list_api_group_resources(api_version).await {
         Ok(list) => Ok(list.resources.iter().any(|r| r.name == plural)),
         Err(e) if is_not_found(&e) => Ok(false),

@@ -209,6 +209,9 @@ pub struct Workload {
     /// basic groups their pods name in `spec.schedulingGroup`, with
     /// GangScheduling).
     pub workload_pod_groups: Vec<flotilla_shared::gang::WorkloadPodGroup>,
+    /// Volume objects (claims, PVs, StorageClasses, CSINodes, CSIDrivers,
+    /// VolumeAttachments) to create before the pods.
+    pub volumes: Vec<flotilla_shared::volumes::VolumeObject>,
     /// Timed cluster changes: a trace's arrivals and deletions, upstream
     /// `scheduler_perf`'s `churn` op. Applied in `at` order, `at` counted
     /// from the moment the last wave of `pods` is submitted. Empty: none.

@@ -15,6 +15,7 @@ mod simulate;
 mod simulate_matches_run;
 mod simulate_preemption;
 mod upstream_gangs;
+mod volumes;
 mod webhook;
 
 use std::collections::HashMap;

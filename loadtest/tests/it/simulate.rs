@@ -400,15 +400,22 @@ fn queue_runs_by_priority_then_file_order_from_multi_document_yaml() {
     // tie), second. The node takes two: urgent and first; peer and second
     // find it full. orphan names a class that does not exist: an Error
     // result after the queue, not a failure of the run.
+    const KEPT: &str = "only Node, Pod, Namespace, PriorityClass, PodDisruptionBudget, PodGroup \
+                        and the volume kinds (PersistentVolumeClaim, PersistentVolume, \
+                        StorageClass, CSINode, CSIDriver, VolumeAttachment)";
     let objects = load_text("priorities.yaml", PRIORITY_CLUSTER);
     let warnings: Vec<String> = objects.warnings.iter().map(ToString::to_string).collect();
     assert_eq!(
         warnings,
         [
-            "priorities.yaml: item 5 (ConfigMap apps/settings): skipped: kind ConfigMap is not \
-             loaded (only Node, Pod, Namespace, PriorityClass, PodDisruptionBudget and PodGroup)",
-            "priorities.yaml: item 11 (Service apps/web): skipped: kind Service is not loaded \
-             (only Node, Pod, Namespace, PriorityClass, PodDisruptionBudget and PodGroup)",
+            format!(
+                "priorities.yaml: item 5 (ConfigMap apps/settings): skipped: kind ConfigMap is \
+                 not loaded ({KEPT})"
+            ),
+            format!(
+                "priorities.yaml: item 11 (Service apps/web): skipped: kind Service is not \
+                 loaded ({KEPT})"
+            ),
         ]
     );
 
@@ -563,5 +570,47 @@ fn explain_errors_name_the_problem() {
         other.to_string(),
         "pod default/web-1: spec.schedulerName \"default-scheduler\" has no profile \
          (profiles: flotilla); no scheduler simulated here would place it"
+    );
+}
+
+#[test]
+fn simulate_and_explain_read_the_volume_objects() {
+    let objects = load(&fixture("volumes.yaml"));
+    assert_eq!(objects.volumes.len(), 7);
+    // node-b has more room (NodeResourcesFit would pick it): the PV's zone
+    // decides.
+    let e = simulate::explain(
+        &objects,
+        &[Profile::default()],
+        &Registry::in_tree(),
+        "default/db",
+    )
+    .expect("explain db");
+    assert_eq!(
+        e.result.outcome,
+        Outcome::Scheduled {
+            node: "node-a".into()
+        }
+    );
+    assert_eq!(
+        e.notes,
+        [
+            "StorageClass odd: volumeBindingMode: unsupported value \"Sometimes\": supported \
+             values: \"Immediate\", \"WaitForFirstConsumer\"; pods using it are unschedulable"
+        ]
+    );
+    let e = simulate::explain(
+        &objects,
+        &[Profile::default()],
+        &Registry::in_tree(),
+        "default/tmp",
+    )
+    .expect("explain tmp");
+    let Outcome::Unschedulable { message } = &e.result.outcome else {
+        panic!("{:?}", e.result.outcome)
+    };
+    assert!(
+        message.starts_with("0/2 nodes are available: StorageClass odd: volumeBindingMode"),
+        "{message}"
     );
 }

@@ -565,9 +565,8 @@ impl NodeCache {
     }
 
     /// Replaces the volume objects the next snapshots read (claims, PVs,
-    /// StorageClasses, CSINodes, VolumeAttachments). Nothing calls it in a
-    /// worker yet: the coordinator does not send volume objects, which is
-    /// why the volume plugins are not in the default profile.
+    /// StorageClasses, CSINodes, VolumeAttachments): a worker calls it as
+    /// the coordinator's volume events arrive (`worker::volumes`).
     pub fn set_volume_state(&self, volumes: Arc<VolumeState>) {
         self.inner.lock().volumes = volumes;
     }

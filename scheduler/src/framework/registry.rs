@@ -23,10 +23,13 @@ use crate::plugins::{
     node_resources_balanced_allocation::{self, NodeResourcesBalancedAllocation},
     node_resources_fit::{self, NodeResourcesFit},
     node_unschedulable::NodeUnschedulable,
+    node_volume_limits::NodeVolumeLimits,
     pod_topology_spread::PodTopologySpread,
     priority_sort::{self, PrioritySort},
     scheduling_gates::{self, SchedulingGates},
     taint_toleration::{self, TaintToleration},
+    volume_restrictions::VolumeRestrictions,
+    volume_zone::VolumeZone,
 };
 use crate::preemption::DefaultPreemptionArgs;
 
@@ -186,6 +189,22 @@ impl PluginHandle {
 pub type PluginFactory =
     Arc<dyn Fn(Option<&serde_json::Value>) -> Result<PluginHandle, String> + Send + Sync>;
 
+/// The factory of a plugin without args at PreFilter and Filter, with its
+/// bind check (the volume plugins): `args` are ignored, as upstream's
+/// have none.
+fn checked_filter<P>(new: fn() -> P) -> PluginFactory
+where
+    P: PreFilterPlugin + FilterPlugin + BindCheck + 'static,
+{
+    Arc::new(move |_| {
+        let p = Arc::new(new());
+        Ok(PluginHandle::new(p.clone())
+            .pre_filter(p.clone())
+            .filter(p.clone())
+            .bind_check(p))
+    })
+}
+
 /// Plugin name → factory.
 #[derive(Clone, Default)]
 pub struct Registry {
@@ -313,6 +332,17 @@ impl Registry {
                     .other_points(node_resources_fit::POINTS))
             }),
         );
+        add(
+            &mut r,
+            names::VOLUME_RESTRICTIONS,
+            checked_filter(VolumeRestrictions::new),
+        );
+        add(
+            &mut r,
+            names::NODE_VOLUME_LIMITS,
+            checked_filter(NodeVolumeLimits::new),
+        );
+        add(&mut r, names::VOLUME_ZONE, checked_filter(VolumeZone::new));
         add(
             &mut r,
             names::INTER_POD_AFFINITY,

@@ -12,6 +12,9 @@
 //! | [`NodeAffinity`] | `metadata.name` pins → node set; `Skip` without constraints | `addedAffinity`, `nodeSelector` + required affinity | preferred term weights, `addedAffinity`'s too (2) | default | `NodeAdded`, `NodeLabelChanged` |
 //! | [`NodePorts`] | | host ports (`shared::fit`) | | | `NodeAdded`, `AssignedPodDeleted` |
 //! | [`NodeResourcesFit`] | | requests (`shared::fit`), minus ignored extended resources | `LeastAllocated` / `MostAllocated` / `RequestedToCapacityRatio` over weighted resources (1) | none | `NodeAdded`, `NodeAllocatableGrew`, `AssignedPodDeleted` |
+//! | [`VolumeRestrictions`] | the pod's `ReadWriteOncePod` claims another pod uses (cluster-wide); claim not found; `Skip` without inline disks or claims in use | inline GCE PD / EBS / RBD / iSCSI disk conflicts, RWOP claim in use | | | `AssignedPodDeleted`, `NodeAdded`, `PvcChanged` |
+//! | [`NodeVolumeLimits`] | the pod's new CSI volumes; `Skip` without any | distinct CSI volumes per driver (pods + VolumeAttachments) against CSINode `allocatable.count` | | | `CsiNodeChanged`, `AssignedPodDeleted`, `PvcChanged`, `VolumeAttachmentDeleted` |
+//! | [`VolumeZone`] | the bound PVs with zone/region labels; claim/class/PV not found, unbound `Immediate`; `Skip` without any | PV zone/region labels (`__` sets, beta labels) against the node's | | | `StorageClassAdded`, `NodeAdded`, `NodeLabelChanged`, `PvcChanged`, `PvChanged` |
 //! | [`PodTopologySpread`] | hard constraints counted per domain; `Skip` without them | `maxSkew` / `minDomains` per hard constraint, missing topology key | soft constraints: matching pods per domain × ln(domains + 2) (2); `Skip` without them | reverse min-max, nodes lacking a key 0 | `NodeAdded`, `NodeLabelChanged`, `NodeTaintChanged`, `AssignedPodAdded`, `AssignedPodDeleted` |
 //! | [`InterPodAffinity`] | topology-pair counts of matching pods; `Skip` when nothing applies | required pod affinity / anti-affinity, existing pods' anti-affinity | preferred terms both ways + existing required affinity (2) | min-max | `NodeAdded`, `NodeLabelChanged`, `AssignedPodAdded`, `AssignedPodDeleted` |
 //! | [`NodeResourcesBalancedAllocation`] | | | change in resource balance (1); PreScore `Skip` for pods requesting none of the resources | none | none (rejects nothing) |
@@ -32,15 +35,12 @@
 //! gang members at Permit; the worker sends each gang whole to the
 //! coordinator (see [`crate::gang`]).
 //!
-//! [`VolumeZone`], [`VolumeRestrictions`] and [`NodeVolumeLimits`] (PreFilter
-//! and Filter, upstream's reasons; their checks in `shared::volumes`) exist
-//! but are **not registered** and not in the default profile: workers are not
-//! sent the volume objects yet, and over an empty volume state every pod
-//! with a claim would be rejected. Events: VolumeZone `StorageClassAdded`,
-//! `NodeAdded`, `NodeLabelChanged`, `PvcChanged`, `PvChanged`;
-//! VolumeRestrictions `AssignedPodDeleted`, `NodeAdded`, `PvcChanged`;
-//! NodeVolumeLimits `CsiNodeChanged`, `AssignedPodDeleted`, `PvcChanged`,
-//! `VolumeAttachmentDeleted`.
+//! The three volume plugins read the volume objects the coordinator
+//! forwards ([`flotilla_shared::framework::SharedLister::volumes`]); their
+//! checks live in `shared::volumes`, which their bind checks call too.
+//! Pods without volumes make them `Skip` at PreFilter. `VolumeBinding` is
+//! not implemented yet (bound claims' PV node affinity, matching and
+//! provisioning unbound claims).
 //!
 //! [`resource_allocation`] holds what the two resource score plugins share.
 //! [`DefaultPreemption`] (PostFilter) only carries its args; the algorithm

@@ -44,17 +44,7 @@ pub const VOLUME_RESTRICTIONS: &str = "VolumeRestrictions";
 pub const NODE_VOLUME_LIMITS: &str = "NodeVolumeLimits";
 
 /// Upstream default plugins Flotilla does not implement (yet): configs may
-/// name them; they are ignored with a warning. VolumeZone,
-/// VolumeRestrictions and NodeVolumeLimits exist
-/// ([`crate::plugins::volume_zone`] and its siblings) but are not
-/// registered: workers are not sent the volume objects yet, and over an
-/// empty volume state every pod with a claim would be rejected. Until
-/// then pods with volumes are placed without volume constraints.
-pub const NOT_IMPLEMENTED: &[&str] = &[
-    VOLUME_RESTRICTIONS,
-    NODE_VOLUME_LIMITS,
-    "VolumeBinding",
-    VOLUME_ZONE,
-    "DynamicResources",
-    "NodeDeclaredFeatures",
-];
+/// name them; they are ignored with a warning. Without VolumeBinding a
+/// bound claim's PV node affinity is not checked and unbound claims are
+/// neither matched with PVs nor provisioned.
+pub const NOT_IMPLEMENTED: &[&str] = &["VolumeBinding", "DynamicResources", "NodeDeclaredFeatures"];

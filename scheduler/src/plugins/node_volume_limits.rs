@@ -16,15 +16,15 @@
 //!   count, has no limit.
 //!
 //! In-tree volumes migrated to CSI are not counted (see
-//! [`limits`]). **Not registered yet** (see [`super::volume_zone`]); no
-//! bind check yet, so two workers may together exceed a node's limit until
-//! the arbiter gets a volume view.
+//! [`limits`]). Bind check: the same two functions over the arbiter's
+//! view, whose node holds every granted pod, so two workers never together
+//! push a node over a driver's limit.
 
 use std::sync::Arc;
 
 use flotilla_shared::framework::{
-    ClusterEvent, CycleState, FilterPlugin, Plugin, PreFilterPlugin, PreFilterResult, SharedLister,
-    Status,
+    BindCheck, BindResult, BindView, ClusterEvent, CycleState, FilterPlugin, Plugin,
+    PreFilterPlugin, PreFilterResult, SharedLister, Status,
 };
 use flotilla_shared::volumes::limits::{self, CsiVolumeId};
 use flotilla_shared::volumes::{VolumeRejection, VolumeState};
@@ -108,6 +108,21 @@ impl FilterPlugin for NodeVolumeLimits {
                 Err(r) => Err(r.clone()),
             });
         as_status(result, NAME)
+    }
+}
+
+impl BindCheck for NodeVolumeLimits {
+    /// PreFilter then Filter: [`limits::new_pod_csi_volumes`] (nothing
+    /// allocated for a pod without claims) and
+    /// [`limits::check_csi_limits`] on `node` (its pods, and with
+    /// nominees when the arbiter adds them).
+    fn check_bind(&self, pod: &PodInfo, node: &NodeInfo, view: &mut BindView<'_>) -> BindResult {
+        if pod.volumes.as_deref().is_none_or(|v| v.claims.is_empty()) {
+            return Ok(());
+        }
+        limits::new_pod_csi_volumes(pod, view.volumes)
+            .and_then(|new| limits::check_csi_limits(&new, node, view.volumes))
+            .map_err(|r| r.reason)
     }
 }
 

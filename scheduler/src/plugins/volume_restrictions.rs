@@ -16,14 +16,17 @@
 //!   `Unschedulable` (preemption re-runs PreFilter over its dry-run view,
 //!   so evicting the claim's user counts).
 //!
-//! **Not registered yet** (see [`super::volume_zone`]): workers are not
-//! sent the volume objects. No bind check yet: two workers may still both
-//! place pods using one `ReadWriteOncePod` claim until the arbiter gets a
-//! volume view.
+//! Bind check: the same functions, the claim's users read from the
+//! arbiter's [`flotilla_shared::volumes::ClaimUsers`]
+//! ([`BindView::claim_users`]), which counts every granted pod: two
+//! workers never both place pods using one `ReadWriteOncePod` claim. It
+//! reads the whole view, so it is not [`BindCheck::node_local`] (not
+//! re-run with nominees, nor for preemption proposals, whose eviction of
+//! the claim's user upstream's preemption counts).
 
 use flotilla_shared::framework::{
-    ClusterEvent, CycleState, FilterPlugin, Plugin, PreFilterPlugin, PreFilterResult, SharedLister,
-    Status,
+    BindCheck, BindResult, BindView, ClusterEvent, CycleState, FilterPlugin, Plugin,
+    PreFilterPlugin, PreFilterResult, SharedLister, Status,
 };
 use flotilla_shared::volumes::restrictions;
 use flotilla_shared::{NodeInfo, PodInfo};
@@ -106,6 +109,32 @@ impl FilterPlugin for VolumeRestrictions {
             .read_pre_filter::<ClaimsInUse>(STATE_KEY, NAME)
             .map(|ClaimsInUse(in_use)| restrictions::check_restrictions(pod, *in_use, node));
         as_status(result, NAME)
+    }
+}
+
+impl BindCheck for VolumeRestrictions {
+    /// PreFilter then Filter: [`restrictions::read_write_once_pod_claims`]
+    /// and [`restrictions::count_in_use`] against the arbiter's claim
+    /// users, then [`restrictions::check_restrictions`] on `node`.
+    fn check_bind(&self, pod: &PodInfo, node: &NodeInfo, view: &mut BindView<'_>) -> BindResult {
+        if pod.volumes.is_none() {
+            return Ok(());
+        }
+        let claims =
+            restrictions::read_write_once_pod_claims(pod, view.volumes).map_err(|r| r.reason)?;
+        let in_use = if claims.is_empty() {
+            0
+        } else {
+            let users = view.claim_users();
+            restrictions::count_in_use(&claims, |claim| {
+                users.used_by_other_pod(&pod.key.namespace, claim, &pod.uid)
+            })
+        };
+        restrictions::check_restrictions(pod, in_use, node).map_err(|r| r.reason)
+    }
+
+    fn node_local(&self) -> bool {
+        false
     }
 }
 

@@ -14,17 +14,17 @@
 //!   meaning a set) must list the node's value, else
 //!   `node(s) had no available volume zone` (`UnschedulableAndUnresolvable`).
 //!
-//! The volume objects come from [`SharedLister::volumes`]. **Not
-//! registered yet**: workers are not sent the volume objects, and over an
-//! empty state every pod with a claim is rejected; the plugin stays in
-//! [`names::NOT_IMPLEMENTED`] until the coordinator feeds them. No bind
-//! check yet either (the arbiter has no volume view).
+//! The volume objects come from [`SharedLister::volumes`] (the
+//! coordinator forwards them to every worker). Bind check: the same two
+//! functions over the arbiter's volume objects ([`BindView::volumes`]), so
+//! a PV relabelled, or a claim bound, between a worker's cycle and its
+//! proposal is seen.
 
 use std::sync::Arc;
 
 use flotilla_shared::framework::{
-    ClusterEvent, CycleState, FilterPlugin, Plugin, PreFilterPlugin, PreFilterResult, SharedLister,
-    Status,
+    BindCheck, BindResult, BindView, ClusterEvent, CycleState, FilterPlugin, Plugin,
+    PreFilterPlugin, PreFilterResult, SharedLister, Status,
 };
 use flotilla_shared::volumes::{Pv, zone};
 use flotilla_shared::{NodeInfo, PodInfo};
@@ -99,6 +99,16 @@ impl FilterPlugin for VolumeZone {
             .read_pre_filter::<ZonePvs>(STATE_KEY, NAME)
             .map(|ZonePvs(pvs)| zone::check_zone(pvs, &node.spec.labels));
         as_status(result, NAME)
+    }
+}
+
+impl BindCheck for VolumeZone {
+    /// PreFilter then Filter: [`zone::pod_zone_pvs`] (no allocation for a
+    /// pod without claims) and [`zone::check_zone`].
+    fn check_bind(&self, pod: &PodInfo, node: &NodeInfo, view: &mut BindView<'_>) -> BindResult {
+        zone::pod_zone_pvs(pod, view.volumes)
+            .and_then(|pvs| zone::check_zone(&pvs, &node.spec.labels))
+            .map_err(|r| r.reason)
     }
 }
 
@@ -185,7 +195,7 @@ mod tests {
 
     #[test]
     fn an_empty_volume_state_rejects_every_pod_with_a_claim() {
-        // Why the plugin is not registered until workers get volume state.
+        // A worker before the coordinator sent the volume objects.
         let l = FakeLister::new(vec![zone_node("a", LABEL_ZONE, "us-west1-a")]);
         let pod = PodBuilder::new("p").pvc_volume("v", "data").build_info();
         assert_eq!(

@@ -93,6 +93,7 @@ use flotilla_shared::objects::{ClusterObjects, DEFAULT_NAMESPACE};
 use flotilla_shared::pdb::PdbInfo;
 use flotilla_shared::pod_info::PodError;
 use flotilla_shared::priority::PriorityClasses;
+use flotilla_shared::volumes::VolumeState;
 use flotilla_shared::{NodeSpec, PodInfo, PodKey};
 
 use crate::cache::{NodeCache, Snapshot};
@@ -667,6 +668,19 @@ fn compile_pdbs(objects: &ClusterObjects, notes: &mut Vec<String>) -> Vec<PdbInf
     pdbs
 }
 
+/// The input's volume objects compiled for the volume Filters, as a
+/// worker holds them; each object that cannot be read is noted (and kept
+/// as its error: the pods using it are told, as on a live cluster).
+fn volume_state(objects: &ClusterObjects, notes: &mut Vec<String>) -> VolumeState {
+    let mut state = VolumeState::default();
+    for v in &objects.volumes {
+        if let Err(e) = v.apply_to(&mut state) {
+            notes.push(format!("{e}; pods using it are unschedulable"));
+        }
+    }
+    state
+}
+
 /// What simulated cycles run with besides the cluster: the profiles (one
 /// gang book behind every profile's Coscheduling), their webhooks, the
 /// PodDisruptionBudgets, the seed.
@@ -866,6 +880,7 @@ impl Cluster {
             cache.add_bound_pod(Arc::new(info));
             bound_pods += 1;
         }
+        cache.set_volume_state(Arc::new(volume_state(objects, notes)));
         Ok(Cluster {
             cache,
             node_count: objects.nodes.len(),

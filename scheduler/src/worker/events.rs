@@ -1,6 +1,7 @@
 //! The coordinator's watch events applied to the session's state: nodes,
 //! namespaces and bound pods into the cache, assigned pods into the queue,
-//! PodGroups into the gang book, PodDisruptionBudgets into their store. This
+//! PodGroups into the gang book, PodDisruptionBudgets into their store,
+//! volume objects into [`super::volumes::WorkerVolumes`]. This
 //! is the one writer of cluster state in a worker.
 
 use std::sync::Arc;
@@ -14,6 +15,7 @@ use flotilla_shared::PodInfo;
 use flotilla_shared::framework::ClusterEvent;
 use flotilla_shared::node_info::NodeSpec;
 use flotilla_shared::trace;
+use flotilla_shared::volumes::{VolumeKey, VolumeKind, VolumeObject};
 
 use super::Shared;
 use super::telemetry::forget_trace;
@@ -38,6 +40,20 @@ fn parse_node(raw: &pb::RawObject) -> Option<NodeSpec> {
     NodeSpec::from_json(&raw.json)
         .map_err(|e| warn!(error = %e, "coordinator sent a node that cannot be read"))
         .ok()
+}
+
+/// The volume kind of the wire's `VolumeKind` (`None`: unspecified or
+/// unknown).
+fn volume_kind(wire: i32) -> Option<VolumeKind> {
+    Some(match pb::VolumeKind::try_from(wire).ok()? {
+        pb::VolumeKind::Unspecified => return None,
+        pb::VolumeKind::Claim => VolumeKind::Claim,
+        pb::VolumeKind::Pv => VolumeKind::Pv,
+        pb::VolumeKind::StorageClass => VolumeKind::StorageClass,
+        pb::VolumeKind::CsiNode => VolumeKind::CsiNode,
+        pb::VolumeKind::CsiDriver => VolumeKind::CsiDriver,
+        pb::VolumeKind::VolumeAttachment => VolumeKind::VolumeAttachment,
+    })
 }
 
 /// Applies one event from the coordinator; `trace_context` is the
@@ -169,6 +185,37 @@ pub(super) fn apply_event(
         },
         Event::PdbDeleted(r) => {
             s.pdbs.remove(&r.namespace, &r.name);
+        }
+        Event::VolumeUpsert(v) => {
+            let decoded = volume_kind(v.kind).map(|kind| VolumeObject::from_json(kind, &v.json));
+            match decoded {
+                Some(Ok(obj)) => {
+                    let ev = s.volumes.lock().upsert(&obj, &s.cache);
+                    if let Some(ev) = ev {
+                        s.queue.on_event(ev, now);
+                    }
+                }
+                Some(Err(e)) => {
+                    warn!(error = %e, "coordinator sent a volume object that does not parse")
+                }
+                None => warn!(
+                    kind = v.kind,
+                    "coordinator sent a volume object of an unknown kind"
+                ),
+            }
+        }
+        Event::VolumeDeleted(r) => {
+            if let Some(kind) = volume_kind(r.kind) {
+                let key = VolumeKey {
+                    kind,
+                    namespace: r.namespace,
+                    name: r.name,
+                };
+                let ev = s.volumes.lock().delete(&key, &s.cache);
+                if let Some(ev) = ev {
+                    s.queue.on_event(ev, now);
+                }
+            }
         }
         Event::NominatedPod(n) => {
             if let Some(pod) = n.pod.as_ref().and_then(parse_pod) {

@@ -55,6 +55,7 @@ mod scheduling;
 mod session;
 mod telemetry;
 mod tls;
+mod volumes;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -286,6 +287,8 @@ struct Shared {
     gangs: Arc<GangBook>,
     /// PodDisruptionBudgets, for preemption.
     pdbs: PdbStore,
+    /// The volume objects, published to `cache` for the volume Filters.
+    volumes: parking_lot::Mutex<volumes::WorkerVolumes>,
     /// This worker's name and pool (who asks a placement webhook).
     name: String,
     class: WorkloadClass,

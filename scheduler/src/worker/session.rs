@@ -329,6 +329,7 @@ pub(super) async fn session(
         stopping: std::sync::atomic::AtomicBool::new(false),
         gangs,
         pdbs: PdbStore::new(),
+        volumes: parking_lot::Mutex::default(),
         name: cfg.name.clone(),
         class: cfg.class,
         webhooks,
@@ -369,6 +370,7 @@ pub(super) async fn session(
             }
         };
         if let pb::watch_event::Event::Synced(_) = event {
+            shared.volumes.lock().go_live(&shared.cache);
             shared.stats.ready.store(true, Ordering::Release);
             if scheduler_thread.is_none() {
                 let s = shared.clone();

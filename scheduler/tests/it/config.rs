@@ -186,10 +186,13 @@ profiles:
             "TaintToleration",
             "NodeAffinity",
             "NodeResourcesFit",
+            "VolumeRestrictions",
+            "NodeVolumeLimits",
+            "VolumeZone",
             "PodTopologySpread",
             "InterPodAffinity"
         ],
-        "NodePorts disabled at filter only; the volume plugins are left out"
+        "NodePorts disabled at filter only; VolumeBinding is left out"
     );
     assert_eq!(
         fw.enabled_at(ExtensionPoint::PreFilter),
@@ -197,10 +200,13 @@ profiles:
             "NodeAffinity",
             "NodePorts",
             "NodeResourcesFit",
+            "VolumeRestrictions",
+            "NodeVolumeLimits",
+            "VolumeZone",
             "PodTopologySpread",
             "InterPodAffinity"
         ],
-        "upstream's default PreFilter plugins, less the volume ones"
+        "upstream's default PreFilter plugins, less VolumeBinding"
     );
     assert_eq!(
         fw.score_weights(),
@@ -503,9 +509,24 @@ fn not_implemented_plugins_are_accepted_and_left_out() {
     )
     .expect("valid");
     let fw = framework(&cfg, 0);
+    // The plugins enabled at the point come first, then multiPoint's.
+    let want: Vec<&str> = std::iter::once("NodeVolumeLimits")
+        .chain(
+            framework(&SchedulerConfig::default(), 0)
+                .enabled_at(ExtensionPoint::Filter)
+                .iter()
+                .copied()
+                .filter(|n| !["VolumeZone", "NodeVolumeLimits"].contains(n)),
+        )
+        .collect();
     assert_eq!(
         fw.enabled_at(ExtensionPoint::Filter),
-        framework(&SchedulerConfig::default(), 0).enabled_at(ExtensionPoint::Filter)
+        want,
+        "VolumeBinding left out; NodeVolumeLimits enabled once; VolumeZone really disabled"
+    );
+    assert!(
+        !fw.enabled_at(ExtensionPoint::PreFilter)
+            .contains(&"VolumeZone")
     );
     assert_eq!(
         fw.enabled_at(ExtensionPoint::PostFilter),

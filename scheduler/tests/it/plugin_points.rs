@@ -30,6 +30,9 @@ const UPSTREAM_POINTS: &[(&str, &[E])] = &[
         "NodeResourcesFit",
         &[E::PreFilter, E::Filter, E::PreScore, E::Score],
     ),
+    ("VolumeRestrictions", &[E::PreFilter, E::Filter]),
+    ("NodeVolumeLimits", &[E::PreFilter, E::Filter]),
+    ("VolumeZone", &[E::PreFilter, E::Filter]),
     (
         "PodTopologySpread",
         &[E::PreFilter, E::Filter, E::PreScore, E::Score],

@@ -58,6 +58,7 @@ use crate::affinity_counts::AffinityCounts;
 use crate::node_info::NodeInfo;
 use crate::pod_info::PodInfo;
 use crate::spread_counts::SpreadCounts;
+use crate::volumes::{ClaimUsers, VolumeState};
 use crate::workload::WorkloadClass;
 
 /// What a [`BindCheck`] returns: `Ok`, or the Filter's reason for
@@ -144,6 +145,10 @@ pub struct BindView<'a> {
     /// Spread and affinity counts over `nodes`, kept current by the
     /// coordinator as pods are placed and removed.
     pub kept: &'a mut KeptCounts,
+    /// The volume objects (claims, PVs, StorageClasses, CSINodes,
+    /// VolumeAttachments) the volume checks read; empty unless given
+    /// ([`BindView::with_volumes`]).
+    pub volumes: &'a VolumeState,
 }
 
 impl<'a> BindView<'a> {
@@ -162,14 +167,36 @@ impl<'a> BindView<'a> {
             namespaces,
             anti_affinity_pods,
             kept,
+            volumes: &EMPTY_VOLUMES,
         }
+    }
+
+    /// The view with `volumes` as its volume objects.
+    #[must_use]
+    pub fn with_volumes(mut self, volumes: &'a VolumeState) -> Self {
+        self.volumes = volumes;
+        self
+    }
+
+    /// Which pods use each claim across `nodes` ([`ClaimUsers`]), counted
+    /// on first use and kept current by [`KeptCounts`] from then on.
+    pub fn claim_users(&mut self) -> &ClaimUsers {
+        let nodes = self.nodes;
+        self.kept
+            .claims
+            .get_or_insert_with(|| ClaimUsers::count_nodes(nodes.values()))
     }
 }
 
+/// The volume state of a view given none.
+static EMPTY_VOLUMES: std::sync::LazyLock<VolumeState> =
+    std::sync::LazyLock::new(VolumeState::default);
+
 /// Counts the arbiter keeps over its view so a check costs O(domains)
 /// instead of a pass over every pod: hard topology spread constraints per
-/// domain ([`SpreadCounts`]) and required inter-pod (anti-)affinity per
-/// topology pair ([`AffinityCounts`]). Entries are made on first use by a
+/// domain ([`SpreadCounts`]), required inter-pod (anti-)affinity per
+/// topology pair ([`AffinityCounts`]) and the users of each claim
+/// ([`ClaimUsers`]). Entries are made on first use by a
 /// full count. Its owner feeds it every placement and removal, and
 /// invalidates it when a node comes, goes or is relabelled.
 #[derive(Debug, Default)]
@@ -178,6 +205,9 @@ pub struct KeptCounts {
     pub spread: SpreadCounts,
     /// Required inter-pod (anti-)affinity counts.
     pub affinity: AffinityCounts,
+    /// Which pods use each claim (VolumeRestrictions' `ReadWriteOncePod`
+    /// check); `None` until first used ([`BindView::claim_users`]).
+    pub claims: Option<ClaimUsers>,
 }
 
 impl KeptCounts {
@@ -185,18 +215,25 @@ impl KeptCounts {
     pub fn pod_placed(&mut self, pod: &PodInfo, node: &NodeInfo) {
         self.spread.pod_placed(pod, node);
         self.affinity.pod_placed(pod, node);
+        if let Some(c) = &mut self.claims {
+            c.add_pod(pod);
+        }
     }
 
     /// `pod` was just removed from `node`.
     pub fn pod_removed(&mut self, pod: &PodInfo, node: &NodeInfo) {
         self.spread.pod_removed(pod, node);
         self.affinity.pod_removed(pod, node);
+        if let Some(c) = &mut self.claims {
+            c.remove_pod(pod);
+        }
     }
 
     /// Forgets every count (a node added or removed, or relabelled).
     pub fn invalidate(&mut self) {
         self.spread.invalidate();
         self.affinity.invalidate();
+        self.claims = None;
     }
 }
 

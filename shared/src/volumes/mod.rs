@@ -1,6 +1,6 @@
 //! Volumes: the compact model of the storage objects and the pure checks
-//! of the volume plugins, shared by the scheduler's Filters and (to come)
-//! the coordinator's bind arbiter, so each decision lives in one place.
+//! of the volume plugins, shared by the scheduler's Filters and the
+//! coordinator's bind arbiter, so each decision lives in one place.
 //!
 //! # Layout
 //! - [`model`]: [`Pvc`], [`Pv`], [`StorageClass`], [`CsiNode`],
@@ -10,6 +10,10 @@
 //! - [`state`]: [`VolumeState`], the objects keyed for the Filters'
 //!   lookups (invalid objects kept as their error), and [`ClaimUsers`],
 //!   which pods use each claim cluster-wide.
+//! - [`objects`]: [`VolumeObject`], one storage object whole as the
+//!   cluster holds it, keyed ([`VolumeKey`]), shrunk for the wire and
+//!   applied to a [`VolumeState`]: what the backends, the coordinator, the
+//!   workers and `simulate` pass around.
 //! - [`pod_volumes`]: [`PodVolumes`], what a pod's `spec.volumes` asks,
 //!   computed once per pod ([`crate::PodInfo::volumes`]).
 //! - [`zone`], [`restrictions`], [`limits`]: the checks of VolumeZone,
@@ -22,6 +26,7 @@
 
 pub mod limits;
 pub mod model;
+pub mod objects;
 pub mod pod_volumes;
 pub mod restrictions;
 pub mod state;
@@ -33,6 +38,7 @@ pub use model::{
     AccessMode, AccessModes, CsiDriver, CsiNode, CsiSource, Pv, Pvc, StorageClass,
     VolumeAttachment, VolumeBindingMode, VolumeError,
 };
+pub use objects::{VolumeKey, VolumeKind, VolumeObject};
 pub use pod_volumes::{InlineDisk, PodClaim, PodVolumes};
 pub use state::{ClaimUsers, Lookup, VolumeState};
 

@@ -62,10 +62,10 @@ impl<'a, T> Lookup<'a, T> {
 ///
 /// The scheduling cycle reads it through
 /// [`crate::framework::SharedLister::volumes`], an empty state unless the
-/// snapshot was given one. **Nothing feeds it to workers yet**: with an
-/// empty state every pod with a claim would be rejected (`persistentvolumeclaim
-/// "<name>" not found`), which is why the volume plugins are not in the
-/// default profile yet.
+/// snapshot was given one (with an empty state every pod with a claim is
+/// rejected: `persistentvolumeclaim "<name>" not found`). A worker's is
+/// fed by the coordinator's volume events; the coordinator keeps its own
+/// for the bind arbiter (`BindView::volumes`).
 #[derive(Debug, Clone, Default)]
 pub struct VolumeState {
     /// namespace → name → claim.
@@ -150,6 +150,12 @@ impl VolumeState {
     #[must_use]
     pub fn attachments_on(&self, node: &str) -> &[Arc<VolumeAttachment>] {
         self.attachments.get(node).map_or(&[], Vec::as_slice)
+    }
+
+    /// Whether the VolumeAttachment `name` is held.
+    #[must_use]
+    pub fn has_volume_attachment(&self, name: &str) -> bool {
+        self.attachment_node.contains_key(name)
     }
 
     /// Adds or replaces a claim.

@@ -706,3 +706,66 @@ async fn preemption_writes_stop_at_a_closed_fence() {
     let next = pin!(handle.next_request());
     assert!(futures::poll!(next).is_pending(), "a request went out");
 }
+
+/// The next event of a volume stream, as text.
+async fn next_volume_event(s: &mut BoxStream<'static, Result<WatchEvent, ClusterError>>) -> String {
+    match tokio::time::timeout(Duration::from_secs(5), s.next())
+        .await
+        .expect("an event within 5 s")
+        .expect("stream open")
+        .expect("no error")
+    {
+        WatchEvent::Relisting(k) => format!("relisting {k}"),
+        WatchEvent::Listed(k) => format!("listed {k}"),
+        WatchEvent::VolumeApplied(o) => format!("applied {}", o.key()),
+        other => format!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_volume_kind_not_served_is_listed_empty_and_a_served_one_maps_its_objects() {
+    use flotilla_shared::volumes::VolumeKind;
+    use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
+    let (svc, handle) = mock::pair::<Request<Body>, Response<Body>>();
+    let client = Client::new(svc, "default");
+    let server = tokio::spawn(async move {
+        let mut handle = Box::pin(handle);
+        // CSINodes: the probe answers 404 (not served).
+        let (req, send) = handle.next_request().await.expect("a probe");
+        assert_eq!(req.uri().path(), "/apis/storage.k8s.io/v1/csinodes");
+        send.send_response(respond(404, &status(404, "NotFound", "not found")));
+        // StorageClasses: the probe, then the watcher's list.
+        for what in ["a probe", "a list"] {
+            let (req, send) = handle.next_request().await.expect(what);
+            assert_eq!(req.uri().path(), "/apis/storage.k8s.io/v1/storageclasses");
+            let list = json!({
+                "apiVersion": "storage.k8s.io/v1", "kind": "StorageClassList",
+                "metadata": {"resourceVersion": "5"},
+                "items": [{"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+                           "metadata": {"name": "local"}, "provisioner": "p"}],
+            });
+            send.send_response(respond(200, &list));
+        }
+        handle
+    });
+    let mut csi = volume_stream::<CSINode>(&client, VolumeKind::CsiNode, "not served");
+    assert_eq!(next_volume_event(&mut csi).await, "relisting csinodes");
+    assert_eq!(next_volume_event(&mut csi).await, "listed csinodes");
+    drop(csi);
+    let mut classes =
+        volume_stream::<StorageClass>(&client, VolumeKind::StorageClass, "not served");
+    let mut got = Vec::new();
+    for _ in 0..3 {
+        got.push(next_volume_event(&mut classes).await);
+    }
+    assert_eq!(
+        got,
+        [
+            "relisting storageclasses",
+            "applied StorageClass local",
+            "listed storageclasses"
+        ]
+    );
+    drop(classes);
+    let _ = server.await;
+}

@@ -171,6 +171,57 @@ fn cluster_route(path: &str, query: &str) -> (u16, Value) {
                 None,
             ),
         ),
+        "/apis/storage.k8s.io/v1" => {
+            let plurals = [
+                "storageclasses",
+                "csinodes",
+                "csidrivers",
+                "volumeattachments",
+            ];
+            let resources: Vec<Value> = plurals
+                .iter()
+                .map(|p| {
+                    json!({"name": p, "singularName": "", "namespaced": false, "kind": "X",
+                           "verbs": ["get", "list", "watch"]})
+                })
+                .collect();
+            (
+                200,
+                json!({"kind": "APIResourceList", "apiVersion": "v1",
+                       "groupVersion": "storage.k8s.io/v1", "resources": resources}),
+            )
+        }
+        "/api/v1/persistentvolumeclaims" => (
+            200,
+            list(
+                "PersistentVolumeClaimList",
+                "v1",
+                &[json!({"metadata": {"name": "data", "namespace": "team"},
+                         "spec": {"accessModes": ["ReadWriteOncePod"]}})],
+                None,
+            ),
+        ),
+        "/api/v1/persistentvolumes" => (200, list("PersistentVolumeList", "v1", &[], None)),
+        "/apis/storage.k8s.io/v1/storageclasses" => (
+            200,
+            list(
+                "StorageClassList",
+                "storage.k8s.io/v1",
+                &[json!({"metadata": {"name": "local"}, "provisioner": "p",
+                         "volumeBindingMode": "WaitForFirstConsumer"})],
+                None,
+            ),
+        ),
+        "/apis/storage.k8s.io/v1/csinodes" => {
+            (200, list("CSINodeList", "storage.k8s.io/v1", &[], None))
+        }
+        "/apis/storage.k8s.io/v1/csidrivers" => {
+            (200, list("CSIDriverList", "storage.k8s.io/v1", &[], None))
+        }
+        "/apis/storage.k8s.io/v1/volumeattachments" => (
+            200,
+            list("VolumeAttachmentList", "storage.k8s.io/v1", &[], None),
+        ),
         // What kube-apiserver answers for a group it does not serve.
         _ => (
             404,
@@ -208,6 +259,16 @@ async fn reads_every_kind_with_get_lists_only() {
             "/apis/scheduling.x-k8s.io/v1alpha1",
             "/apis/scheduling.k8s.io/v1beta1",
             "/apis/scheduling.k8s.io/v1alpha2",
+            "/api/v1/persistentvolumeclaims",
+            "/api/v1/persistentvolumes",
+            "/apis/storage.k8s.io/v1",
+            "/apis/storage.k8s.io/v1/storageclasses",
+            "/apis/storage.k8s.io/v1",
+            "/apis/storage.k8s.io/v1/csinodes",
+            "/apis/storage.k8s.io/v1",
+            "/apis/storage.k8s.io/v1/csidrivers",
+            "/apis/storage.k8s.io/v1",
+            "/apis/storage.k8s.io/v1/volumeattachments",
         ]
     );
     // Pages of PAGE_SIZE; the second page asked with the continue token.
@@ -234,6 +295,11 @@ async fn reads_every_kind_with_get_lists_only() {
     assert_eq!(o.pod_disruption_budgets.len(), 1);
     assert!(o.pod_groups.is_empty());
     assert!(o.workload_pod_groups.is_empty());
+    let volumes: Vec<String> = o.volumes.iter().map(|v| v.key().to_string()).collect();
+    assert_eq!(
+        volumes,
+        ["PersistentVolumeClaim team/data", "StorageClass local"]
+    );
     assert!(o.warnings.is_empty(), "{:?}", o.warnings);
     assert_eq!(
         live.notes,

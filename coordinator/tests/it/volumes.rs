@@ -1,0 +1,185 @@
+//! The bind arbiter re-checks the volume Filters against its own view,
+//! which counts every grant: two workers deciding at once on stale
+//! snapshots never both place pods using one `ReadWriteOncePod` claim, nor
+//! together push a node over its CSI attach limit. Each race is run over
+//! several rounds, the pods deleted between rounds (freeing the claim and
+//! the slot again).
+
+use std::sync::Arc;
+
+use flotilla_coordinator::cluster::EmbeddedCluster;
+use flotilla_proto::v1 as pb;
+use flotilla_proto::v1::WorkloadClass::{Batch, Online};
+use flotilla_proto::v1::watch_event::Event;
+use flotilla_shared::testing::volumes::{PvBuilder, PvcBuilder, csi_node};
+use flotilla_shared::testing::{NodeBuilder, PodBuilder};
+use flotilla_shared::volumes::VolumeObject;
+use flotilla_shared::volumes::limits::REASON_MAX_VOLUME_COUNT;
+use flotilla_shared::volumes::restrictions::REASON_READ_WRITE_ONCE_POD_CONFLICT;
+
+use crate::{FakeWorker, Harness, STEP, assigned_names, default_profiles, wait_until, within};
+
+const CLASS_LABEL: &str = "flotilla.io/workload-class";
+const DRIVER: &str = "ebs.csi.aws.com";
+const ROUNDS: usize = 5;
+
+fn outcome(d: &pb::BindDecision) -> pb::BindOutcome {
+    pb::BindOutcome::try_from(d.outcome).expect("a known outcome")
+}
+
+/// n1 and n2 with room for everything, each attaching at most one volume
+/// of [`DRIVER`]; `volumes` applied before the coordinator lists.
+fn cluster(volumes: Vec<VolumeObject>) -> EmbeddedCluster {
+    let c = EmbeddedCluster::new();
+    for n in ["n1", "n2"] {
+        c.apply_node(
+            NodeBuilder::new(n)
+                .cpu("8")
+                .memory("32Gi")
+                .pods(110)
+                .build(),
+        )
+        .expect("node");
+        c.apply_volume(VolumeObject::CsiNode(Arc::new(csi_node(
+            n,
+            &[(DRIVER, Some(1))],
+        ))))
+        .expect("csinode");
+    }
+    for v in volumes {
+        c.apply_volume(v).expect("volume object");
+    }
+    c
+}
+
+/// Claim `name` bound to PV `pv-<name>` (a CSI volume of [`DRIVER`]),
+/// with `mode`.
+fn bound_claim(name: &str, mode: &str) -> [VolumeObject; 2] {
+    let pv = format!("pv-{name}");
+    [
+        VolumeObject::Pv(Arc::new(
+            PvBuilder::new(&pv)
+                .csi(DRIVER, &format!("vol-{name}"))
+                .build(),
+        )),
+        VolumeObject::Claim(Arc::new(
+            PvcBuilder::new(name)
+                .access_mode(mode)
+                .bound_to(&pv)
+                .build(),
+        )),
+    ]
+}
+
+/// An online and a batch worker, both synced; asserts the volume objects
+/// reached them.
+async fn two_workers(h: &Harness, objects: usize) -> (FakeWorker, FakeWorker) {
+    let mut online = FakeWorker::join(h, "online-0", Online).await;
+    let mut batch = FakeWorker::join(h, "batch-0", Batch).await;
+    for w in [&mut online, &mut batch] {
+        let replay = w.until_synced().await;
+        let volumes = replay
+            .iter()
+            .filter(|e| matches!(e, Event::VolumeUpsert(_)))
+            .count();
+        assert_eq!(volumes, objects, "every volume object is replayed");
+    }
+    (online, batch)
+}
+
+/// One round: pod `a<i>` (online) using `claim_a` and `b<i>` (batch) using
+/// `claim_b` are proposed at once on `na` and `nb`; exactly one is bound,
+/// the other refused with `reason`. Both pods are deleted afterwards.
+#[allow(clippy::too_many_arguments)]
+async fn round(
+    h: &Harness,
+    online: &mut FakeWorker,
+    batch: &mut FakeWorker,
+    i: usize,
+    (claim_a, claim_b): (&str, &str),
+    (na, nb): (&str, &str),
+    reason: &str,
+) {
+    let (a, b) = (format!("a{i}"), format!("b{i}"));
+    for (name, claim, class) in [(&a, claim_a, "online"), (&b, claim_b, "batch")] {
+        h.cluster
+            .create_pod(
+                PodBuilder::new(name)
+                    .cpu("100m")
+                    .label(CLASS_LABEL, class)
+                    .pvc_volume("data", claim)
+                    .build(),
+            )
+            .expect("pod");
+    }
+    online.read_until(|e| assigned_names(e).contains(&a)).await;
+    batch.read_until(|e| assigned_names(e).contains(&b)).await;
+    let (da, db) = within(STEP, "two concurrent proposals", async {
+        tokio::join!(online.propose(&a, na), batch.propose(&b, nb))
+    })
+    .await;
+    let outcomes = [outcome(&da), outcome(&db)];
+    let bound = outcomes
+        .iter()
+        .filter(|o| **o == pb::BindOutcome::Bound)
+        .count();
+    assert_eq!(bound, 1, "round {i}: exactly one wins: {da:?} {db:?}");
+    let (loser, node) = if outcomes[0] == pb::BindOutcome::Bound {
+        (&db, nb)
+    } else {
+        (&da, na)
+    };
+    assert_eq!(outcome(loser), pb::BindOutcome::Conflict, "{loser:?}");
+    assert_eq!(loser.reason, format!("node {node}: {reason}"));
+    for p in [&a, &b] {
+        h.cluster.delete_pod("default", p).expect("delete");
+    }
+    let c = h.coordinator.clone();
+    wait_until(STEP, "the round's pods gone", || c.records().is_empty()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_workers_never_both_place_pods_using_one_read_write_once_pod_claim() {
+    let objects = bound_claim("shared", "ReadWriteOncePod");
+    let h = Harness::serving(cluster(objects.to_vec()), default_profiles()).await;
+    let (mut online, mut batch) = two_workers(&h, 4).await;
+    for i in 0..ROUNDS {
+        // On different nodes: only the claim's users conflict.
+        round(
+            &h,
+            &mut online,
+            &mut batch,
+            i,
+            ("shared", "shared"),
+            ("n1", "n2"),
+            REASON_READ_WRITE_ONCE_POD_CONFLICT,
+        )
+        .await;
+    }
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_workers_never_together_push_a_node_over_its_csi_attach_limit() {
+    let objects: Vec<VolumeObject> = [
+        bound_claim("c1", "ReadWriteOnce"),
+        bound_claim("c2", "ReadWriteOnce"),
+    ]
+    .concat();
+    let h = Harness::serving(cluster(objects), default_profiles()).await;
+    let (mut online, mut batch) = two_workers(&h, 6).await;
+    for i in 0..ROUNDS {
+        // Two distinct volumes of the driver on n1, which attaches one.
+        round(
+            &h,
+            &mut online,
+            &mut batch,
+            i,
+            ("c1", "c2"),
+            ("n1", "n1"),
+            REASON_MAX_VOLUME_COUNT,
+        )
+        .await;
+    }
+    h.shutdown().await;
+}
