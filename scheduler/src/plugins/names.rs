@@ -42,6 +42,8 @@ pub const VOLUME_ZONE: &str = "VolumeZone";
 pub const VOLUME_RESTRICTIONS: &str = "VolumeRestrictions";
 /// `NodeVolumeLimits` (upstream's CSI limits plugin, `CSILimits`).
 pub const NODE_VOLUME_LIMITS: &str = "NodeVolumeLimits";
+/// `VolumeBinding`.
+pub const VOLUME_BINDING: &str = "VolumeBinding";
 
 /// Upstream default plugins Flotilla does not implement (yet): configs may
 /// name them; they are ignored with a warning. VolumeZone,
@@ -50,10 +52,13 @@ pub const NODE_VOLUME_LIMITS: &str = "NodeVolumeLimits";
 /// registered: workers are not sent the volume objects yet, and over an
 /// empty volume state every pod with a claim would be rejected. Until
 /// then pods with volumes are placed without volume constraints.
+/// VolumeBinding has its PreFilter and Filter
+/// ([`crate::plugins::volume_binding`]) but not yet its Reserve and
+/// PreBind, without which nobody binds a `WaitForFirstConsumer` claim.
 pub const NOT_IMPLEMENTED: &[&str] = &[
     VOLUME_RESTRICTIONS,
     NODE_VOLUME_LIMITS,
-    "VolumeBinding",
+    VOLUME_BINDING,
     VOLUME_ZONE,
     "DynamicResources",
     "NodeDeclaredFeatures",
