@@ -635,3 +635,24 @@ fn provisioning_needs_a_provisioner_and_an_allowed_topology() {
         "an empty topology term selects no node"
     );
 }
+
+#[test]
+fn bound_claim_whose_pv_cannot_be_read_is_rejected_naming_the_pv() {
+    let mut s = state(vec![PvcBuilder::new("data").bound_to("pv-bad")], vec![]);
+    let e = s
+        .apply_pv(
+            &PvBuilder::new("pv-bad")
+                .node_affinity(HOST, "Near", &["n1"])
+                .build(),
+        )
+        .unwrap_err();
+    let r = pod_claims(&pod(&["data"]), &s).unwrap_err();
+    assert_eq!(
+        (r.code, r.reason.as_ref()),
+        (Code::UnschedulableAndUnresolvable, e.to_string().as_str())
+    );
+    assert!(
+        r.reason
+            .starts_with("PersistentVolume pv-bad: spec.nodeAffinity")
+    );
+}
