@@ -42,6 +42,13 @@
 //! not implemented yet (bound claims' PV node affinity, matching and
 //! provisioning unbound claims).
 //!
+//! [`VolumeBinding`] has its PreFilter and Filter (bound PVs' node
+//! affinity, a PV or a provisioner for each unbound `WaitForFirstConsumer`
+//! claim; `shared::volumes::binding`) and its args, but not its Reserve and
+//! PreBind, so it is not registered either. Events `StorageClassAdded`,
+//! `PvcChanged`, `PvChanged`, `NodeAdded`, `NodeLabelChanged`,
+//! `NodeTaintChanged`, `CsiNodeChanged`, `CsiDriverChanged`.
+//!
 //! [`resource_allocation`] holds what the two resource score plugins share.
 //! [`DefaultPreemption`] (PostFilter) only carries its args; the algorithm
 //! is [`crate::preemption`].
@@ -79,6 +86,7 @@ pub mod priority_sort;
 pub mod resource_allocation;
 pub mod scheduling_gates;
 pub mod taint_toleration;
+pub mod volume_binding;
 pub mod volume_restrictions;
 pub mod volume_zone;
 
@@ -100,6 +108,7 @@ pub use pod_topology_spread::PodTopologySpread;
 pub use priority_sort::PrioritySort;
 pub use scheduling_gates::SchedulingGates;
 pub use taint_toleration::TaintToleration;
+pub use volume_binding::VolumeBinding;
 pub use volume_restrictions::VolumeRestrictions;
 pub use volume_zone::VolumeZone;
 

@@ -42,9 +42,13 @@ pub const VOLUME_ZONE: &str = "VolumeZone";
 pub const VOLUME_RESTRICTIONS: &str = "VolumeRestrictions";
 /// `NodeVolumeLimits` (upstream's CSI limits plugin, `CSILimits`).
 pub const NODE_VOLUME_LIMITS: &str = "NodeVolumeLimits";
+/// `VolumeBinding`.
+pub const VOLUME_BINDING: &str = "VolumeBinding";
 
 /// Upstream default plugins Flotilla does not implement (yet): configs may
-/// name them; they are ignored with a warning. Without VolumeBinding a
-/// bound claim's PV node affinity is not checked and unbound claims are
-/// neither matched with PVs nor provisioned.
-pub const NOT_IMPLEMENTED: &[&str] = &["VolumeBinding", "DynamicResources", "NodeDeclaredFeatures"];
+/// name them; they are ignored with a warning. VolumeBinding has its
+/// PreFilter and Filter ([`crate::plugins::volume_binding`]) but not yet
+/// its Reserve and PreBind: without it a bound claim's PV node affinity is
+/// not checked and unbound claims are neither matched with PVs nor
+/// provisioned (nobody binds a `WaitForFirstConsumer` claim).
+pub const NOT_IMPLEMENTED: &[&str] = &[VOLUME_BINDING, "DynamicResources", "NodeDeclaredFeatures"];

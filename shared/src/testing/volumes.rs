@@ -6,16 +6,20 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
     AWSElasticBlockStoreVolumeSource, CSIPersistentVolumeSource, GCEPersistentDiskVolumeSource,
-    ISCSIVolumeSource, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, PersistentVolume,
-    PersistentVolumeClaim, PersistentVolumeClaimSpec, PersistentVolumeSpec, RBDVolumeSource,
-    Volume, VolumeNodeAffinity, VolumeResourceRequirements,
+    ISCSIVolumeSource, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, ObjectReference,
+    PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimSpec,
+    PersistentVolumeClaimStatus, PersistentVolumeSpec, PersistentVolumeStatus, RBDVolumeSource,
+    TopologySelectorLabelRequirement, TopologySelectorTerm, Volume, VolumeNodeAffinity,
+    VolumeResourceRequirements,
 };
 use k8s_openapi::api::storage::v1::{
     CSINode, CSINodeDriver, CSINodeSpec, StorageClass, VolumeAttachment, VolumeAttachmentSource,
     VolumeAttachmentSpec, VolumeAttachmentStatus, VolumeNodeResources,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    LabelSelector, ObjectMeta, OwnerReference, Time,
+};
 
 use crate::volumes::model::ANNOTATION_BIND_COMPLETED;
 
@@ -25,6 +29,15 @@ fn meta(name: &str) -> ObjectMeta {
         uid: Some(format!("uid-{name}")),
         ..Default::default()
     }
+}
+
+fn push_access_mode(modes: &mut Option<Vec<String>>, mode: &str) {
+    modes.get_or_insert_with(Vec::new).push(mode.into());
+}
+
+fn set_storage(list: &mut Option<BTreeMap<String, Quantity>>, q: &str) {
+    list.get_or_insert_with(BTreeMap::new)
+        .insert("storage".into(), Quantity(q.into()));
 }
 
 /// Builds a `PersistentVolumeClaim` in `default`, uid `uid-<name>`,
@@ -95,22 +108,18 @@ impl PvcBuilder {
     /// Appends to `spec.accessModes`.
     #[must_use]
     pub fn access_mode(mut self, mode: &str) -> Self {
-        self.spec()
-            .access_modes
-            .get_or_insert_with(Vec::new)
-            .push(mode.into());
+        push_access_mode(&mut self.spec().access_modes, mode);
         self
     }
 
     /// `spec.resources.requests.storage`.
     #[must_use]
     pub fn storage(mut self, q: &str) -> Self {
-        self.spec()
+        let resources = self
+            .spec()
             .resources
-            .get_or_insert_with(VolumeResourceRequirements::default)
-            .requests
-            .get_or_insert_with(BTreeMap::new)
-            .insert("storage".into(), Quantity(q.into()));
+            .get_or_insert_with(VolumeResourceRequirements::default);
+        set_storage(&mut resources.requests, q);
         self
     }
 
@@ -126,6 +135,42 @@ impl PvcBuilder {
             controller: Some(true),
             ..Default::default()
         }]);
+        self
+    }
+
+    /// `metadata.deletionTimestamp` set (the claim is being deleted).
+    #[must_use]
+    pub fn deleting(mut self) -> Self {
+        self.claim.metadata.deletion_timestamp = Some(deletion_time());
+        self
+    }
+
+    /// `status.phase: Lost`.
+    #[must_use]
+    pub fn lost(mut self) -> Self {
+        self.claim.status = Some(PersistentVolumeClaimStatus {
+            phase: Some("Lost".into()),
+            ..Default::default()
+        });
+        self
+    }
+
+    /// `spec.volumeMode`.
+    #[must_use]
+    pub fn volume_mode(mut self, mode: &str) -> Self {
+        self.spec().volume_mode = Some(mode.into());
+        self
+    }
+
+    /// Adds `k: v` to `spec.selector.matchLabels`.
+    #[must_use]
+    pub fn selector_label(mut self, k: &str, v: &str) -> Self {
+        self.spec()
+            .selector
+            .get_or_insert_with(LabelSelector::default)
+            .match_labels
+            .get_or_insert_with(BTreeMap::new)
+            .insert(k.into(), v.into());
         self
     }
 
@@ -206,6 +251,63 @@ impl PvBuilder {
         self
     }
 
+    /// `spec.capacity.storage`.
+    #[must_use]
+    pub fn capacity(mut self, q: &str) -> Self {
+        set_storage(&mut self.spec().capacity, q);
+        self
+    }
+
+    /// Appends to `spec.accessModes`.
+    #[must_use]
+    pub fn access_mode(mut self, mode: &str) -> Self {
+        push_access_mode(&mut self.spec().access_modes, mode);
+        self
+    }
+
+    /// `spec.volumeMode`.
+    #[must_use]
+    pub fn volume_mode(mut self, mode: &str) -> Self {
+        self.spec().volume_mode = Some(mode.into());
+        self
+    }
+
+    /// `status.phase`.
+    #[must_use]
+    pub fn phase(mut self, phase: &str) -> Self {
+        self.pv.status = Some(PersistentVolumeStatus {
+            phase: Some(phase.into()),
+            ..Default::default()
+        });
+        self
+    }
+
+    /// `status.phase: Available`.
+    #[must_use]
+    pub fn available(self) -> Self {
+        self.phase("Available")
+    }
+
+    /// `spec.claimRef` to `default/<claim>`, with `uid` when given.
+    #[must_use]
+    pub fn claim_ref(mut self, claim: &str, uid: Option<&str>) -> Self {
+        self.spec().claim_ref = Some(ObjectReference {
+            kind: Some("PersistentVolumeClaim".into()),
+            namespace: Some("default".into()),
+            name: Some(claim.into()),
+            uid: uid.map(Into::into),
+            ..Default::default()
+        });
+        self
+    }
+
+    /// `metadata.deletionTimestamp` set.
+    #[must_use]
+    pub fn deleting(mut self) -> Self {
+        self.pv.metadata.deletion_timestamp = Some(deletion_time());
+        self
+    }
+
     /// The PV.
     #[must_use]
     pub fn build(self) -> PersistentVolume {
@@ -223,6 +325,26 @@ pub fn storage_class(name: &str, provisioner: &str, mode: Option<&str>) -> Stora
         volume_binding_mode: mode.map(Into::into),
         ..Default::default()
     }
+}
+
+/// Adds an `allowedTopologies` term to `class`: the node's label `key`
+/// must be one of `values`.
+#[must_use]
+pub fn allowed_topology(mut class: StorageClass, key: &str, values: &[&str]) -> StorageClass {
+    class
+        .allowed_topologies
+        .get_or_insert_with(Vec::new)
+        .push(TopologySelectorTerm {
+            match_label_expressions: Some(vec![TopologySelectorLabelRequirement {
+                key: key.into(),
+                values: values.iter().map(|v| (*v).to_owned()).collect(),
+            }]),
+        });
+    class
+}
+
+fn deletion_time() -> Time {
+    Time(Default::default())
 }
 
 /// A CSINode for node `name` with `(driver, allocatable.count)` entries.

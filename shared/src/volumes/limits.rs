@@ -29,7 +29,7 @@ use std::sync::Arc;
 
 use super::model::CsiNode;
 use super::state::{Lookup, VolumeState};
-use super::{VolumeRejection, claim_not_found};
+use super::{VolumeRejection, claim_not_found, ephemeral_not_owned};
 use crate::node_info::NodeInfo;
 use crate::pod_info::PodInfo;
 
@@ -127,9 +127,8 @@ fn add_pod_volumes(
             Lookup::Invalid(_) | Lookup::Missing => continue,
         };
         if c.ephemeral && claim.controller_uid.as_deref() != Some(&*pod.uid) {
-            return Err(VolumeRejection::error(format!(
-                "PVC {ns}/{} was not created for pod {} (pod is not owner)",
-                c.claim, pod.key
+            return Err(VolumeRejection::error(ephemeral_not_owned(
+                ns, &c.claim, pod,
             )));
         }
         let from_pv = claim.volume_name.as_deref().map(|name| state.pv(name));

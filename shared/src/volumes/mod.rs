@@ -16,14 +16,16 @@
 //!   workers and `simulate` pass around.
 //! - [`pod_volumes`]: [`PodVolumes`], what a pod's `spec.volumes` asks,
 //!   computed once per pod ([`crate::PodInfo::volumes`]).
-//! - [`zone`], [`restrictions`], [`limits`]: the checks of VolumeZone,
-//!   VolumeRestrictions and NodeVolumeLimits (CSI), each split into the
-//!   per-pod part (PreFilter) and the per-node part (Filter).
+//! - [`zone`], [`restrictions`], [`limits`], [`binding`]: the checks of
+//!   VolumeZone, VolumeRestrictions, NodeVolumeLimits (CSI) and
+//!   VolumeBinding's Filter side, each split into the per-pod part
+//!   (PreFilter) and the per-node part (Filter).
 //!
 //! Reasons and status codes are upstream's (kube-scheduler
-//! `pkg/scheduler/framework/plugins/{volumezone,volumerestrictions,nodevolumelimits}`);
+//! `pkg/scheduler/framework/plugins/{volumezone,volumerestrictions,nodevolumelimits,volumebinding}`);
 //! a check that rejects returns a [`VolumeRejection`] carrying both.
 
+pub mod binding;
 pub mod limits;
 pub mod model;
 pub mod objects;
@@ -36,7 +38,7 @@ use std::borrow::Cow;
 
 pub use model::{
     AccessMode, AccessModes, CsiDriver, CsiNode, CsiSource, Pv, Pvc, StorageClass,
-    VolumeAttachment, VolumeBindingMode, VolumeError,
+    VolumeAttachment, VolumeBindingMode, VolumeError, VolumeMode,
 };
 pub use objects::{VolumeKey, VolumeKind, VolumeObject};
 pub use pod_volumes::{InlineDisk, PodClaim, PodVolumes};
@@ -110,4 +112,15 @@ pub fn not_found(resource: &str, name: &str) -> String {
 #[must_use]
 pub fn claim_not_found(name: &str) -> String {
     not_found("persistentvolumeclaim", name)
+}
+
+/// Upstream's error for a generic ephemeral volume whose claim the pod
+/// does not own (`ephemeral.VolumeIsForPod`): `PVC <ns>/<claim> was not
+/// created for pod <ns>/<pod> (pod is not owner)`.
+#[must_use]
+pub fn ephemeral_not_owned(namespace: &str, claim: &str, pod: &crate::PodInfo) -> String {
+    format!(
+        "PVC {namespace}/{claim} was not created for pod {} (pod is not owner)",
+        pod.key
+    )
 }

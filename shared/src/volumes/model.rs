@@ -178,6 +178,32 @@ impl AccessModes {
     }
 }
 
+/// `spec.volumeMode` of a claim or a PV.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum VolumeMode {
+    /// `Filesystem` (also what an unset field means, as upstream defaults
+    /// a nil mode).
+    #[default]
+    Filesystem,
+    /// `Block`: a raw block device.
+    Block,
+}
+
+impl VolumeMode {
+    /// `spec.volumeMode` (`None`: `Filesystem`); an unknown mode is an
+    /// error naming the field.
+    fn parse(value: Option<&str>) -> Result<Self, (String, String)> {
+        match value {
+            None | Some("Filesystem") => Ok(VolumeMode::Filesystem),
+            Some("Block") => Ok(VolumeMode::Block),
+            Some(other) => Err((
+                "spec.volumeMode".to_owned(),
+                format!("unsupported value {other:?}: supported values: \"Block\", \"Filesystem\""),
+            )),
+        }
+    }
+}
+
 /// A PersistentVolumeClaim, as the volume plugins read it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pvc {
@@ -208,6 +234,13 @@ pub struct Pvc {
     pub controller_uid: Option<Arc<str>>,
     /// The annotation [`ANNOTATION_SELECTED_NODE`].
     pub selected_node: Option<Arc<str>>,
+    /// `status.phase` is `Lost`: the claim's PV disappeared (the PV
+    /// controller says so; VolumeBinding's PreFilter rejects the pod).
+    pub lost: bool,
+    /// `spec.volumeMode`.
+    pub volume_mode: VolumeMode,
+    /// `spec.volumeAttributesClassName`; `None` for `""` or unset.
+    pub volume_attributes_class: Option<Arc<str>>,
 }
 
 impl Pvc {
@@ -258,6 +291,8 @@ impl TryFrom<&PersistentVolumeClaim> for Pvc {
             ),
             None => None,
         };
+        let volume_mode =
+            VolumeMode::parse(spec.and_then(|s| s.volume_mode.as_deref())).map_err(err)?;
         let controller_uid = c
             .metadata
             .owner_references
@@ -279,6 +314,14 @@ impl TryFrom<&PersistentVolumeClaim> for Pvc {
             deleting: c.metadata.deletion_timestamp.is_some(),
             controller_uid,
             selected_node: non_empty(annotation(&c.metadata, ANNOTATION_SELECTED_NODE)),
+            lost: c
+                .status
+                .as_ref()
+                .is_some_and(|s| s.phase.as_deref() == Some("Lost")),
+            volume_mode,
+            volume_attributes_class: non_empty(
+                spec.and_then(|s| s.volume_attributes_class_name.as_deref()),
+            ),
             namespace,
             name,
         })
@@ -405,6 +448,10 @@ pub struct Pv {
     pub phase: Option<PvPhase>,
     /// `metadata.deletionTimestamp` is set.
     pub deleting: bool,
+    /// `spec.volumeMode`.
+    pub volume_mode: VolumeMode,
+    /// `spec.volumeAttributesClassName`; `None` for `""` or unset.
+    pub volume_attributes_class: Option<Arc<str>>,
 }
 
 impl TryFrom<&PersistentVolume> for Pv {
@@ -440,6 +487,8 @@ impl TryFrom<&PersistentVolume> for Pv {
         .map_err(|(f, m)| err(&f, m))?;
         let capacity_bytes = storage_bytes(spec.and_then(|s| s.capacity.as_ref()), "spec.capacity")
             .map_err(|m| err("spec.capacity.storage", m))?;
+        let volume_mode = VolumeMode::parse(spec.and_then(|s| s.volume_mode.as_deref()))
+            .map_err(|(f, m)| err(&f, m))?;
         let phase = match v.status.as_ref().and_then(|s| s.phase.as_deref()) {
             None | Some("") => None,
             Some("Pending") => Some(PvPhase::Pending),
@@ -475,6 +524,10 @@ impl TryFrom<&PersistentVolume> for Pv {
             ),
             phase,
             deleting: v.metadata.deletion_timestamp.is_some(),
+            volume_mode,
+            volume_attributes_class: non_empty(
+                spec.and_then(|s| s.volume_attributes_class_name.as_deref()),
+            ),
             node_affinity,
             zone_labels,
             labels,
@@ -517,15 +570,17 @@ pub struct StorageClass {
 }
 
 impl StorageClass {
-    /// Whether a node with `labels` is in `allowedTopologies` (any term
-    /// matches; no terms: every node).
+    /// Whether a node with `labels` is in `allowedTopologies` (upstream
+    /// `MatchTopologySelectorTerms`): any term matches; no terms: every
+    /// node; a term without requirements selects no node.
     #[must_use]
     pub fn allows(&self, labels: &BTreeMap<String, String>) -> bool {
         self.allowed_topologies.is_empty()
             || self.allowed_topologies.iter().any(|t| {
-                t.requirements
-                    .iter()
-                    .all(|(k, vs)| labels.get(k).is_some_and(|v| vs.contains(v)))
+                !t.requirements.is_empty()
+                    && t.requirements
+                        .iter()
+                        .all(|(k, vs)| labels.get(k).is_some_and(|v| vs.contains(v)))
             })
     }
 }
@@ -756,6 +811,20 @@ mod tests {
         assert!(
             e.to_string()
                 .starts_with("PersistentVolumeClaim default/data: ")
+        );
+    }
+
+    #[test]
+    fn volume_mode_lost_phase_and_bad_mode_are_read() {
+        let c =
+            Pvc::try_from(&PvcBuilder::new("data").volume_mode("Block").lost().build()).unwrap();
+        assert_eq!((c.volume_mode, c.lost), (VolumeMode::Block, true));
+        let c = Pvc::try_from(&PvcBuilder::new("data").build()).unwrap();
+        assert_eq!((c.volume_mode, c.lost), (VolumeMode::Filesystem, false));
+        let e = Pv::try_from(&PvBuilder::new("pv1").volume_mode("Tape").build()).unwrap_err();
+        assert_eq!(
+            (e.object.as_str(), e.field.as_str()),
+            ("pv1", "spec.volumeMode")
         );
     }
 

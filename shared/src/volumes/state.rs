@@ -128,6 +128,11 @@ impl VolumeState {
         Lookup::of(self.pvs.get(name))
     }
 
+    /// Every PV that could be read, in no particular order (O(PVs)).
+    pub fn pvs(&self) -> impl Iterator<Item = &Arc<Pv>> {
+        self.pvs.values().filter_map(|e| e.as_ref().ok())
+    }
+
     /// The StorageClass `name`.
     #[must_use]
     pub fn storage_class(&self, name: &str) -> Lookup<'_, StorageClass> {
