@@ -7,9 +7,9 @@
 //! | --- | --- | --- |
 //! | `plaintext` | `Register` over plain HTTP/2 | the TLS handshake |
 //! | `no-certificate` | `Register` over TLS without a client certificate | the handshake (`no_certificate`) |
-//! | `wrong-ca` | `Register` with a client certificate another CA signed | the handshake (`unknown_ca`) |
+//! | `wrong-ca` | `Register` with a client certificate another CA signed | the handshake (`unknown_ca`, or `bad_certificate` when the CAs have the same name, as `deploy/gen-certs.sh` makes them) |
 //! | `other-class` | `Register` for the online pool with the batch pool's certificate | `PermissionDenied` (`class`) |
-//! | `forged-credential` | `Watch` and `ProposeBind` with a made-up session credential | `Unauthenticated` (`session`) |
+//! | `forged-credential` | `Watch` and `ProposeBind` with a made-up session credential (malformed, and the live workers' ids with a guessed secret) | `Unauthenticated` (`session`) |
 //! | `forged-proposal` | a registered worker with a valid certificate proposes Bindings, and reports, for `--forge` pods of the synthetic workload it was never handed | `not_assigned`: no grant, nothing written |
 //!
 //! Exit status: 0 when every attempt was refused, 1 when one was let in,
@@ -160,42 +160,50 @@ async fn forged_credential(addr: &str, certs: &Path) -> Result<Attempt, String> 
         Some(worker_tls(&certs.join("ca.crt"), certs, "online")?),
     )
     .await?;
-    let forged = format!("online-0.{:032x}", 0x5eed_u128);
     let mut answers = Vec::new();
     let mut refused = true;
-    match c
-        .watch(pb::WatchRequest {
-            worker_id: forged.clone(),
-        })
-        .await
-    {
-        Ok(_) => {
-            refused = false;
-            answers.push("Watch accepted".to_owned());
-        }
-        Err(s) => answers.push(format!("Watch {:?}", s.code())),
-    }
-    match c
-        .propose_bind(pb::BindProposal {
-            worker_id: forged,
-            pod: Some(pb::PodRef {
-                namespace: "default".into(),
-                name: "pod-00000".into(),
-                uid: String::new(),
-            }),
-            node_name: "node-00000".into(),
-            alternatives: Vec::new(),
-        })
-        .await
-    {
-        Ok(d) => {
-            let d = d.into_inner();
-            if d.outcome == i32::from(pb::BindOutcome::Bound) {
+    // Not a credential at all, then the live workers' session ids (1 and 2:
+    // they registered first) with a guessed secret: the secret is what
+    // must be checked.
+    for id in ["online-0", "1", "2"] {
+        let forged = format!("{id}.{:032x}", 0x5eed_u128);
+        match c
+            .watch(pb::WatchRequest {
+                worker_id: forged.clone(),
+            })
+            .await
+        {
+            Ok(_) => {
                 refused = false;
+                answers.push(format!("{id}: Watch accepted"));
             }
-            answers.push(format!("ProposeBind outcome {} {}", d.outcome, d.reason));
+            Err(s) => answers.push(format!("{id}: Watch {:?}", s.code())),
         }
-        Err(s) => answers.push(format!("ProposeBind {:?}", s.code())),
+        match c
+            .propose_bind(pb::BindProposal {
+                worker_id: forged,
+                pod: Some(pb::PodRef {
+                    namespace: "default".into(),
+                    name: "pod-00000".into(),
+                    uid: String::new(),
+                }),
+                node_name: "node-00000".into(),
+                alternatives: Vec::new(),
+            })
+            .await
+        {
+            Ok(d) => {
+                let d = d.into_inner();
+                if d.outcome == i32::from(pb::BindOutcome::Bound) {
+                    refused = false;
+                }
+                answers.push(format!(
+                    "{id}: ProposeBind outcome {} {}",
+                    d.outcome, d.reason
+                ));
+            }
+            Err(s) => answers.push(format!("{id}: ProposeBind {:?}", s.code())),
+        }
     }
     Ok(Attempt {
         attack: "forged-credential",
@@ -228,56 +236,121 @@ async fn forged_proposal(addr: &str, certs: &Path, args: &Args) -> Result<Attemp
         .and_then(|n| n.metadata.name.clone())
         .unwrap_or_default();
     let step = (args.pods / args.forge.max(1)).max(1);
-    let (mut granted, mut proposals, mut reports_let_in) = (0, 0, 0);
+    let (mut proposals, mut tally) = (0, ForgeryTally::default());
     let mut answers = std::collections::BTreeMap::<String, usize>::new();
     // The last submitted first: the pods most likely still pending.
     for pod in workload.pods.iter().rev().step_by(step).take(args.forge) {
         proposals += 1;
-        // A report about a pod already bound is acknowledged and dropped
-        // (a worker's report may cross the pod's Binding); about a pending
-        // pod of another worker it must be refused. The report goes first:
-        // a pod bound by then is still bound when the proposal's answer
-        // says so.
-        let report = c
-            .report_unschedulable(pb::UnschedulableReport {
-                worker_id: id.clone(),
-                pod: Some(pod_ref(pod)),
-                message: "0/1 nodes are available: forged.".into(),
-                ..Default::default()
-            })
-            .await;
-        let answer = match c
-            .propose_bind(pb::BindProposal {
-                worker_id: id.clone(),
-                pod: Some(pod_ref(pod)),
-                node_name: node.clone(),
-                alternatives: Vec::new(),
-            })
-            .await
-        {
-            Ok(d) => {
-                let d = d.into_inner();
-                if d.outcome == i32::from(pb::BindOutcome::Bound) {
-                    granted += 1;
-                }
-                answer_kind(&d.reason)
-            }
-            Err(s) => format!("{:?}", s.code()),
-        };
-        if report.is_ok() && answer != ALREADY_BOUND {
-            reports_let_in += 1;
+        let mut probe = forge_one(&mut c, &id, pod, &node).await;
+        if probe.0 && probe.2 == NOT_ASSIGNED {
+            // Created just now, the pod may have been unknown at the report
+            // (acknowledged) and known at the proposal: asked again, a
+            // coordinator that lets reports in does so again.
+            probe = forge_one(&mut c, &id, pod, &node).await;
         }
+        let (report_accepted, bound, answer) = probe;
+        tally.count(report_accepted, bound, &answer);
         *answers.entry(answer).or_default() += 1;
     }
+    let ForgeryTally {
+        granted,
+        reports_let_in,
+        pending_elsewhere,
+    } = tally;
     Ok(Attempt {
         attack: "forged-proposal",
-        refused: granted == 0 && reports_let_in == 0,
+        refused: tally.refused(),
         answer: format!(
-            "{granted}/{proposals} proposals granted, {reports_let_in} reports on pending pods accepted; proposals answered {answers:?}"
+            "{granted}/{proposals} proposals granted, {reports_let_in} reports on pending pods accepted, {pending_elsewhere} pods met pending at another worker; proposals answered {answers:?}"
         ),
         took: start.elapsed(),
     })
 }
+
+/// One pod of the `forged-proposal` attack: a report, then a proposal on
+/// `node`, by session `id`. Returns whether the report was accepted, whether
+/// the proposal was answered bound, and its answer's [`answer_kind`].
+///
+/// A report about a pod already bound is acknowledged and dropped (a
+/// worker's report may cross the pod's Binding), as is one about a pod the
+/// coordinator has not seen yet; about a pending pod of another worker it
+/// must be refused. The report goes first: a pod bound by then is still
+/// bound when the proposal's answer says so.
+async fn forge_one(
+    c: &mut CoordinatorClient<Channel>,
+    id: &str,
+    pod: &k8s_openapi::api::core::v1::Pod,
+    node: &str,
+) -> (bool, bool, String) {
+    let report = c
+        .report_unschedulable(pb::UnschedulableReport {
+            worker_id: id.to_owned(),
+            pod: Some(pod_ref(pod)),
+            message: "0/1 nodes are available: forged.".into(),
+            ..Default::default()
+        })
+        .await;
+    let (bound, answer) = match c
+        .propose_bind(pb::BindProposal {
+            worker_id: id.to_owned(),
+            pod: Some(pod_ref(pod)),
+            node_name: node.to_owned(),
+            alternatives: Vec::new(),
+        })
+        .await
+    {
+        Ok(d) => {
+            let d = d.into_inner();
+            (
+                d.outcome == i32::from(pb::BindOutcome::Bound),
+                answer_kind(&d.reason),
+            )
+        }
+        Err(s) => (false, format!("{:?}", s.code())),
+    };
+    (report.is_ok(), bound, answer)
+}
+
+/// What the `forged-proposal` attack met, pod by pod.
+#[derive(Debug, Default, Clone, Copy)]
+struct ForgeryTally {
+    /// Proposals granted for pods the coordinator had not bound before.
+    granted: usize,
+    /// Reports accepted about pods pending at another worker.
+    reports_let_in: usize,
+    /// Pods found pending at another worker (the proposal refused as
+    /// not assigned): what the attack is about.
+    pending_elsewhere: usize,
+}
+
+impl ForgeryTally {
+    /// One pod's report (`report_accepted`) and proposal (`bound`, and
+    /// its answer's [`answer_kind`]). A report about a pod the coordinator
+    /// does not hold pending (bound, granted, or not seen yet: the answer
+    /// says "not pending") is acknowledged, rightly. A proposal naming the
+    /// node a pod is bound to already is answered bound (the idempotent
+    /// answer of a retry; nothing is written): that counts as granted only
+    /// when the report, sent first, was refused, i.e. the pod was pending.
+    fn count(&mut self, report_accepted: bool, bound: bool, answer: &str) {
+        if answer == NOT_ASSIGNED {
+            self.pending_elsewhere += 1;
+            if report_accepted {
+                self.reports_let_in += 1;
+            }
+        }
+        if bound && !report_accepted {
+            self.granted += 1;
+        }
+    }
+
+    /// Refused: nothing let in, and the attack did meet pods pending at
+    /// another worker (else it tested nothing).
+    fn refused(self) -> bool {
+        self.granted == 0 && self.reports_let_in == 0 && self.pending_elsewhere > 0
+    }
+}
+
+const NOT_ASSIGNED: &str = "not assigned to this worker";
 
 const ALREADY_BOUND: &str = "already bound";
 
@@ -336,5 +409,51 @@ async fn main() -> std::process::ExitCode {
             eprintln!("drill_client: {e}");
             std::process::ExitCode::from(2)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The answers of a run where the coordinator refused everything: pods
+    /// not seen yet, pending elsewhere, bound already (one on the node
+    /// proposed).
+    #[test]
+    fn a_forgery_refused_throughout_is_refused() {
+        let mut t = ForgeryTally::default();
+        t.count(true, false, &answer_kind("pod default/p is not pending"));
+        t.count(
+            false,
+            false,
+            &answer_kind("pod default/p is not assigned to this worker"),
+        );
+        t.count(
+            true,
+            false,
+            &answer_kind("pod default/p is already bound to node-7"),
+        );
+        t.count(true, true, &answer_kind(""));
+        assert!(t.refused(), "{t:?}");
+    }
+
+    #[test]
+    fn a_forgery_let_in_or_untested_is_not_refused() {
+        let not_assigned = answer_kind("pod default/p is not assigned to this worker");
+        let mut report_let_in = ForgeryTally::default();
+        report_let_in.count(true, false, &not_assigned);
+        assert!(!report_let_in.refused());
+        let mut granted = ForgeryTally::default();
+        granted.count(false, false, &not_assigned);
+        granted.count(false, true, "");
+        assert!(!granted.refused());
+        // No pod met pending at another worker: nothing was tested.
+        let mut untested = ForgeryTally::default();
+        untested.count(
+            true,
+            false,
+            &answer_kind("pod default/p is already bound to n"),
+        );
+        assert!(!untested.refused());
     }
 }

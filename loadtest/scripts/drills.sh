@@ -164,10 +164,20 @@ if fault == "intrude":
                 refused[labels[len("flotilla_refused_calls_total"):]] = float(value)
     except OSError:
         pass
-    want = ['method="TLS"', 'reason="class"', 'reason="session"', 'reason="not_assigned"']
-    missing = [w for w in want if not any(w in k and v > 0 for k, v in refused.items())]
+    # Each TLS intruder refused for its own reason (plaintext: the
+    # handshake; no certificate; another CA's: its issuer unknown, or, as
+    # gen-certs.sh names every CA alike, its signature bad).
+    want = [('method="TLS",reason="handshake"',), ('method="TLS",reason="no_certificate"',),
+            ('method="TLS",reason="unknown_ca"', 'method="TLS",reason="bad_certificate"'),
+            ('reason="class"',), ('reason="session"',), ('reason="not_assigned"',)]
+    missing = [" or ".join(w) for w in want
+               if not any(a in k and v > 0 for a in w for k, v in refused.items())]
     if missing:
         problems.append("refusals not counted: " + ", ".join(missing))
+    # The coordinator's own count: the intruder's session bound nothing.
+    for w in r.get("podsPerWorker", []):
+        if w["worker"] == "drill-intruder" and w["pods"]:
+            problems.append(f"the intruder's session bound {w['pods']} pods")
     with open(os.path.join(d, "refusals.txt"), "w") as f:
         for k, v in sorted(refused.items()):
             f.write(f"{k} {v:.0f}\n")

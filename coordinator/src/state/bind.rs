@@ -102,6 +102,28 @@ impl Inner {
         self.clear_nomination(info);
     }
 
+    /// The Binding granted to `worker`'s proposal settled with `result`:
+    /// written ([`Inner::binding_written`]), failed
+    /// ([`Inner::binding_failed`]), or given up at shutdown with its
+    /// outcome still unknown ([`ClusterError::OutcomeUnknown`] is only
+    /// left by [`Coordinator::learn_outcome`] then): that one may still
+    /// land, so its room stays granted (no proposal answered during the
+    /// shutdown may take it) and the pod is not dispatched again; the next
+    /// leader lists the truth.
+    pub(super) fn binding_settled(
+        &mut self,
+        worker: WorkerId,
+        info: &PodInfo,
+        node: &Arc<str>,
+        result: &Result<(), ClusterError>,
+    ) {
+        match result {
+            Ok(()) => self.binding_written(worker, info, node),
+            Err(ClusterError::OutcomeUnknown(_)) => self.counters.bind_errors += 1,
+            Err(_) => self.binding_failed(worker, info, node),
+        }
+    }
+
     /// The Binding granted to `worker`'s proposal failed at the cluster: the
     /// grant's room is released and the pod is pending again with that
     /// worker, or, if the worker left meanwhile (nobody would retry it),
@@ -364,10 +386,7 @@ impl Coordinator {
 
         let written = {
             let mut inner = self.inner.lock();
-            match &result {
-                Ok(()) => inner.binding_written(worker, &info, &node_name),
-                Err(_) => inner.binding_failed(worker, &info, &node_name),
-            }
+            inner.binding_settled(worker, &info, &node_name, &result);
             result
         };
         match written {
@@ -407,7 +426,8 @@ impl Coordinator {
     /// for a few tries (it may refuse because the first Binding landed),
     /// until the watch shows the pod. The watch may tell first: the pod
     /// seen bound or deleted ends the wait the same way. Only shutdown
-    /// gives up and releases the room (a lost lease ends the process).
+    /// gives up, and even then the room stays granted
+    /// ([`Inner::binding_settled`]; a lost lease ends the process).
     pub(super) async fn learn_outcome(
         &self,
         pod: &PodRef,

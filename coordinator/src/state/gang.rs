@@ -663,17 +663,18 @@ impl Coordinator {
         {
             let mut inner = self.inner.lock();
             for (pod, node, info, result) in results {
+                inner.binding_settled(worker, &info, &node, &result);
                 match result {
-                    Ok(()) => {
-                        inner.binding_written(worker, &info, &node);
-                        events.push(SchedulingEvent::scheduled(&pod, &node));
-                    }
+                    Ok(()) => events.push(SchedulingEvent::scheduled(&pod, &node)),
                     Err(e) => {
                         warn!(%pod, %node, error = %e, "gang member's Binding failed");
-                        inner.binding_failed(worker, &info, &node);
+                        // Not re-queued: gone, bound, or (given up at
+                        // shutdown) perhaps bound.
                         if !matches!(
                             e,
-                            ClusterError::PodNotFound(_) | ClusterError::AlreadyBound { .. }
+                            ClusterError::PodNotFound(_)
+                                | ClusterError::AlreadyBound { .. }
+                                | ClusterError::OutcomeUnknown(_)
                         ) {
                             failed.push(pod);
                         }

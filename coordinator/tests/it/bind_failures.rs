@@ -101,6 +101,20 @@ async fn start() -> (Harness, Arc<GatedCluster>) {
     (h, gated)
 }
 
+/// [`start`] with pods `a` and `b` of 4 CPU (each fills n1) recorded and
+/// a worker joined.
+async fn start_with_two_pods() -> (Harness, Arc<GatedCluster>, FakeWorker) {
+    let (h, gated) = start().await;
+    for p in ["a", "b"] {
+        h.cluster
+            .create_pod(PodBuilder::new(p).cpu("4").build())
+            .expect("pod");
+        h.wait_for_record(&format!("uid-{p}")).await;
+    }
+    let w = FakeWorker::join(&h, "online-0", Online).await;
+    (h, gated, w)
+}
+
 /// ProposeBind as a task (the proposal outlives the caller's borrow).
 fn propose_in_background(
     w: &FakeWorker,
@@ -206,14 +220,7 @@ async fn propose_with_unknown_outcome(
 /// answer comes; the pod is then bound once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_binding_whose_outcome_is_unknown_keeps_its_room_until_it_is_known() {
-    let (h, gated) = start().await;
-    for p in ["a", "b"] {
-        h.cluster
-            .create_pod(PodBuilder::new(p).cpu("4").build())
-            .expect("pod");
-        h.wait_for_record(&format!("uid-{p}")).await;
-    }
-    let w = FakeWorker::join(&h, "online-0", Online).await;
+    let (h, gated, w) = start_with_two_pods().await;
     let c = h.coordinator.clone();
     let (proposal, second) = propose_with_unknown_outcome(&h, &gated, &w, "a", "n1").await;
     // While unknown: the room is held, and another pod cannot take it.
@@ -269,6 +276,46 @@ async fn shutdown_during_an_unknown_outcome_writes_nothing_on_the_pod() {
         "nothing said about a pod whose Binding may have landed: {conditions:?}"
     );
     assert_eq!(h.cluster.write_counts().1, 0, "no status written");
+    h.shutdown().await;
+}
+
+/// A Binding given up at shutdown may still land (the server applies it
+/// late): its room stays taken, so a proposal still answered while the
+/// coordinator shuts down cannot put a second pod in it, and the node is
+/// not over-committed when the first Binding lands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_binding_given_up_at_shutdown_keeps_its_room() {
+    let (h, gated, w) = start_with_two_pods().await;
+    let (proposal, retry) = propose_with_unknown_outcome(&h, &gated, &w, "a", "n1").await;
+    h.coordinator.close_streams();
+    let _ = within(STEP, "the proposal ends", proposal).await;
+    let c = h.coordinator.clone();
+    assert_eq!(
+        c.node_pods("n1").expect("n1").len(),
+        1,
+        "the room of a Binding that may land stays taken"
+    );
+    // No more gate: the next Binding is written at once.
+    drop(retry);
+    gated.gate.lock().take();
+    // A proposal in flight as the coordinator shuts down (or refused, the
+    // worker's session ended with its stream): never granted a's room.
+    let answer = within(STEP, "ProposeBind", propose_in_background(&w, "b", "n1"))
+        .await
+        .expect("no panic");
+    if let Ok(d) = answer {
+        assert_eq!(d.outcome, i32::from(pb::BindOutcome::Conflict), "{d:?}");
+    }
+    // The first Binding lands late.
+    h.cluster
+        .bind(&crate::pod_ref_of("a"), "n1")
+        .await
+        .expect("a's Binding lands");
+    let on_n1 = ["a", "b"]
+        .into_iter()
+        .filter(|p| node_of(&h.cluster.pod("default", p).expect("pod")) == Some("n1"))
+        .count();
+    assert_eq!(on_n1, 1, "n1 (4 CPU) holds one 4-CPU pod");
     h.shutdown().await;
 }
 
@@ -510,11 +557,19 @@ async fn a_grant_is_settled_when_its_worker_dies_mid_call() {
     h.shutdown().await;
 }
 
-/// A gang member's Binding without an answer keeps its room like a single
-/// pod's, and the gang ends bound whole, each member once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_gang_member_whose_binding_outcome_is_unknown_keeps_its_room() {
-    let (h, gated) = start().await;
+/// A gang proposed in the background: the coordinator, the gate of the
+/// Binding it holds, the proposal, and the proposing worker's stream.
+type HeldGang = (
+    Arc<flotilla_coordinator::Coordinator>,
+    oneshot::Sender<Result<(), ClusterError>>,
+    tokio::task::JoinHandle<flotilla_coordinator::state::GangDecision>,
+    tokio::sync::mpsc::UnboundedReceiver<flotilla_coordinator::state::WorkerEvent>,
+);
+
+/// Gang `pg` (m0, m1 of 2 CPU, both needed) proposed on n1 by a batch
+/// worker in the background, once one member's Binding is held at the
+/// gate (send on the returned sender to answer it).
+async fn propose_gang_with_one_binding_held(h: &Harness, gated: &GatedCluster) -> HeldGang {
     h.cluster
         .apply_pod_group(crate::gang::pod_group("pg", 2, None))
         .expect("group");
@@ -526,7 +581,7 @@ async fn a_gang_member_whose_binding_outcome_is_unknown_keeps_its_room() {
     let c = h.coordinator.clone();
     wait_until(STEP, "both members known", || c.records().len() == 2).await;
     let (w, _) = c.register("batch-0", flotilla_shared::WorkloadClass::Batch);
-    let _events = c.attach(w).expect("attach");
+    let events = c.attach(w).expect("attach");
     let refs: Vec<(PodRef, String)> = ["m0", "m1"]
         .iter()
         .map(|m| {
@@ -534,7 +589,6 @@ async fn a_gang_member_whose_binding_outcome_is_unknown_keeps_its_room() {
             (PodRef::of(&p), "n1".to_owned())
         })
         .collect();
-    gated.lands.store(true, std::sync::atomic::Ordering::SeqCst);
     let first = gated.arm();
     let c2 = c.clone();
     let proposal = tokio::spawn(async move { c2.propose_gang(w, "default/pg", &refs).await });
@@ -543,6 +597,45 @@ async fn a_gang_member_whose_binding_outcome_is_unknown_keeps_its_room() {
         s.granting >= 1 && s.granting + s.bound == 2
     })
     .await;
+    (c, first, proposal, events)
+}
+
+/// A gang member's Binding given up at shutdown, its outcome unknown,
+/// keeps its room as a single pod's does, and is not handed back to be
+/// proposed again (it may be bound).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_gang_member_given_up_at_shutdown_keeps_its_room() {
+    let (h, gated) = start().await;
+    let (c, first, proposal, _events) = propose_gang_with_one_binding_held(&h, &gated).await;
+    // The retry waits for ever: only shutdown ends it.
+    let _retry = gated.arm();
+    first
+        .send(Err(ClusterError::OutcomeUnknown("connection reset".into())))
+        .expect("a member's Binding waits");
+    wait_until(STEP, "the outcome counted unknown", || {
+        c.summary().counters.bind_outcomes_unknown == 1
+    })
+    .await;
+    c.close_streams();
+    let d = within(STEP, "the gang's answer", proposal)
+        .await
+        .expect("no panic");
+    assert!(d.failed.is_empty(), "nothing to propose again: {d:?}");
+    assert_eq!(
+        c.node_pods("n1").expect("n1").len(),
+        2,
+        "the room of a Binding that may land stays taken"
+    );
+    h.shutdown().await;
+}
+
+/// A gang member's Binding without an answer keeps its room like a single
+/// pod's, and the gang ends bound whole, each member once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_gang_member_whose_binding_outcome_is_unknown_keeps_its_room() {
+    let (h, gated) = start().await;
+    gated.lands.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (c, first, proposal, _events) = propose_gang_with_one_binding_held(&h, &gated).await;
     first
         .send(Err(ClusterError::OutcomeUnknown("connection reset".into())))
         .expect("a member's Binding waits");
@@ -570,14 +663,7 @@ async fn a_gang_member_whose_binding_outcome_is_unknown_keeps_its_room() {
 /// the Binding is sent again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_retry_answered_429_keeps_the_room_of_an_unknown_binding() {
-    let (h, gated) = start().await;
-    for p in ["a", "b"] {
-        h.cluster
-            .create_pod(PodBuilder::new(p).cpu("4").build())
-            .expect("pod");
-        h.wait_for_record(&format!("uid-{p}")).await;
-    }
-    let w = FakeWorker::join(&h, "online-0", Online).await;
+    let (h, gated, w) = start_with_two_pods().await;
     let c = h.coordinator.clone();
     let first = gated.arm();
     let proposal = propose_in_background(&w, "a", "n1");

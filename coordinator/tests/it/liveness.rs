@@ -353,9 +353,29 @@ async fn a_frozen_replica_listed_first_does_not_delay_the_join() {
     let live = harness(&cluster, ServeOptions::default()).await;
     let relay = Relay::start(frozen.addr).await;
     relay.freeze(true);
+    joins_the_second_replica(&relay.url(), &frozen, &live).await;
+}
+
+/// A replica stuck between the two calls of a join (it answers
+/// `Register`, never `Watch`, as a leader frozen right after registering
+/// the worker) does not hold up the join either: the worker watches the
+/// next replica long before the stuck one's liveness bound (an hour here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replica_that_never_answers_watch_does_not_delay_the_join() {
+    let cluster = cluster_with_node("4");
+    let stuck = harness(&cluster, ServeOptions::default()).await;
+    let live = harness(&cluster, ServeOptions::default()).await;
+    let stuck_url = serve_without_watch(stuck.coordinator.clone()).await;
+    joins_the_second_replica(&stuck_url, &stuck, &live).await;
+}
+
+/// A worker given `first_url` (the replica `first`, which does not answer
+/// in full), then `live`'s, watches `live` within [`STEP`] (its own
+/// liveness bound is an hour) and nothing at `first`; then drains.
+async fn joins_the_second_replica(first_url: &str, first: &Harness, live: &Harness) {
     let token = CancellationToken::new();
     let handle = spawn_worker(
-        &format!("{},{}", relay.url(), live.url()),
+        &format!("{first_url},{}", live.url()),
         "online-0",
         NEVER,
         &token,
@@ -365,12 +385,64 @@ async fn a_frozen_replica_listed_first_does_not_delay_the_join() {
         c.live_workers() == 1
     })
     .await;
-    assert_eq!(frozen.coordinator.live_workers(), 0);
+    assert_eq!(first.coordinator.live_workers(), 0);
     token.cancel();
     within(STEP, "worker drains", handle)
         .await
         .expect("no panic")
         .expect("worker ends cleanly");
+}
+
+/// Serves `coordinator`'s gRPC API on a port of its own, except that a
+/// `Watch` is never answered; returns its URL.
+async fn serve_without_watch(coordinator: Arc<flotilla_coordinator::Coordinator>) -> String {
+    use flotilla_coordinator::grpc::CoordinatorService;
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("port");
+    let addr = listener.local_addr().expect("address");
+    let svc = NoWatch(CoordinatorService::new(coordinator).into_server());
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(svc)
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+    );
+    format!("http://{addr}")
+}
+
+/// A gRPC service whose `Watch` calls never end (the others pass through).
+#[derive(Clone)]
+struct NoWatch<S>(S);
+
+impl<S: tonic::server::NamedService> tonic::server::NamedService for NoWatch<S> {
+    const NAME: &'static str = S::NAME;
+}
+
+impl<S> tonic::codegen::Service<http::Request<tonic::body::Body>> for NoWatch<S>
+where
+    S: tonic::codegen::Service<
+            http::Request<tonic::body::Body>,
+            Response = http::Response<tonic::body::Body>,
+            Error = std::convert::Infallible,
+        >,
+    S::Future: Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = std::convert::Infallible;
+    type Future = futures::future::BoxFuture<'static, Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
+        if req.uri().path().ends_with("/Watch") {
+            Box::pin(futures::future::pending())
+        } else {
+            Box::pin(self.0.call(req))
+        }
+    }
 }
 
 /// A coordinator shutting down closes the connection of a worker that does

@@ -113,56 +113,34 @@ async fn join(
             }
         };
         // The replicas in order, each started JOIN_STAGGER after the one
-        // before (as Happy Eyeballs does, RFC 8305), the first to register
-        // first: a live first replica wins, and a frozen one (its kernel
-        // accepts TCP, nothing more ever comes) does not hold up the leader
-        // behind it; a standby does not listen at all. A registration left
-        // behind by a slower replica expires unwatched.
-        let mut registering: FuturesUnordered<_> = round
+        // before (as Happy Eyeballs does, RFC 8305), the first to open its
+        // watch first: a live first replica wins, and a frozen one (its
+        // kernel accepts TCP, nothing more ever comes) does not hold up the
+        // leader behind it, nor does one frozen between the two calls (it
+        // answered Register, never Watch); a standby does not listen at
+        // all. Each attempt goes on to its Watch on its own (awaiting one
+        // attempt's Watch here would stall the others, their time running
+        // out). A registration left behind by a slower replica expires
+        // unwatched; a watch opened by one is closed as it is dropped.
+        let mut joining: FuturesUnordered<_> = round
             .iter()
             .zip(0u32..)
             .map(|((addr, endpoint), i)| async move {
                 tokio::time::sleep(JOIN_STAGGER * i).await;
-                register_at(cfg, class, addr, endpoint, answer_within).await
+                join_at(cfg, class, addr, endpoint, answer_within).await
             })
             .collect();
-        while let Some(registered) = registering.next().await {
-            let (addr, mut client, reg) = match registered {
-                Ok(r) => r,
-                Err(Attempt::Elsewhere(e)) => {
-                    last = Some(e);
-                    continue;
+        while let Some(joined) = joining.next().await {
+            match joined {
+                Ok((addr, client, reg, stream)) => {
+                    if endpoints.len() > 1 {
+                        info!(worker = %cfg.name, coordinator = %addr, "joined");
+                    }
+                    return Ok((client, reg, stream));
                 }
+                Err(Attempt::Elsewhere(e)) => last = Some(e),
                 Err(Attempt::Fatal(e)) => return Err(e),
-            };
-            let watched = tokio::time::timeout(
-                answer_within,
-                client.watch(pb::WatchRequest {
-                    worker_id: reg.worker_id.clone(),
-                }),
-            )
-            .await
-            .unwrap_or_else(|_| Err(no_answer(answer_within)));
-            let stream = match watched {
-                Ok(r) => r.into_inner(),
-                Err(s) if try_elsewhere(&s) => {
-                    last = Some(WorkerError::Rpc {
-                        call: "Watch",
-                        status: Box::new(s),
-                    });
-                    continue;
-                }
-                Err(s) => {
-                    return Err(WorkerError::Rpc {
-                        call: "Watch",
-                        status: Box::new(s),
-                    });
-                }
-            };
-            if endpoints.len() > 1 {
-                info!(worker = %cfg.name, coordinator = %addr, "joined");
             }
-            return Ok((client, reg, stream));
         }
         // `endpoints` is not empty, so every round leaves an error (a
         // refusal, or the TLS files).
@@ -189,16 +167,24 @@ enum Attempt {
     Fatal(WorkerError),
 }
 
-/// Connects to one replica and registers, each step bounded by
-/// `answer_within` (the endpoint's own connect timeout covers only TCP,
-/// not the TLS or HTTP/2 handshake).
-async fn register_at<'a>(
+/// Connects to one replica, registers and opens the watch stream, each
+/// step bounded by `answer_within` (the endpoint's own connect timeout
+/// covers only TCP, not the TLS or HTTP/2 handshake).
+async fn join_at<'a>(
     cfg: &WorkerConfig,
     class: pb::WorkloadClass,
     addr: &'a str,
     endpoint: &Endpoint,
     answer_within: Duration,
-) -> Result<(&'a str, CoordinatorClient<Channel>, pb::RegisterResponse), Attempt> {
+) -> Result<
+    (
+        &'a str,
+        CoordinatorClient<Channel>,
+        pb::RegisterResponse,
+        tonic::Streaming<pb::WatchEvent>,
+    ),
+    Attempt,
+> {
     let ch = match tokio::time::timeout(answer_within, endpoint.connect()).await {
         Ok(Ok(ch)) => ch,
         Ok(Err(source)) => {
@@ -228,22 +214,30 @@ async fn register_at<'a>(
     )
     .await
     .unwrap_or_else(|_| Err(no_answer(answer_within)));
-    match registered {
-        Ok(r) => Ok((addr, client, r.into_inner())),
-        Err(s) => {
-            let elsewhere = try_elsewhere(&s);
-            let e = WorkerError::Rpc {
-                call: "Register",
-                status: Box::new(s),
-            };
-            if elsewhere {
-                debug!(%addr, error = %e, "coordinator refused the registration; trying the others");
-                Err(Attempt::Elsewhere(e))
-            } else {
-                Err(Attempt::Fatal(e))
-            }
+    let refused = |call: &'static str, s: tonic::Status| {
+        let elsewhere = try_elsewhere(&s);
+        let e = WorkerError::Rpc {
+            call,
+            status: Box::new(s),
+        };
+        if elsewhere {
+            debug!(%addr, error = %e, "coordinator refused the join; trying the others");
+            Attempt::Elsewhere(e)
+        } else {
+            Attempt::Fatal(e)
         }
-    }
+    };
+    let reg = registered.map_err(|s| refused("Register", s))?.into_inner();
+    let watched = tokio::time::timeout(
+        answer_within,
+        client.watch(pb::WatchRequest {
+            worker_id: reg.worker_id.clone(),
+        }),
+    )
+    .await
+    .unwrap_or_else(|_| Err(no_answer(answer_within)));
+    let stream = watched.map_err(|s| refused("Watch", s))?.into_inner();
+    Ok((addr, client, reg, stream))
 }
 
 /// `endpoint` with HTTP/2 keepalive ([`Liveness`]), also while idle (a
