@@ -24,7 +24,8 @@
 # tainted nodes its spec forbids, and prints the time from the fault until
 # Bindings were written again ("resumed") and until every pod was bound.
 # A second Binding of a bound pod is refused by the API server itself
-# (409), so "bound twice" shows as a pod whose node changed, also checked.
+# (409 Conflict): that is the guarantee against a pod bound twice; the
+# drill reads each pod's final node.
 #
 #   bash loadtest/scripts/drills.sh kube     # this script, in a throwaway kube-lab
 #   KNODES=300 FREEZE=30 bash loadtest/scripts/drills-kube.sh
@@ -75,6 +76,24 @@ PODS=$((KNODES * PER_NODE))
 WARM=$((PODS / 8))
 
 now() { date +%s.%N; }
+# A port the kernel says is free now.
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+# Every process a drill starts, stopped (woken first), and the API server
+# woken, whatever ends the script (the lab's own teardown stops only etcd
+# and the API server).
+STARTED=()
+cleanup() {
+  [ -n "${APISERVER_PID:-}" ] && kill -CONT "$APISERVER_PID" 2>/dev/null
+  [ ${#STARTED[@]} -gt 0 ] || return 0
+  kill -CONT "${STARTED[@]}" 2>/dev/null || true
+  kill -TERM "${STARTED[@]}" 2>/dev/null || return 0
+  sleep 1
+  kill -KILL "${STARTED[@]}" 2>/dev/null || true
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
 since() { awk -v t0="$1" -v t1="$(now)" 'BEGIN { printf "%.1f", t1 - t0 }'; }
 kc() { kubectl --request-timeout=20s "$@"; }
 # Pods are created without a request timeout: a create sent into the API
@@ -175,7 +194,7 @@ run_drill() {
   kc create -f "$dir/nodes.yaml" >/dev/null
   printf 'apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nprofiles:\n- schedulerName: %s\n' \
     "$drill" >"$dir/scheduler-config.yaml"
-  local pa=$((20000 + RANDOM % 20000)); local pb=$((pa + 1))
+  local pa pb; pa=$(free_port); pb=$(free_port)
   # One replica without leader election for api-stop-single, else A and B
   # on a Lease.
   local election=(--leader-elect --lease-name flotilla --lease-namespace "$ns" --lease-duration "$LEASE")
@@ -187,11 +206,13 @@ run_drill() {
       "${election[@]}" ${election[0]:+--lease-identity "$1"} >"$dir/coordinator-$1.log" 2>&1 &
   }
   coordinator a "$pa"; local coord_a=$!
+  STARTED+=("$coord_a")
   disown
   local coord_b="" addrs="https://127.0.0.1:$pa"
   if [ ${#election[@]} -gt 0 ]; then
     for i in $(seq 1 300); do [ "$(lease_holder "$ns" flotilla)" = a ] && break; sleep 0.1; done
     coordinator b "$pb"; coord_b=$!
+    STARTED+=("$coord_b")
     disown
     addrs="$addrs,https://127.0.0.1:$pb"
   fi
@@ -202,6 +223,7 @@ run_drill() {
       --config "$dir/scheduler-config.yaml" --class online --name "w$w" --connect-timeout 120 \
       >"$dir/w$w.log" 2>&1 &
     workers+=($!)
+    STARTED+=($!)
     disown
   done
 
@@ -306,6 +328,7 @@ PY
     sleep 0.1
   done
   kill -KILL "${procs[@]}" 2>/dev/null || true
+  STARTED=()
   kc delete nodes -l "flotilla.io/drill=$drill" --wait=false >/dev/null 2>&1 || true
   if [ ${#problems[@]} -eq 0 ]; then
     verdict="ok $PODS pods bound once, 0 over-committed, 0 on forbidden nodes; Scheduled Events ${events:-?}/$PODS"

@@ -35,7 +35,12 @@ case "$MODE" in
   *) echo "usage: $0 [short|full|kube]" >&2; exit 2 ;;
 esac
 # Every pod fits (100m each, 4 CPU nodes): a pod left unscheduled is a
-# failure of the drill.
+# failure of the drill. The workload is SchedulingBasic's shape with rules
+# to break: every tenth node tainted NoSchedule (no pod tolerates it), and
+# nodes in pools a and b with half the pods selecting pool a, so a
+# placement against a pod's rules shows in the report's
+# placementsAgainstPodRules. Names (and so uids) are the synthetic
+# workload's, which the intruder reads.
 OUT=${OUT:-target/drills}
 # The release build of this checkout (a no-op when fresh), unless
 # FLOTILLA names a binary.
@@ -46,10 +51,50 @@ fi
 cargo build --release --quiet -p flotilla-loadtest --example drill_client
 CLIENT=${CARGO_TARGET_DIR:-target}/release/examples/drill_client
 mkdir -p "$OUT"
+python3 - "$OUT/workload.json" "$NODES" "$PODS" <<'PY'
+import json, sys
+path, nodes, pods = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+items = []
+for i in range(nodes):
+    name = f"node-{i:05d}"
+    node = {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name,
+                                                  "drill.flotilla.dev/pool": "ab"[i % 2]}},
+            "status": {"capacity": {"cpu": "4", "memory": "32Gi", "pods": "110"},
+                       "allocatable": {"cpu": "4", "memory": "32Gi", "pods": "110"},
+                       "conditions": [{"type": "Ready", "status": "True"}]}}
+    if i % 10 == 3:
+        node["spec"] = {"taints": [{"key": "drill.flotilla.dev/forbidden", "value": "yes",
+                                    "effect": "NoSchedule"}]}
+    items.append(node)
+for i in range(pods):
+    spec = {"containers": [{"name": "c", "image": "pause",
+                            "resources": {"requests": {"cpu": "100m", "memory": "500Mi"}}}]}
+    if i % 2 == 0:
+        spec["nodeSelector"] = {"drill.flotilla.dev/pool": "a"}
+    items.append({"apiVersion": "v1", "kind": "Pod",
+                  "metadata": {"name": f"pod-{i:05d}", "namespace": "default"}, "spec": spec})
+json.dump({"apiVersion": "v1", "kind": "List", "items": items}, open(path, "w"))
+PY
 # The control channel's certificates, and another CA's for the intruder.
 bash deploy/gen-certs.sh "$OUT/tls" >/dev/null
 bash deploy/gen-certs.sh "$OUT/tls-other" >/dev/null
-PORT=$((17000 + RANDOM % 2000))
+# A port the kernel says is free now.
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+# Every process a drill starts, stopped (woken first) whatever ends the
+# script.
+STARTED=()
+cleanup() {
+  [ ${#STARTED[@]} -gt 0 ] || return 0
+  kill -CONT "${STARTED[@]}" 2>/dev/null || true
+  kill -TERM "${STARTED[@]}" 2>/dev/null || return 0
+  sleep 1
+  kill -KILL "${STARTED[@]}" 2>/dev/null || true
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
 # DRILLS="worker-sigstop intruders" runs only those.
 DRILLS=${DRILLS:-baseline worker-sigkill worker-sigstop worker-sigterm intruders}
 FAILED=0
@@ -63,14 +108,14 @@ run_drill() {
   local name=$1 fault=$2 dir="$OUT/$1"
   case " $DRILLS " in *" $name "*) ;; *) return 0 ;; esac
   rm -rf "$dir"; mkdir -p "$dir"
-  PORT=$((PORT + 2))
-  local addr="127.0.0.1:$PORT" metrics="127.0.0.1:$((PORT + 1))" tls="$OUT/tls"
+  local addr="127.0.0.1:$(free_port)" metrics="127.0.0.1:$(free_port)" tls="$OUT/tls"
   RUST_LOG=${RUST_LOG:-info} "$FLOTILLA" coordinator --listen "$addr" --workers 2 \
     --tls-cert "$tls/coordinator.crt" --tls-key "$tls/coordinator.key" \
     --tls-client-ca "$tls/ca.crt" --metrics-listen "$metrics" \
-    --synthetic-nodes "$NODES" --synthetic-pods "$PODS" --timeout 300 \
+    --trace k8s --cluster "$OUT/workload.json" --timeout 300 \
     --no-progress --output json >"$dir/report.json" 2>"$dir/coordinator.log" &
   local coord=$!
+  STARTED+=("$coord")
   local w
   for w in 0 1; do
     RUST_LOG=${RUST_LOG:-info} "$FLOTILLA" worker --coordinator "https://$addr" \
@@ -78,6 +123,7 @@ run_drill() {
       --tls-key "$tls/worker-online.key" \
       --class online --name "w$w" --connect-timeout 30 >"$dir/w$w.log" 2>&1 &
     eval "worker$w=\$!"
+    STARTED+=("$!")
     # Killed on purpose: no job notice from the shell.
     disown
   done
@@ -128,6 +174,8 @@ run_drill() {
     kill -0 "$worker0" 2>/dev/null || kill -0 "$worker1" 2>/dev/null || break
     sleep 0.1
   done
+  # Ended (or left to the trap if not): no stale pid is signalled later.
+  if ! kill -0 "$worker0" 2>/dev/null && ! kill -0 "$worker1" 2>/dev/null; then STARTED=(); fi
   local result verdict took
   result=$(python3 - "$dir/report.json" "$status" "$fault" "$dir" <<'PY'
 import json, os, sys
@@ -146,6 +194,8 @@ if r["scheduled"] != r["pods"]:
 c = r["checks"]
 if c["overcommittedNodes"]:
     problems.append(f"{c['overcommittedNodes']} nodes over-committed")
+if c.get("placementsAgainstPodRules", 1):
+    problems.append(f"{c['placementsAgainstPodRules']} pods placed against their own rules")
 if c["bindingsWritten"] != c["podsBoundByFlotilla"]:
     problems.append(f"{c['bindingsWritten']} Bindings for {c['podsBoundByFlotilla']} pods")
 if fault == "intrude":
@@ -181,7 +231,7 @@ if fault == "intrude":
     with open(os.path.join(d, "refusals.txt"), "w") as f:
         for k, v in sorted(refused.items()):
             f.write(f"{k} {v:.0f}\n")
-print("FAIL " + "; ".join(problems) if problems else f"ok {r['scheduled']} pods bound once")
+print("FAIL " + "; ".join(problems) if problems else f"ok {r['scheduled']} pods bound once, 0 over-committed, 0 against their rules")
 PY
 )
   took=${result%% *}

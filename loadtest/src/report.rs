@@ -348,6 +348,11 @@ pub struct Checks {
     /// `scheduling.flotilla.dev/max-instances-per-node` allows (apps named
     /// by the label `app`). Must be 0.
     pub over_instance_cap_nodes: usize,
+    /// Pods Flotilla bound to a node their own per-node rules forbid:
+    /// `spec.nodeName` naming another node, an untolerated `NoSchedule` /
+    /// `NoExecute` taint, or `nodeSelector` / required node affinity not
+    /// matching (the node as it is at the end of the run). Must be 0.
+    pub placements_against_pod_rules: usize,
     /// `PodScheduled=False` status writes.
     pub status_writes: u64,
     /// Events recorded (`Scheduled`, `FailedScheduling`).
@@ -356,24 +361,38 @@ pub struct Checks {
 
 impl Checks {
     /// What failed, if a safety invariant does not hold: a node
-    /// over-committed or over an app's instance cap, or Bindings written not one per pod bound (a pod
+    /// over-committed or over an app's instance cap, a pod placed against
+    /// its own rules, or Bindings written not one per pod bound (a pod
     /// bound twice).
     #[must_use]
     pub fn violation(&self) -> Option<String> {
         (self.overcommitted_nodes > 0
             || self.over_instance_cap_nodes > 0
+            || self.placements_against_pod_rules > 0
             || self.bindings_written != self.pods_bound_by_flotilla as u64)
             .then(|| {
                 format!(
                     "{} over-committed node(s); {} node(s) over an app's max instances per node; \
+                     {} pod(s) placed against their own rules; \
                      {} Binding(s) written for {} pod(s) bound (they must be equal)",
                     self.overcommitted_nodes,
                     self.over_instance_cap_nodes,
+                    self.placements_against_pod_rules,
                     self.bindings_written,
                     self.pods_bound_by_flotilla
                 )
             })
     }
+}
+
+/// Whether `pod`'s own per-node rules forbid `node`: `spec.nodeName`
+/// naming another node, an untolerated `NoSchedule` / `NoExecute` taint,
+/// or its `nodeSelector` / required node affinity not matching (the same
+/// pure functions NodeName, TaintToleration and NodeAffinity filter with).
+fn placement_forbidden(pod: &PodInfo, node: &NodeSpec) -> bool {
+    pod.node_name.as_deref().is_some_and(|n| n != &*node.name)
+        || flotilla_shared::taints::has_untolerated_hard_taint(&pod.tolerations, &node.taints)
+        || !flotilla_shared::selector::matches_required_node_affinity(pod, node)
 }
 
 /// The report.
@@ -643,6 +662,15 @@ pub fn build(i: &Inputs<'_>) -> Report {
 
     // Timing from the coordinator's records.
     let records = i.coordinator.records();
+    let against_rules = records
+        .iter()
+        .filter(|r| r.bound_at.is_some())
+        .filter_map(|r| match &r.phase {
+            flotilla_coordinator::PodPhase::Bound(n) => Some((r, nodes.get(&**n)?)),
+            _ => None,
+        })
+        .filter(|(r, t)| placement_forbidden(&r.info, &t.node.spec))
+        .count();
     let lat = bind_latencies_ms(&records);
     let bound_by_us = lat.len();
     let already_bound = scheduled.saturating_sub(bound_by_us);
@@ -742,6 +770,7 @@ pub fn build(i: &Inputs<'_>) -> Report {
                 nodes.values().map(|n| &n.node),
                 max_instances::DEFAULT_APP_LABEL,
             ),
+            placements_against_pod_rules: against_rules,
             status_writes,
             events_recorded: i.cluster.events_recorded(),
         },
@@ -871,9 +900,10 @@ impl Report {
         }
         let _ = writeln!(
             s,
-            "  checks         {} over-committed nodes, {} over an instance cap, {} bindings for {} pods bound, {} status writes, {} events",
+            "  checks         {} over-committed nodes, {} over an instance cap, {} against their pods' rules, {} bindings for {} pods bound, {} status writes, {} events",
             self.checks.overcommitted_nodes,
             self.checks.over_instance_cap_nodes,
+            self.checks.placements_against_pod_rules,
             self.checks.bindings_written,
             self.checks.pods_bound_by_flotilla,
             self.checks.status_writes,
@@ -966,6 +996,12 @@ mod tests {
         };
         let v = twice.violation().expect("a pod bound twice");
         assert!(v.contains("4 Binding(s) written for 3 pod(s)"), "{v}");
+        let forbidden = Checks {
+            placements_against_pod_rules: 1,
+            ..ok.clone()
+        };
+        let v = forbidden.violation().expect("a pod against its rules");
+        assert!(v.contains("1 pod(s) placed against their own rules"), "{v}");
         let over = Checks {
             overcommitted_nodes: 1,
             ..ok
@@ -975,6 +1011,24 @@ mod tests {
                 .expect("over-commit")
                 .starts_with("1 over-committed")
         );
+    }
+
+    #[test]
+    fn a_placement_is_forbidden_by_the_pods_own_node_rules() {
+        use flotilla_shared::testing::{NodeBuilder, PodBuilder};
+        let spec = |n: NodeBuilder| NodeSpec::from_node(Arc::new(n.build())).expect("valid node");
+        let pod = |p: PodBuilder| PodInfo::from_pod(Arc::new(p.build())).expect("valid pod");
+        let zone_a = spec(NodeBuilder::new("a").label("zone", "a"));
+        let tainted = spec(NodeBuilder::new("t").taint("gpu", "yes", "NoSchedule"));
+        let plain = pod(PodBuilder::new("p"));
+        assert!(!placement_forbidden(&plain, &zone_a));
+        assert!(placement_forbidden(&plain, &tainted));
+        let tolerating = pod(PodBuilder::new("p").toleration("gpu", "Equal", "yes", "NoSchedule"));
+        assert!(!placement_forbidden(&tolerating, &tainted));
+        let wants_b = pod(PodBuilder::new("p").node_selector("zone", "b"));
+        assert!(placement_forbidden(&wants_b, &zone_a));
+        let pinned = pod(PodBuilder::new("p").node_name("t"));
+        assert!(placement_forbidden(&pinned, &zone_a));
     }
 
     #[test]
