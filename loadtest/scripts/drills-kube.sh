@@ -76,21 +76,13 @@ PODS=$((KNODES * PER_NODE))
 WARM=$((PODS / 8))
 
 now() { date +%s.%N; }
-# A port the kernel says is free now.
-free_port() {
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-# Every process a drill starts, stopped (woken first), and the API server
-# woken, whatever ends the script (the lab's own teardown stops only etcd
-# and the API server).
-STARTED=()
+# shellcheck source=lib.sh
+. loadtest/scripts/lib.sh
+# The API server woken too: the lab's own teardown stops only etcd and
+# the API server.
 cleanup() {
   [ -n "${APISERVER_PID:-}" ] && kill -CONT "$APISERVER_PID" 2>/dev/null
-  [ ${#STARTED[@]} -gt 0 ] || return 0
-  kill -CONT "${STARTED[@]}" 2>/dev/null || true
-  kill -TERM "${STARTED[@]}" 2>/dev/null || return 0
-  sleep 1
-  kill -KILL "${STARTED[@]}" 2>/dev/null || true
+  stop_started
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM

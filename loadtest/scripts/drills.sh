@@ -79,21 +79,9 @@ PY
 # The control channel's certificates, and another CA's for the intruder.
 bash deploy/gen-certs.sh "$OUT/tls" >/dev/null
 bash deploy/gen-certs.sh "$OUT/tls-other" >/dev/null
-# A port the kernel says is free now.
-free_port() {
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-# Every process a drill starts, stopped (woken first) whatever ends the
-# script.
-STARTED=()
-cleanup() {
-  [ ${#STARTED[@]} -gt 0 ] || return 0
-  kill -CONT "${STARTED[@]}" 2>/dev/null || true
-  kill -TERM "${STARTED[@]}" 2>/dev/null || return 0
-  sleep 1
-  kill -KILL "${STARTED[@]}" 2>/dev/null || true
-}
-trap cleanup EXIT
+# shellcheck source=lib.sh
+. loadtest/scripts/lib.sh
+trap stop_started EXIT
 trap 'exit 130' INT TERM
 # DRILLS="worker-sigstop intruders" runs only those.
 DRILLS=${DRILLS:-baseline worker-sigkill worker-sigstop worker-sigterm intruders}
