@@ -55,7 +55,12 @@ struct Relay {
 
 impl Relay {
     async fn start(target: SocketAddr) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("relay port");
+        Self::start_at("127.0.0.1:0".parse().expect("address"), target).await
+    }
+
+    /// A relay listening on `at`.
+    async fn start_at(at: SocketAddr, target: SocketAddr) -> Self {
+        let listener = TcpListener::bind(at).await.expect("relay port");
         let addr = listener.local_addr().expect("relay address");
         let frozen = Arc::new(AtomicBool::new(false));
         let f = frozen.clone();
@@ -218,8 +223,8 @@ async fn a_frozen_worker_loses_its_session_and_its_pods() {
     assert_eq!(crate::assigned_names(&events), vec!["a".to_owned()]);
 
     // The frozen worker wakes and proposes the pod it held: refused (once
-    // its channel has reconnected: the first call may meet the connection
-    // the coordinator closed).
+    // its channel has reconnected: the first calls may meet the connection
+    // the coordinator closed, as Internal, Unavailable or Cancelled).
     relay.freeze(false);
     let status = within(STEP, "the late proposal's answer", async {
         loop {
@@ -232,7 +237,12 @@ async fn a_frozen_worker_loses_its_session_and_its_pods() {
                 })
                 .await;
             match late {
-                Err(s) if matches!(s.code(), tonic::Code::Internal | tonic::Code::Unavailable) => {
+                Err(s)
+                    if matches!(
+                        s.code(),
+                        tonic::Code::Internal | tonic::Code::Unavailable | tonic::Code::Cancelled
+                    ) =>
+                {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
                 other => return other.expect_err("a late proposal of an ended session is refused"),
@@ -443,6 +453,45 @@ where
             Box::pin(self.0.call(req))
         }
     }
+}
+
+/// A replica that starts listening while the one listed before it is
+/// frozen (a standby taking over from a frozen leader) is joined at its
+/// next try, not once the frozen one's try runs out (an hour here): each
+/// address is tried in its own loop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replica_that_starts_listening_is_joined_while_a_frozen_one_hangs() {
+    let cluster = cluster_with_node("4");
+    let frozen = harness(&cluster, ServeOptions::default()).await;
+    let leader = harness(&cluster, ServeOptions::default()).await;
+    let relay = Relay::start(frozen.addr).await;
+    relay.freeze(true);
+    // The standby's address, not listening yet.
+    let standby: SocketAddr = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+        l.local_addr().expect("its address")
+    };
+    let token = CancellationToken::new();
+    let handle = spawn_worker(
+        &format!("{},http://{standby}", relay.url()),
+        "online-0",
+        NEVER,
+        &token,
+    );
+    // Its first tries are refused; then it starts leading.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let _listening = Relay::start_at(standby, leader.addr).await;
+    let c = leader.coordinator.clone();
+    wait_until(STEP, "the worker joined the replica now listening", || {
+        c.live_workers() == 1
+    })
+    .await;
+    assert_eq!(frozen.coordinator.live_workers(), 0);
+    token.cancel();
+    within(STEP, "worker drains", handle)
+        .await
+        .expect("no panic")
+        .expect("worker ends cleanly");
 }
 
 /// A coordinator shutting down closes the connection of a worker that does

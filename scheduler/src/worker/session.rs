@@ -55,14 +55,15 @@ fn try_elsewhere(status: &tonic::Status) -> bool {
 }
 
 /// Connects, registers and opens the watch stream on one of the coordinator
-/// addresses (`cfg.coordinator`, comma-separated), for up to `patience`
-/// (with backoff between rounds). Each round tries the addresses in order,
-/// starting the next [`JOIN_STAGGER`] after the one before (not waiting
-/// for it to give up), and keeps the first registration. A replica that
-/// does not answer within [`Liveness::bound`] (frozen, or a standby behind
-/// a dropping network) is passed over like one that refuses. With
-/// `cfg.tls`, each round reads the TLS files again (a file unreadable in
-/// the middle of a rotation is retried like an unreachable coordinator).
+/// addresses (`cfg.coordinator`, comma-separated), for up to `patience`.
+/// Each address is tried in its own loop (with backoff between tries), the
+/// next started [`JOIN_STAGGER`] after the one before, and the first watch
+/// opened is kept. A replica that does not answer within
+/// [`Liveness::bound`] (frozen, or a standby behind a dropping network)
+/// fails that try like one that refuses, and holds up no other address's
+/// tries. With `cfg.tls`, each try reads the TLS files again (a file
+/// unreadable in the middle of a rotation is retried like an unreachable
+/// coordinator).
 async fn join(
     cfg: &WorkerConfig,
     class: pb::WorkloadClass,
@@ -100,58 +101,64 @@ async fn join(
     }
     let deadline = Instant::now() + patience;
     let answer_within = cfg.liveness.bound();
-    let mut delay = Duration::from_millis(50);
-    loop {
-        let mut last = None;
-        // The TLS files, read again at each round: a worker whose
-        // certificates were rotated presents the new ones.
-        let round = match super::tls::with_tls(cfg.tls.as_ref(), &endpoints) {
-            Ok(round) => round,
-            Err(e) => {
-                last = Some(WorkerError::Tls(e));
-                Vec::new()
-            }
-        };
-        // The replicas in order, each started JOIN_STAGGER after the one
-        // before (as Happy Eyeballs does, RFC 8305), the first to open its
-        // watch first: a live first replica wins, and a frozen one (its
-        // kernel accepts TCP, nothing more ever comes) does not hold up the
-        // leader behind it, nor does one frozen between the two calls (it
-        // answered Register, never Watch); a standby does not listen at
-        // all. Each attempt goes on to its Watch on its own (awaiting one
-        // attempt's Watch here would stall the others, their time running
-        // out). A registration left behind by a slower replica expires
-        // unwatched; a watch opened by one is closed as it is dropped.
-        let mut joining: FuturesUnordered<_> = round
-            .iter()
-            .zip(0u32..)
-            .map(|((addr, endpoint), i)| async move {
-                tokio::time::sleep(JOIN_STAGGER * i).await;
-                join_at(cfg, class, addr, endpoint, answer_within).await
-            })
-            .collect();
-        while let Some(joined) = joining.next().await {
-            match joined {
-                Ok((addr, client, reg, stream)) => {
-                    if endpoints.len() > 1 {
-                        info!(worker = %cfg.name, coordinator = %addr, "joined");
+    // Each replica in its own loop of tries (backoff 50 ms doubling to
+    // 1 s, the TLS files read again at each try, so certificates rotated
+    // on disk are presented), started in order JOIN_STAGGER apart (as
+    // Happy Eyeballs does, RFC 8305); the first to open its watch wins. A
+    // live first replica wins; a frozen one (its kernel accepts TCP,
+    // nothing more ever comes, or it answered Register and never Watch)
+    // holds up only its own loop, so a standby that starts leading is
+    // joined at its next try, not after the frozen one's liveness bound;
+    // a standby does not listen at all. A registration left behind by a
+    // slower replica expires unwatched; a watch opened by one is closed as
+    // it is dropped.
+    let mut joining: FuturesUnordered<_> = endpoints
+        .iter()
+        .zip(0u32..)
+        .map(|(pair, i)| async move {
+            tokio::time::sleep(JOIN_STAGGER * i).await;
+            let mut delay = Duration::from_millis(50);
+            loop {
+                let tried = match super::tls::with_tls(cfg.tls.as_ref(), std::slice::from_ref(pair))
+                {
+                    Ok(eps) => {
+                        let ep = eps
+                            .into_iter()
+                            .next()
+                            .map_or_else(|| pair.1.clone(), |(_, ep)| ep);
+                        join_at(cfg, class, &pair.0, &ep, answer_within).await
                     }
-                    return Ok((client, reg, stream));
+                    Err(e) => Err(Attempt::Elsewhere(WorkerError::Tls(e))),
+                };
+                match tried {
+                    Err(Attempt::Elsewhere(_)) if Instant::now() < deadline => {
+                        tokio::time::sleep(delay).await;
+                        delay = (delay * 2).min(Duration::from_secs(1));
+                    }
+                    done => return done,
                 }
-                Err(Attempt::Elsewhere(e)) => last = Some(e),
-                Err(Attempt::Fatal(e)) => return Err(e),
             }
+        })
+        .collect();
+    let mut last = None;
+    while let Some(joined) = joining.next().await {
+        match joined {
+            Ok((addr, client, reg, stream)) => {
+                if endpoints.len() > 1 {
+                    info!(worker = %cfg.name, coordinator = %addr, "joined");
+                }
+                return Ok((client, reg, stream));
+            }
+            Err(Attempt::Elsewhere(e)) => last = Some(e),
+            Err(Attempt::Fatal(e)) => return Err(e),
         }
-        // `endpoints` is not empty, so every round leaves an error (a
-        // refusal, or the TLS files).
-        if let Some(e) = last
-            && Instant::now() >= deadline
-        {
-            return Err(e);
-        }
-        tokio::time::sleep(delay).await;
-        delay = (delay * 2).min(Duration::from_secs(1));
     }
+    // Every replica's loop gave up at the deadline (`endpoints` is never
+    // empty, so there is an error to tell).
+    Err(last.unwrap_or_else(|| WorkerError::Rpc {
+        call: "connect",
+        status: Box::new(no_answer(answer_within)),
+    }))
 }
 
 /// How long a join waits for one replica before it also tries the next.
@@ -160,7 +167,7 @@ const JOIN_STAGGER: Duration = Duration::from_millis(250);
 /// How one replica's join attempt failed.
 enum Attempt {
     /// Not this replica now (unreachable, frozen, a standby, a refusal
-    /// another may not give): try the others.
+    /// another may not give): try it again, and the others.
     Elsewhere(WorkerError),
     /// A refusal every replica would give (e.g. the certificate's class):
     /// give up.
