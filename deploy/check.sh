@@ -162,6 +162,9 @@ if [ "$rbac" = 1 ]; then
       check yes $c default "$v" "$r.storage.k8s.io"
     done
   done
+  check yes $c default get persistentvolumes
+  check yes $c default update persistentvolumes
+  check yes $c team-a patch persistentvolumeclaims
   check yes $c team-a create pods --subresource=binding
   check yes $c team-a patch pods --subresource=status
   check yes $c team-a update pods --subresource=status
@@ -182,8 +185,9 @@ if [ "$rbac" = 1 ]; then
   # What it must not be able to do.
   check no $c default delete priorityclasses.scheduling.k8s.io
   check no $c team-a delete poddisruptionbudgets.policy
-  check no $c team-a patch persistentvolumeclaims
-  check no $c default update persistentvolumes
+  check no $c team-a update persistentvolumeclaims
+  check no $c default patch persistentvolumes
+  check no $c default delete persistentvolumes
   check no $c team-a create pods
   check no $c team-a update pods
   check no $c default update nodes

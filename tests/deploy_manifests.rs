@@ -77,6 +77,8 @@ const RBAC: &[RbacRow] = &[
     (COORDINATOR_SA, CLUSTER, "policy", "poddisruptionbudgets", &[], &["list", "watch"]),
     (COORDINATOR_SA, CLUSTER, "", "persistentvolumeclaims", &[], &["list", "watch"]),
     (COORDINATOR_SA, CLUSTER, "", "persistentvolumes", &[], &["list", "watch"]),
+    (COORDINATOR_SA, CLUSTER, "", "persistentvolumes", &[], &["get", "update"]),
+    (COORDINATOR_SA, CLUSTER, "", "persistentvolumeclaims", &[], &["patch"]),
     (COORDINATOR_SA, CLUSTER, "storage.k8s.io", "storageclasses", &[], &["list", "watch"]),
     (COORDINATOR_SA, CLUSTER, "storage.k8s.io", "csinodes", &[], &["list", "watch"]),
     (COORDINATOR_SA, CLUSTER, "storage.k8s.io", "csidrivers", &[], &["list", "watch"]),

@@ -17,7 +17,7 @@
 //! | `scheduler_schedule_attempts_total` | `result` (`scheduled`, `unschedulable`, `error`), `profile` | every cycle's outcome (`scheduled` once the Binding is written) |
 //! | `scheduler_scheduling_attempt_duration_seconds` | `result`, `profile` | cycle start to the outcome (to the Binding for `scheduled`), 1 ms × 2^k |
 //! | `scheduler_scheduling_algorithm_duration_seconds` | — | Filter to the chosen node |
-//! | `scheduler_framework_extension_point_duration_seconds` | `extension_point`, `status`, `profile` | PreFilter, Filter, PostFilter, PreScore, Score per cycle; Bind per binding |
+//! | `scheduler_framework_extension_point_duration_seconds` | `extension_point`, `status`, `profile` | PreFilter, Filter, PostFilter, PreScore, Score per cycle; PreBind (volumes) and Bind per binding |
 //! | `scheduler_plugin_execution_duration_seconds` | `plugin`, `extension_point`, `status` | one cycle in ten (upstream's sampling): each PreFilter / Filter (per node) / PreScore / Score (per node) call |
 //! | `scheduler_pending_pods` | `queue` (`active`, `backoff`, `unschedulable`, `gated`), `worker` | every 200 ms |
 //! | `scheduler_queue_incoming_pods_total` | `queue`, `event`, `worker` | pods entering activeQ / backoffQ / the unschedulable pool |
@@ -136,6 +136,25 @@ fn histogram(r: &Registry, name: &str, help: &str, b: Vec<f64>) -> Histogram {
 }
 
 impl Metrics {
+    /// Observes one `extension_point` run for `profile` that took since
+    /// `started`, `Success` when `ok`, else `Error`
+    /// (`scheduler_framework_extension_point_duration_seconds`).
+    pub fn observe_extension_point(
+        &self,
+        extension_point: &str,
+        ok: bool,
+        profile: &str,
+        started: std::time::Instant,
+    ) {
+        self.extension_point_duration
+            .with_label_values(&[
+                extension_point,
+                if ok { "Success" } else { "Error" },
+                profile,
+            ])
+            .observe(started.elapsed().as_secs_f64());
+    }
+
     fn new() -> Self {
         let r = Registry::new();
         let preemption_attempts = IntCounter::new(

@@ -11,7 +11,7 @@ use flotilla_shared::pod_group::{PodGroup, PodGroupStatus};
 use futures::stream::BoxStream;
 use k8s_openapi::api::core::v1::Pod;
 
-use super::{Cluster, ClusterError, PodRef, SchedulingEvent, WatchEvent};
+use super::{ClaimTarget, Cluster, ClusterError, PodRef, SchedulingEvent, WatchEvent};
 
 /// Counts writes, then forwards every call to the wrapped backend.
 pub struct Counted {
@@ -58,6 +58,21 @@ impl Cluster for Counted {
         // The extender wrote the Binding: one write, as through the API.
         self.count("binding");
         self.inner.bound_by_extender(pod, node).await
+    }
+
+    async fn bind_pv(&self, pv: &str, claim: &ClaimTarget<'_>) -> Result<(), ClusterError> {
+        self.count("persistentvolume");
+        self.inner.bind_pv(pv, claim).await
+    }
+
+    async fn select_node(
+        &self,
+        namespace: &str,
+        name: &str,
+        node: &str,
+    ) -> Result<(), ClusterError> {
+        self.count("persistentvolumeclaim");
+        self.inner.select_node(namespace, name, node).await
     }
 
     async fn mark_unschedulable(&self, pod: &Pod, message: &str) -> Result<(), ClusterError> {

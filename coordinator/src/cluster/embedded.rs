@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use flotilla_shared::gang::{self, PodGroupCondition, WorkloadPodGroup};
 use flotilla_shared::pod_group::{PodGroup, PodGroupStatus};
-use flotilla_shared::volumes::{VolumeKey, VolumeObject};
+use flotilla_shared::volumes::{VolumeKey, VolumeKind, VolumeObject};
 use futures::StreamExt as _;
 use futures::stream::BoxStream;
 use k8s_openapi::api::core::v1::{Node, Pod, PodCondition, PodStatus};
@@ -36,8 +36,18 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use super::{
-    Cluster, ClusterError, ClusterList, ListWatch, PodRef, SchedulingEvent, WatchEvent, list_watch,
+    ClaimTarget, Cluster, ClusterError, ClusterList, ListWatch, PodRef, SchedulingEvent,
+    WatchEvent, list_watch, pv_controller,
 };
+
+/// The key of a volume object.
+fn vkey(kind: VolumeKind, namespace: &str, name: &str) -> VolumeKey {
+    VolumeKey {
+        kind,
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
+    }
+}
 
 /// Changes kept for watches that resume from an older resourceVersion. Each
 /// holds the object as it was, so a superseded pod version lives until its
@@ -76,9 +86,12 @@ struct State {
     /// they change.
     admission: Option<flotilla_shared::priority::PriorityClasses>,
     pdbs: BTreeMap<(String, String), Arc<PodDisruptionBudget>>,
-    /// Volume objects by key (no controller acts on them: a claim stays
-    /// as applied).
+    /// Volume objects by key. PreBind's writes are finished at once, as a
+    /// PV controller and a provisioner would ([`super::pv_controller`]);
+    /// nothing else acts on them.
     volumes: BTreeMap<VolumeKey, VolumeObject>,
+    /// [`EmbeddedCluster::set_volume_controllers`] turned them off.
+    volume_controllers_off: bool,
     /// Overrides every grace period when set ([`EmbeddedCluster::set_grace_period`]).
     grace_override: Option<i64>,
     /// Graceful deletes accepted.
@@ -193,6 +206,14 @@ impl State {
         }
         self.history.push_back((self.resource_version, ev.clone()));
         self.watchers.retain(|w| w.send(Ok(ev.clone())).is_ok());
+    }
+
+    /// Stores a volume object written through the API (PreBind's writes,
+    /// the stand-in controllers'): a new resourceVersion and a watch event.
+    fn put_volume(&mut self, obj: VolumeObject) {
+        self.next_rv();
+        self.volumes.insert(obj.key(), obj.clone());
+        self.emit(WatchEvent::VolumeApplied(obj));
     }
 
     fn next_rv(&mut self) -> String {
@@ -392,6 +413,15 @@ impl EmbeddedCluster {
         self.state.lock().grace_override = seconds.map(|s| s.max(0));
     }
 
+    /// Whether the stand-in PV controller and provisioner finish what
+    /// VolumeBinding's PreBind writes (on by default). Off, a PV's
+    /// `claimRef` and a claim's selected node are written and nothing
+    /// more: the claims stay unbound, as on a cluster whose controllers are
+    /// down.
+    pub fn set_volume_controllers(&self, on: bool) {
+        self.state.lock().volume_controllers_off = !on;
+    }
+
     /// Graceful deletes accepted so far ([`Cluster::delete_pod`]).
     #[must_use]
     pub fn delete_count(&self) -> u64 {
@@ -512,7 +542,9 @@ impl EmbeddedCluster {
 
     /// Creates or replaces a volume object (a claim, a PV, a StorageClass,
     /// a CSINode, a CSIDriver or a VolumeAttachment; like `kubectl
-    /// apply`). Kept as given: no PV controller binds claims here.
+    /// apply`). Kept as given: claims are bound only when VolumeBinding's
+    /// PreBind asks (see [`Cluster::bind_pv`] and [`Cluster::select_node`]
+    /// here).
     ///
     /// # Errors
     /// [`AdminError::MissingName`].
@@ -528,6 +560,18 @@ impl EmbeddedCluster {
         st.volumes.insert(key, obj.clone());
         st.emit(WatchEvent::VolumeApplied(obj));
         Ok(())
+    }
+
+    /// Every volume object, as stored.
+    #[must_use]
+    pub fn volumes(&self) -> Vec<VolumeObject> {
+        self.state.lock().volumes.values().cloned().collect()
+    }
+
+    /// The volume object `key`, as stored.
+    #[must_use]
+    pub fn volume_object(&self, key: &VolumeKey) -> Option<VolumeObject> {
+        self.state.lock().volumes.get(key).cloned()
     }
 
     /// Deletes a volume object.
@@ -935,6 +979,78 @@ impl Cluster for EmbeddedCluster {
     /// server (it counts as a Binding written).
     async fn bound_by_extender(&self, pod: &PodRef, node: &str) -> Result<(), ClusterError> {
         self.bind(pod, node).await
+    }
+
+    /// Sets the PV's `claimRef` and, standing in for the PV controller,
+    /// completes the binding at once (the PV and the claim `Bound`).
+    async fn bind_pv(&self, pv: &str, claim: &ClaimTarget<'_>) -> Result<(), ClusterError> {
+        let mut st = self.state.lock();
+        let pv_key = vkey(VolumeKind::Pv, "", pv);
+        let claim_key = vkey(VolumeKind::Claim, claim.namespace, claim.name);
+        let Some(VolumeObject::Pv(current)) = st.volumes.get(&pv_key).cloned() else {
+            return Err(ClusterError::VolumeRejected(
+                flotilla_shared::volumes::not_found("persistentvolume", pv),
+            ));
+        };
+        let Some(VolumeObject::Claim(c)) = st.volumes.get(&claim_key).cloned() else {
+            return Err(ClusterError::VolumeRejected(
+                flotilla_shared::volumes::claim_not_found(claim.name),
+            ));
+        };
+        let changed =
+            pv_controller::with_claim_ref(&current, claim).map_err(ClusterError::VolumeRejected)?;
+        if st.volume_controllers_off {
+            if let Some(pv_obj) = changed {
+                st.put_volume(VolumeObject::Pv(Arc::new(pv_obj)));
+            }
+            return Ok(());
+        }
+        let with_ref = changed.unwrap_or_else(|| (*current).clone());
+        let (pv_obj, claim_obj) = pv_controller::completed(&with_ref, &c);
+        st.put_volume(VolumeObject::Pv(Arc::new(pv_obj)));
+        st.put_volume(VolumeObject::Claim(Arc::new(claim_obj)));
+        Ok(())
+    }
+
+    /// Annotates the claim and, standing in for a provisioner (when its
+    /// StorageClass names one other than `kubernetes.io/no-provisioner`)
+    /// and the PV controller, creates its PV on the node and binds the two
+    /// at once.
+    async fn select_node(
+        &self,
+        namespace: &str,
+        name: &str,
+        node: &str,
+    ) -> Result<(), ClusterError> {
+        let mut st = self.state.lock();
+        let key = vkey(VolumeKind::Claim, namespace, name);
+        let Some(VolumeObject::Claim(c)) = st.volumes.get(&key).cloned() else {
+            return Err(ClusterError::VolumeRejected(
+                flotilla_shared::volumes::claim_not_found(name),
+            ));
+        };
+        let Some(node_obj) = st.nodes.get(node).cloned() else {
+            return Err(ClusterError::NodeNotFound(node.to_owned()));
+        };
+        let annotated = pv_controller::with_selected_node(&c, node);
+        let provisioner = pv_controller::class_of(&annotated).and_then(|class| {
+            match st.volumes.get(&vkey(VolumeKind::StorageClass, "", class)) {
+                Some(VolumeObject::StorageClass(sc)) => Some(sc.provisioner.clone()),
+                _ => None,
+            }
+        });
+        let provisions = provisioner.is_some_and(|p| {
+            !p.is_empty() && p != flotilla_shared::volumes::binding::NOT_SUPPORTED_PROVISIONER
+        });
+        if !provisions || st.volume_controllers_off {
+            st.put_volume(VolumeObject::Claim(Arc::new(annotated)));
+            return Ok(());
+        }
+        let pv = pv_controller::provisioned_pv(&annotated, &node_obj);
+        let (pv, claim) = pv_controller::completed(&pv, &annotated);
+        st.put_volume(VolumeObject::Pv(Arc::new(pv)));
+        st.put_volume(VolumeObject::Claim(Arc::new(claim)));
+        Ok(())
     }
 
     async fn mark_unschedulable(&self, pod: &Pod, message: &str) -> Result<(), ClusterError> {

@@ -75,12 +75,14 @@ use ::kube::config::{KubeConfigOptions, Kubeconfig};
 use ::kube::runtime::WatchStreamExt as _;
 use ::kube::runtime::watcher::{self, Event as WatcherEvent};
 use ::kube::{Client, Config};
+use flotilla_shared::volumes::model::ANNOTATION_SELECTED_NODE;
 use futures::FutureExt as _;
 use futures::StreamExt as _;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use k8s_openapi::api::core::v1::{
-    Binding, Event as CoreEvent, EventSource, Namespace, Node, ObjectReference, Pod, PodCondition,
+    Binding, Event as CoreEvent, EventSource, Namespace, Node, ObjectReference, PersistentVolume,
+    PersistentVolumeClaim, Pod, PodCondition,
 };
 use k8s_openapi::api::events::v1::Event as EventsV1Event;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -91,7 +93,9 @@ use tracing::{info, warn};
 
 use super::events::{EventCounts, EventLimits, EventRecorder, EventWriter, REPORTING_CONTROLLER};
 use super::ratelimit::{self, RateLimit, TokenBucket};
-use super::{Cluster, ClusterError, Kind, PodRef, SchedulingEvent, WatchEvent};
+use super::{
+    ClaimTarget, Cluster, ClusterError, Kind, PodRef, SchedulingEvent, WatchEvent, pv_controller,
+};
 use flotilla_shared::gang::{self, PodGroupCondition, WorkloadPodGroup};
 use flotilla_shared::pod_group::{PodGroup, PodGroupStatus};
 use flotilla_shared::volumes::VolumeObject;
@@ -967,6 +971,22 @@ pub fn bind_error(pod: &PodRef, node: &str, err: &::kube::Error) -> ClusterError
     }
 }
 
+/// A PreBind volume write's error: the object not found (`<resource>
+/// "<name>" not found`) or refused (409 conflict, 422 invalid, 403):
+/// [`ClusterError::VolumeRejected`]; anything else may pass:
+/// `Unavailable`.
+fn volume_error(what: &str, resource: &str, name: &str, err: &::kube::Error) -> ClusterError {
+    match err {
+        ::kube::Error::Api(s) if s.code == 404 => {
+            ClusterError::VolumeRejected(flotilla_shared::volumes::not_found(resource, name))
+        }
+        ::kube::Error::Api(s) if matches!(s.code, 403 | 409 | 422) => ClusterError::VolumeRejected(
+            format!("{what}: HTTP {} {}: {}", s.code, s.reason, s.message),
+        ),
+        other => ClusterError::Unavailable(format!("{what}: {other}")),
+    }
+}
+
 /// Whether `err` says the connection was refused or the server's name not
 /// resolved: the request never left.
 fn never_connected(err: &::kube::Error) -> bool {
@@ -1139,6 +1159,59 @@ impl Cluster for KubeCluster {
         // matter any more, and nothing may follow it.
         self.fence.check()?;
         res.map(|_| ()).map_err(|e| bind_error(pod, node, &e))
+    }
+
+    /// GET the PV, then PUT it with the `claimRef` (guarded by the
+    /// resourceVersion read: a PV changed meanwhile is a conflict, never
+    /// overwritten). Needs `get` and `update` on persistentvolumes.
+    async fn bind_pv(&self, pv: &str, claim: &ClaimTarget<'_>) -> Result<(), ClusterError> {
+        self.fence.check()?;
+        let _in_flight = self.throttle().await;
+        let api: Api<PersistentVolume> = Api::all(self.client.clone());
+        let what = || {
+            format!(
+                "binding persistentvolume {pv} to claim {}/{}",
+                claim.namespace, claim.name
+            )
+        };
+        let current = self
+            .timed(what, api.get(pv))
+            .await?
+            .map_err(|e| volume_error(&what(), "persistentvolume", pv, &e))?;
+        let Some(updated) =
+            pv_controller::with_claim_ref(&current, claim).map_err(ClusterError::VolumeRejected)?
+        else {
+            return Ok(());
+        };
+        self.fence.check()?;
+        self.timed(what, api.replace(pv, &PostParams::default(), &updated))
+            .await?
+            .map(|_| ())
+            .map_err(|e| volume_error(&what(), "persistentvolume", pv, &e))
+    }
+
+    /// A merge patch of the annotation. Needs `patch` on
+    /// persistentvolumeclaims.
+    async fn select_node(
+        &self,
+        namespace: &str,
+        name: &str,
+        node: &str,
+    ) -> Result<(), ClusterError> {
+        self.fence.check()?;
+        let _in_flight = self.throttle().await;
+        let api: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), namespace);
+        let what = || format!("selecting node {node} for persistentvolumeclaim {namespace}/{name}");
+        let patch = serde_json::json!({
+            "metadata": { "annotations": { (ANNOTATION_SELECTED_NODE): node } }
+        });
+        self.timed(
+            what,
+            api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)),
+        )
+        .await?
+        .map(|_| ())
+        .map_err(|e| volume_error(&what(), "persistentvolumeclaim", name, &e))
     }
 
     async fn mark_unschedulable(&self, pod: &Pod, message: &str) -> Result<(), ClusterError> {

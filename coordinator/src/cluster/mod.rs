@@ -23,6 +23,7 @@ pub mod counted;
 pub mod embedded;
 pub mod events;
 pub mod kube;
+pub mod pv_controller;
 pub mod ratelimit;
 
 use std::sync::Arc;
@@ -259,12 +260,27 @@ pub enum ClusterError {
     /// backoff.
     #[error("cluster unavailable: {0}")]
     Unavailable(String),
+    /// A volume write of PreBind was refused (the object's name and why).
+    #[error("{0}")]
+    VolumeRejected(String),
     /// A write went out and no answer came back (it timed out, the
     /// connection broke): the server may have applied it or may apply it
     /// still. A Binding in this state keeps its room until its outcome is
     /// known (`Coordinator::settle`).
     #[error("outcome unknown: {0}")]
     OutcomeUnknown(String),
+}
+
+/// The claim a static PV is bound to (VolumeBinding's PreBind): the PV's
+/// `spec.claimRef`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClaimTarget<'a> {
+    /// The claim's namespace.
+    pub namespace: &'a str,
+    /// The claim's name.
+    pub name: &'a str,
+    /// The claim's uid.
+    pub uid: &'a str,
 }
 
 /// A cluster backend.
@@ -312,6 +328,33 @@ pub trait Cluster: Send + Sync + 'static {
     async fn mark_scheduler_error(&self, pod: &Pod, message: &str) -> Result<(), ClusterError> {
         self.mark_unschedulable(pod, message).await
     }
+
+    /// VolumeBinding's PreBind of a static binding: sets `spec.claimRef` of
+    /// PV `pv` to `claim` (and the annotation
+    /// `pv.kubernetes.io/bound-by-controller: "yes"`), as upstream's
+    /// `bindAPIUpdate`; the PV controller then completes the binding (the
+    /// claim's `volumeName`, both `Bound`). A PV whose `claimRef` already
+    /// names the claim is left as it is.
+    ///
+    /// # Errors
+    /// [`ClusterError::VolumeRejected`]: the PV is not found, is bound or
+    /// pre-bound to another claim, or the API refused the update (a
+    /// conflict: the PV changed meanwhile); `Unavailable`.
+    async fn bind_pv(&self, pv: &str, claim: &ClaimTarget<'_>) -> Result<(), ClusterError>;
+
+    /// VolumeBinding's PreBind of a provision: annotates claim
+    /// `namespace/name` with `volume.kubernetes.io/selected-node: node`, so
+    /// the external provisioner creates its volume where the pod goes.
+    ///
+    /// # Errors
+    /// [`ClusterError::VolumeRejected`]: the claim is not found, or is
+    /// bound already, or the API refused the patch; `Unavailable`.
+    async fn select_node(
+        &self,
+        namespace: &str,
+        name: &str,
+        node: &str,
+    ) -> Result<(), ClusterError>;
 
     /// Records an Event about a pod (`Scheduled`, `FailedScheduling`).
     /// Never blocks and never fails: a backend that cannot keep up drops

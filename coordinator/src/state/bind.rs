@@ -11,8 +11,10 @@ use tracing::{Instrument as _, debug, info_span, warn};
 use flotilla_shared::extender::{ExtenderConfig, FailureKind, HttpExtender};
 use flotilla_shared::framework::BindView;
 use flotilla_shared::pod_info::PodInfo;
+use flotilla_shared::volumes::binding::{self, VolumePlan};
 
 use super::report::BindSample;
+use super::volumes::PreBindError;
 use super::{Coordinator, Inner, PodPhase};
 use crate::arbiter::{self, Refusal};
 use crate::cluster::{ClusterError, PodRef, SchedulingEvent};
@@ -100,6 +102,7 @@ impl Inner {
             w.assigned.remove(&info.uid);
         }
         self.clear_nomination(info);
+        self.unreserve_volumes(&info.uid);
     }
 
     /// The Binding granted to `worker`'s proposal settled with `result`:
@@ -151,18 +154,23 @@ impl Inner {
     /// The bind arbiter's check of one placement against the authoritative
     /// view: [`arbiter::check`] with the bind checks of the pod's profile
     /// and the pods nominated to the node. Returns the node's interned name
-    /// when granted.
-    pub(super) fn check_grant(&mut self, info: &PodInfo, node: &str) -> Result<Arc<str>, Refusal> {
+    /// when granted, and the volume bindings VolumeBinding's check planned
+    /// there (for [`Inner::reserve_volumes`]). With arbitration off only
+    /// VolumeBinding's check runs (its plan is Reserve's, not a re-check).
+    pub(super) fn check_grant(
+        &mut self,
+        info: &PodInfo,
+        node: &str,
+    ) -> Result<(Arc<str>, Option<VolumePlan>), Refusal> {
         let Some((name, ninfo)) = self.nodes.get_key_value(node) else {
             return Err(Refusal::NoNode);
         };
-        if self.unarbitrated {
-            return Ok(name.clone());
-        }
-        let Some(checks) = self.bind_checks.get(&*info.scheduler_name) else {
-            return Err(Refusal::NoProfile(info.scheduler_name.clone()));
+        let nominated = if self.unarbitrated {
+            Vec::new()
+        } else {
+            self.nominated_on(node, info)
         };
-        let nominated = self.nominated_on(node, info);
+        let checks = self.bind_checks.get(&*info.scheduler_name);
         let mut view = BindView::new(
             &self.nodes,
             &self.namespaces,
@@ -170,8 +178,23 @@ impl Inner {
             &mut self.kept,
         )
         .with_volumes(&self.volume_state);
+        if self.unarbitrated {
+            if info.volumes.is_some()
+                && let Some(vb) = checks
+                    .into_iter()
+                    .flatten()
+                    .find(|c| c.name() == binding::PLUGIN_NAME)
+            {
+                vb.check_bind(info, ninfo, &mut view)
+                    .map_err(Refusal::Check)?;
+            }
+            return Ok((name.clone(), view.volume_plan));
+        }
+        let Some(checks) = checks else {
+            return Err(Refusal::NoProfile(info.scheduler_name.clone()));
+        };
         arbiter::check(checks, info, ninfo, &nominated, &mut view)?;
-        Ok(name.clone())
+        Ok((name.clone(), view.volume_plan))
     }
 }
 
@@ -320,8 +343,8 @@ impl Coordinator {
             PodPhase::Pending(_) => return Arbitration::Decided(not_assigned(pod, "ProposeBind")),
         }
         let info = rec.info.clone();
-        let name = match inner.check_grant(&info, node) {
-            Ok(name) => name,
+        let (name, plan) = match inner.check_grant(&info, node) {
+            Ok(granted) => granted,
             Err(refusal) => {
                 let alternative = alternatives
                     .iter()
@@ -330,10 +353,10 @@ impl Coordinator {
                     .find_map(|a| inner.check_grant(&info, a).ok());
                 let reason = refusal.reason(node);
                 match alternative {
-                    Some(name) => {
+                    Some((name, plan)) => {
                         inner.counters.alternatives_granted += 1;
                         debug!(%pod, node, granted = %name, %reason, "first choice taken; alternative granted");
-                        name
+                        (name, plan)
                     }
                     None => {
                         inner.counters.conflicts += 1;
@@ -346,6 +369,7 @@ impl Coordinator {
         };
         inner.counters.grants += 1;
         inner.place(&name, &info);
+        inner.reserve_volumes(&info.uid, plan);
         if let Some(rec) = inner.pods.get_mut(&info.uid) {
             rec.phase = PodPhase::Granted(name.clone());
             rec.granted_to = Some(worker);
@@ -367,22 +391,33 @@ impl Coordinator {
             info,
             node: node_name,
         } = grant;
+        let mut result = match self.pre_bind(pod, &info).await {
+            Ok(()) => Ok(()),
+            Err(PreBindError::Gone(e)) => Err(e),
+            Err(e @ PreBindError::Failed(_)) => {
+                let message = e.message();
+                warn!(%pod, node = %node_name, error = %message, "PreBind failed; the pod backs off");
+                self.inner.lock().binding_failed(worker, &info, &node_name);
+                self.report_failure(pod, &message, Vec::new(), true).await;
+                return Decision::Error(message);
+            }
+        };
         let started = Instant::now();
-        let mut result = self
-            .write_binding(pod, &info, &node_name)
-            .instrument(info_span!("binding", pod = %pod, node = %node_name))
-            .await;
+        if result.is_ok() {
+            result = self
+                .write_binding(pod, &info, &node_name)
+                .instrument(info_span!("binding", pod = %pod, node = %node_name))
+                .await;
+        }
         if matches!(result, Err(ClusterError::OutcomeUnknown(_))) {
             result = self.learn_outcome(pod, &info, &node_name, result).await;
         }
-        flotilla_shared::metrics::metrics()
-            .extension_point_duration
-            .with_label_values(&[
-                "Bind",
-                if result.is_ok() { "Success" } else { "Error" },
-                &info.scheduler_name,
-            ])
-            .observe(started.elapsed().as_secs_f64());
+        flotilla_shared::metrics::metrics().observe_extension_point(
+            "Bind",
+            result.is_ok(),
+            &info.scheduler_name,
+            started,
+        );
 
         let written = {
             let mut inner = self.inner.lock();

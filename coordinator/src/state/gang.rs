@@ -647,7 +647,11 @@ impl Coordinator {
                 uid: info.uid.to_string(),
             };
             async move {
-                let mut r = self.write_binding(&pod, info, node).await;
+                let mut r = match self.pre_bind(&pod, info).await {
+                    Ok(()) => self.write_binding(&pod, info, node).await,
+                    Err(super::volumes::PreBindError::Gone(e)) => Err(e),
+                    Err(e) => Err(ClusterError::BindRejected(e.message())),
+                };
                 if matches!(r, Err(ClusterError::OutcomeUnknown(_))) {
                     // The member's room stays granted until the outcome is
                     // known, as a single pod's.
@@ -757,10 +761,11 @@ fn reserve(
         PodPhase::Pending(_) => return Err(super::bind::not_assigned(pod, "ProposeGang")),
     }
     let info = rec.info.clone();
-    let name = inner
+    let (name, plan) = inner
         .check_grant(&info, node)
         .map_err(|r| Decision::Conflict(format!("pod {pod}: {}", r.reason(node))))?;
     inner.place(&name, &info);
+    inner.reserve_volumes(&info.uid, plan);
     Ok(Some((name, info)))
 }
 

@@ -73,6 +73,7 @@ use flotilla_shared::extender::HttpExtender;
 use flotilla_shared::framework::{BindCheck, KeptCounts, ServedProfile, profiles_fingerprint};
 use flotilla_shared::node_info::{NodeInfo, Orphans};
 use flotilla_shared::priority::PriorityClasses;
+use flotilla_shared::volumes::binding::VolumePlan;
 use flotilla_shared::volumes::{VolumeKey, VolumeState};
 
 use crate::cluster::Cluster;
@@ -202,8 +203,14 @@ struct Inner {
     pdbs: BTreeMap<(String, String), Arc<PodDisruptionBudget>>,
     /// Volume objects by key: their compact JSON, as sent to workers.
     volumes: BTreeMap<VolumeKey, Arc<[u8]>>,
-    /// The volume objects compiled, for the arbiter's volume checks.
+    /// The volume objects compiled, for the arbiter's volume checks, with
+    /// the bindings granted pods reserved shown as assumed.
     volume_state: VolumeState,
+    /// Granted pods' volume bindings (uid → plan): assumed in
+    /// `volume_state` until the pod is bound or its grant released.
+    volume_plans: HashMap<Arc<str>, Arc<VolumePlan>>,
+    /// Woken when a volume object changes (PreBind's wait).
+    volumes_changed: Arc<tokio::sync::Notify>,
     /// Nominated pods: uid → node.
     nominated: HashMap<Arc<str>, Arc<str>>,
     /// Node → the uids nominated to it.

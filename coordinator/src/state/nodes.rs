@@ -91,6 +91,7 @@ impl Inner {
 
     /// Stops counting pod `uid` on `node` (or among its orphans).
     pub(super) fn unplace(&mut self, node: &Arc<str>, uid: &str) {
+        self.unreserve_volumes(uid);
         let removed = match self.orphans.remove(node, uid) {
             Some(p) => Some(p),
             None => self.nodes.get_mut(node).and_then(|n| {

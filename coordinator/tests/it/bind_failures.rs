@@ -9,8 +9,8 @@ use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
 use flotilla_coordinator::cluster::{
-    Cluster, ClusterError, ClusterList, EmbeddedCluster, ListWatch, PodRef, SchedulingEvent,
-    WatchEvent, list_watch,
+    ClaimTarget, Cluster, ClusterError, ClusterList, EmbeddedCluster, ListWatch, PodRef,
+    SchedulingEvent, WatchEvent, list_watch,
 };
 use flotilla_proto::v1 as pb;
 use flotilla_proto::v1::WorkloadClass::Online;
@@ -68,6 +68,14 @@ impl Cluster for GatedCluster {
             injected?;
         }
         self.inner.bind(pod, node).await
+    }
+
+    async fn bind_pv(&self, pv: &str, claim: &ClaimTarget<'_>) -> Result<(), ClusterError> {
+        self.inner.bind_pv(pv, claim).await
+    }
+
+    async fn select_node(&self, ns: &str, claim: &str, node: &str) -> Result<(), ClusterError> {
+        self.inner.select_node(ns, claim, node).await
     }
 
     async fn mark_unschedulable(&self, pod: &Pod, message: &str) -> Result<(), ClusterError> {
@@ -423,6 +431,14 @@ impl Cluster for FailingBinds {
             ));
         }
         self.inner.bind(pod, node).await
+    }
+
+    async fn bind_pv(&self, pv: &str, claim: &ClaimTarget<'_>) -> Result<(), ClusterError> {
+        self.inner.bind_pv(pv, claim).await
+    }
+
+    async fn select_node(&self, ns: &str, claim: &str, node: &str) -> Result<(), ClusterError> {
+        self.inner.select_node(ns, claim, node).await
     }
 
     async fn mark_unschedulable(&self, pod: &Pod, message: &str) -> Result<(), ClusterError> {

@@ -621,7 +621,8 @@ mod volumes {
         VolumeObject::Pv(Arc::new(p.build()))
     }
 
-    /// `nodes` as `(name, zone)`, with room for everything.
+    /// `nodes` as `(name, zone)`, with room for everything (and their
+    /// `kubernetes.io/hostname` label).
     fn cluster(nodes: &[(&str, &str)]) -> EmbeddedCluster {
         let c = EmbeddedCluster::new();
         for (n, zone) in nodes {
@@ -631,11 +632,232 @@ mod volumes {
                     .memory("32Gi")
                     .pods(110)
                     .label(LABEL_ZONE, zone)
+                    .label(HOSTNAME, n)
                     .build(),
             )
             .expect("node");
         }
         c
+    }
+
+    const HOSTNAME: &str = "kubernetes.io/hostname";
+
+    fn class(name: &str, provisioner: &str) -> VolumeObject {
+        VolumeObject::StorageClass(Arc::new(storage_class(
+            name,
+            provisioner,
+            Some("WaitForFirstConsumer"),
+        )))
+    }
+
+    /// An unbound 1Gi claim of `class`.
+    fn wffc_claim(name: &str, class: &str) -> VolumeObject {
+        claim(
+            PvcBuilder::new(name)
+                .class(class)
+                .storage("1Gi")
+                .access_mode("ReadWriteOnce"),
+        )
+    }
+
+    /// An available 10Gi PV of class `local`, reachable from `node` only
+    /// (`None`: from every node).
+    fn local_pv(name: &str, node: Option<&str>) -> VolumeObject {
+        let b = PvBuilder::new(name)
+            .class("local")
+            .capacity("10Gi")
+            .access_mode("ReadWriteOnce")
+            .available();
+        pv(match node {
+            Some(n) => b.node_affinity(HOSTNAME, "In", &[n]),
+            None => b,
+        })
+    }
+
+    /// The claim `name` as the cluster holds it.
+    fn claim_in(h: &Harness, name: &str) -> Arc<k8s_openapi::api::core::v1::PersistentVolumeClaim> {
+        match h.cluster.volume_object(&VolumeKey {
+            kind: VolumeKind::Claim,
+            namespace: "default".into(),
+            name: name.into(),
+        }) {
+            Some(VolumeObject::Claim(c)) => c,
+            other => panic!("claim {name}: {other:?}"),
+        }
+    }
+
+    /// Every PV in the cluster: (name, the claim its `claimRef` names).
+    fn pv_claims(h: &Harness) -> Vec<(String, Option<String>)> {
+        h.cluster
+            .volumes()
+            .iter()
+            .filter_map(|o| match o {
+                VolumeObject::Pv(pv) => Some((
+                    pv.metadata.name.clone().unwrap_or_default(),
+                    pv.spec
+                        .as_ref()
+                        .and_then(|s| s.claim_ref.as_ref())
+                        .and_then(|r| r.name.clone()),
+                )),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn annotation<'a>(
+        c: &'a k8s_openapi::api::core::v1::PersistentVolumeClaim,
+        key: &str,
+    ) -> Option<&'a str> {
+        c.metadata
+            .annotations
+            .as_ref()?
+            .get(key)
+            .map(String::as_str)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn wait_for_first_consumer_claims_get_a_static_pv_the_node_reaches_or_one_provisioned_there()
+     {
+        let c = cluster(&[("n1", "a"), ("n2", "a"), ("n3", "b"), ("n4", "b")]);
+        for o in [
+            class(
+                "local",
+                flotilla_shared::volumes::binding::NOT_SUPPORTED_PROVISIONER,
+            ),
+            class("fast", "csi.example.com"),
+            local_pv("local-n2", Some("n2")),
+            local_pv("local-n4", Some("n4")),
+            wffc_claim("s0", "local"),
+            wffc_claim("s1", "local"),
+            wffc_claim("d0", "fast"),
+        ] {
+            c.apply_volume(o).expect("volume object");
+        }
+        let h = Harness::start(c).await;
+        let workers = start_workers(&h, &[("online-0", WorkloadClass::Online)]).await;
+        for (p, cl) in [("ps0", "s0"), ("ps1", "s1"), ("pd0", "d0")] {
+            h.cluster.create_pod(pod(p, cl)).expect("pod");
+        }
+        let mut static_nodes = vec![bound_node(&h, "ps0").await, bound_node(&h, "ps1").await];
+        static_nodes.sort();
+        assert_eq!(
+            static_nodes,
+            ["n2", "n4"],
+            "each on the node its PV reaches"
+        );
+        for (p, cl) in [("ps0", "s0"), ("ps1", "s1")] {
+            let node = bound_node(&h, p).await;
+            let claim = claim_in(&h, cl);
+            let pv = claim.spec.as_ref().and_then(|s| s.volume_name.clone());
+            assert_eq!(
+                pv,
+                Some(format!("local-{node}")),
+                "{cl} bound to the PV of {node}"
+            );
+        }
+        let node = bound_node(&h, "pd0").await;
+        let d0 = claim_in(&h, "d0");
+        assert_eq!(
+            annotation(&d0, "volume.kubernetes.io/selected-node"),
+            Some(node.as_str()),
+            "provisioned where the pod went"
+        );
+        assert_eq!(
+            d0.spec.as_ref().and_then(|s| s.volume_name.as_deref()),
+            Some("pvc-uid-d0")
+        );
+        stop(h, workers).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn four_real_workers_never_bind_one_static_pv_to_two_claims() {
+        const ROUNDS: usize = 3;
+        const PVS: usize = 3;
+        let c = cluster(&[("n1", "a"), ("n2", "a"), ("n3", "b"), ("n4", "b")]);
+        c.apply_volume(class(
+            "local",
+            flotilla_shared::volumes::binding::NOT_SUPPORTED_PROVISIONER,
+        ))
+        .expect("class");
+        let h = Harness::start(c).await;
+        let names: Vec<String> = (0..4).map(|i| format!("online-{i}")).collect();
+        let spec: Vec<(&str, WorkloadClass)> = names
+            .iter()
+            .map(|n| (n.as_str(), WorkloadClass::Online))
+            .collect();
+        let workers = start_workers(&h, &spec).await;
+        for r in 0..ROUNDS {
+            // PVS free PVs, twice as many claims (and pods) wanting them.
+            for i in 0..PVS {
+                h.cluster
+                    .apply_volume(local_pv(&format!("pv-{r}-{i}"), None))
+                    .expect("pv");
+            }
+            for i in 0..2 * PVS {
+                h.cluster
+                    .apply_volume(wffc_claim(&format!("c-{r}-{i}"), "local"))
+                    .expect("claim");
+            }
+            let cl = h.coordinator.clone();
+            let want = 1 + (r + 1) * 3 * PVS;
+            wait_until(crate::STEP, "the round's objects seen", || {
+                cl.volume_objects() == want
+            })
+            .await;
+            for i in 0..2 * PVS {
+                h.cluster
+                    .create_pod(pod(&format!("p-{r}-{i}"), &format!("c-{r}-{i}")))
+                    .expect("pod");
+            }
+            let (mut bound, mut pending) = (Vec::new(), Vec::new());
+            for i in 0..2 * PVS {
+                let name = format!("p-{r}-{i}");
+                let cluster = h.cluster.clone();
+                let n = name.clone();
+                wait_until(OUTCOME, "each pod bound or told why not", move || {
+                    cluster.pod("default", &n).is_some_and(|p| {
+                        node_of(&p).is_some() || unschedulable_message(&p).is_some()
+                    })
+                })
+                .await;
+                let p = h.cluster.pod("default", &name).expect("pod");
+                match node_of(&p) {
+                    Some(_) => bound.push(format!("c-{r}-{i}")),
+                    None => {
+                        pending.push(name.clone());
+                        let m = unschedulable_message(&p).unwrap_or_default();
+                        assert!(
+                            m.contains("didn't find available persistent volumes to bind"),
+                            "{name}: {m}"
+                        );
+                    }
+                }
+            }
+            assert_eq!(bound.len(), PVS, "round {r}: one pod per PV: {bound:?}");
+            // Each PV bound to exactly one claim, each a bound pod's, and
+            // each such claim bound to its own PV.
+            let prefix = format!("pv-{r}-");
+            let mut owners: Vec<String> = pv_claims(&h)
+                .into_iter()
+                .filter(|(pv, _)| pv.starts_with(&prefix))
+                .map(|(pv, owner)| owner.unwrap_or_else(|| panic!("{pv} left free")))
+                .collect();
+            owners.sort();
+            bound.sort();
+            assert_eq!(owners, bound, "round {r}");
+            let mut pvs: Vec<String> = bound
+                .iter()
+                .filter_map(|c| claim_in(&h, c).spec.as_ref()?.volume_name.clone())
+                .collect();
+            pvs.sort();
+            pvs.dedup();
+            assert_eq!(pvs.len(), PVS, "round {r}: distinct PVs");
+            // The losers would take the next round's PVs.
+            for p in pending {
+                h.cluster.delete_pod("default", &p).expect("delete");
+            }
+        }
+        stop(h, workers).await;
     }
 
     fn pod(name: &str, claim: &str) -> Pod {

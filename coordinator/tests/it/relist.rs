@@ -11,8 +11,8 @@ use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
 use flotilla_coordinator::cluster::{
-    Cluster, ClusterError, ClusterList, EmbeddedCluster, ListWatch, PodRef, SchedulingEvent,
-    WatchEvent, list_watch,
+    ClaimTarget, Cluster, ClusterError, ClusterList, EmbeddedCluster, ListWatch, PodRef,
+    SchedulingEvent, WatchEvent, list_watch,
 };
 use flotilla_shared::testing::{NodeBuilder, PodBuilder};
 
@@ -53,6 +53,14 @@ impl Cluster for FlakyWatch {
 
     async fn bind(&self, pod: &PodRef, node: &str) -> Result<(), ClusterError> {
         self.inner.bind(pod, node).await
+    }
+
+    async fn bind_pv(&self, pv: &str, claim: &ClaimTarget<'_>) -> Result<(), ClusterError> {
+        self.inner.bind_pv(pv, claim).await
+    }
+
+    async fn select_node(&self, ns: &str, claim: &str, node: &str) -> Result<(), ClusterError> {
+        self.inner.select_node(ns, claim, node).await
     }
 
     async fn mark_unschedulable(&self, pod: &Pod, message: &str) -> Result<(), ClusterError> {

@@ -13,7 +13,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 
 use flotilla_coordinator::cluster::{
-    Cluster, ClusterError, EmbeddedCluster, Kind, PodRef, SchedulingEvent, WatchEvent,
+    ClaimTarget, Cluster, ClusterError, EmbeddedCluster, Kind, PodRef, SchedulingEvent, WatchEvent,
 };
 use flotilla_coordinator::{Coordinator, server};
 use flotilla_proto::v1::WorkloadClass::Online;
@@ -41,6 +41,14 @@ impl Cluster for Scripted {
 
     async fn bind(&self, pod: &PodRef, node: &str) -> Result<(), ClusterError> {
         self.inner.bind(pod, node).await
+    }
+
+    async fn bind_pv(&self, pv: &str, claim: &ClaimTarget<'_>) -> Result<(), ClusterError> {
+        self.inner.bind_pv(pv, claim).await
+    }
+
+    async fn select_node(&self, ns: &str, claim: &str, node: &str) -> Result<(), ClusterError> {
+        self.inner.select_node(ns, claim, node).await
     }
 
     async fn mark_unschedulable(&self, pod: &Pod, message: &str) -> Result<(), ClusterError> {

@@ -3,7 +3,9 @@
 //! snapshots never both place pods using one `ReadWriteOncePod` claim, nor
 //! together push a node over its CSI attach limit. Each race is run over
 //! several rounds, the pods deleted between rounds (freeing the claim and
-//! the slot again).
+//! the slot again); nor do they both take the one available static PV for
+//! two claims (Reserve assumes the PV for the first grant). PreBind waits
+//! for the claims to be bound, and a timeout frees the room.
 
 use std::sync::Arc;
 
@@ -11,11 +13,12 @@ use flotilla_coordinator::cluster::EmbeddedCluster;
 use flotilla_proto::v1 as pb;
 use flotilla_proto::v1::WorkloadClass::{Batch, Online};
 use flotilla_proto::v1::watch_event::Event;
-use flotilla_shared::testing::volumes::{PvBuilder, PvcBuilder, csi_node};
+use flotilla_shared::testing::volumes::{PvBuilder, PvcBuilder, csi_node, storage_class};
 use flotilla_shared::testing::{NodeBuilder, PodBuilder};
-use flotilla_shared::volumes::VolumeObject;
+use flotilla_shared::volumes::binding;
 use flotilla_shared::volumes::limits::REASON_MAX_VOLUME_COUNT;
 use flotilla_shared::volumes::restrictions::REASON_READ_WRITE_ONCE_POD_CONFLICT;
+use flotilla_shared::volumes::{VolumeKey, VolumeKind, VolumeObject};
 
 use crate::{FakeWorker, Harness, STEP, assigned_names, default_profiles, wait_until, within};
 
@@ -181,5 +184,142 @@ async fn two_workers_never_together_push_a_node_over_its_csi_attach_limit() {
         )
         .await;
     }
+    h.shutdown().await;
+}
+
+/// A `WaitForFirstConsumer` class of static PVs only (no provisioner).
+const LOCAL: &str = "local";
+
+fn local_class() -> VolumeObject {
+    VolumeObject::StorageClass(Arc::new(storage_class(
+        LOCAL,
+        binding::NOT_SUPPORTED_PROVISIONER,
+        Some("WaitForFirstConsumer"),
+    )))
+}
+
+/// An available 10Gi PV of [`LOCAL`], reachable from every node.
+fn free_pv(name: &str) -> VolumeObject {
+    VolumeObject::Pv(Arc::new(
+        PvBuilder::new(name)
+            .class(LOCAL)
+            .capacity("10Gi")
+            .access_mode("ReadWriteOnce")
+            .available()
+            .build(),
+    ))
+}
+
+/// An unbound 1Gi claim of [`LOCAL`].
+fn local_claim(name: &str) -> VolumeObject {
+    VolumeObject::Claim(Arc::new(
+        PvcBuilder::new(name)
+            .class(LOCAL)
+            .storage("1Gi")
+            .access_mode("ReadWriteOnce")
+            .build(),
+    ))
+}
+
+/// The PV's `spec.claimRef` name, as the cluster holds it.
+fn claim_ref_of(c: &EmbeddedCluster, pv: &str) -> Option<String> {
+    c.volume_object(&VolumeKey {
+        kind: VolumeKind::Pv,
+        namespace: String::new(),
+        name: pv.into(),
+    })
+    .and_then(|o| match o {
+        VolumeObject::Pv(pv) => pv.spec.as_ref()?.claim_ref.as_ref()?.name.clone(),
+        _ => None,
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_workers_never_both_take_the_one_available_static_pv() {
+    let h = Harness::serving(cluster(vec![local_class()]), default_profiles()).await;
+    let (mut online, mut batch) = two_workers(&h, 3).await;
+    for i in 0..ROUNDS {
+        // One free PV, two claims that both match it, proposed at once.
+        let (pv, ca, cb) = (format!("pv-{i}"), format!("ca-{i}"), format!("cb-{i}"));
+        for o in [free_pv(&pv), local_claim(&ca), local_claim(&cb)] {
+            h.cluster.apply_volume(o).expect("volume object");
+        }
+        let objects = 3 + 3 * (i + 1);
+        let c = h.coordinator.clone();
+        wait_until(STEP, "the round's objects seen", || {
+            c.volume_objects() == objects
+        })
+        .await;
+        round(
+            &h,
+            &mut online,
+            &mut batch,
+            i,
+            (&ca, &cb),
+            ("n1", "n2"),
+            binding::REASON_BIND_CONFLICT,
+        )
+        .await;
+        let owner = claim_ref_of(&h.cluster, &pv).expect("the PV was bound");
+        assert!(owner == ca || owner == cb, "{owner}");
+    }
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_claim_never_bound_times_out_at_prebind_frees_the_room_and_binds_once_the_controller_runs()
+ {
+    let c = cluster(vec![local_class(), free_pv("pv-0"), local_claim("data")]);
+    c.set_volume_controllers(false);
+    let profiles = crate::profiles_of(
+        "- schedulerName: default-scheduler\n  pluginConfig:\n  - name: VolumeBinding\n    args:\n      bindTimeoutSeconds: 1\n",
+    );
+    let h = Harness::serving(c, profiles).await;
+    let mut w = FakeWorker::join(&h, "online-0", Online).await;
+    w.until_synced().await;
+    h.cluster
+        .create_pod(
+            PodBuilder::new("p")
+                .cpu("100m")
+                .label(CLASS_LABEL, "online")
+                .pvc_volume("data", "data")
+                .build(),
+        )
+        .expect("pod");
+    w.read_until(|e| assigned_names(e).contains(&"p".to_owned()))
+        .await;
+    let d = within(STEP, "PreBind times out", w.propose("p", "n1")).await;
+    assert_eq!(outcome(&d), pb::BindOutcome::Error, "{d:?}");
+    let want = "running PreBind plugin \"VolumeBinding\": binding volumes: timed out waiting for \
+                the condition";
+    assert_eq!(d.reason, want);
+    assert_eq!(
+        claim_ref_of(&h.cluster, "pv-0").as_deref(),
+        Some("data"),
+        "PreBind wrote it"
+    );
+    let pod = h.cluster.pod("default", "p").expect("pod");
+    assert_eq!(crate::node_of(&pod), None, "no Binding");
+    let cond = crate::pod_scheduled(&pod).expect("PodScheduled");
+    assert_eq!(
+        (
+            cond.status.as_str(),
+            cond.reason.as_deref(),
+            cond.message.as_deref()
+        ),
+        ("False", Some("SchedulerError"), Some(want))
+    );
+    let rec = h.coordinator.records().pop().expect("its record");
+    assert!(
+        matches!(rec.phase, flotilla_coordinator::state::PodPhase::Pending(_)),
+        "the room is free: {:?}",
+        rec.phase
+    );
+
+    // The controller runs again: the retry finds the PV pre-bound to the
+    // claim and binds.
+    h.cluster.set_volume_controllers(true);
+    let d = within(STEP, "the retry", w.propose("p", "n1")).await;
+    assert_eq!(outcome(&d), pb::BindOutcome::Bound, "{d:?}");
     h.shutdown().await;
 }

@@ -571,6 +571,12 @@ impl NodeCache {
         self.inner.lock().volumes = volumes;
     }
 
+    /// The volume objects the next snapshot gets.
+    #[must_use]
+    pub fn volume_state(&self) -> Arc<VolumeState> {
+        self.inner.lock().volumes.clone()
+    }
+
     /// A copy of one node's info (for tests and inspection).
     #[must_use]
     pub fn node(&self, name: &str) -> Option<Arc<NodeInfo>> {

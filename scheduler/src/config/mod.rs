@@ -41,11 +41,11 @@
 //!   dispatched to that worker pool, overriding the label / owner / QoS
 //!   classification of [`flotilla_shared::workload`].
 //! - **Not-implemented plugins**: upstream default plugins Flotilla lacks
-//!   ([`crate::plugins::names::NOT_IMPLEMENTED`]: `VolumeBinding`, `DynamicResources`,
+//!   ([`crate::plugins::names::NOT_IMPLEMENTED`]: `DynamicResources`,
 //!   `NodeDeclaredFeatures`) may be
 //!   named. Disabling them is a no-op; enabling them is accepted but they are
-//!   left out, with a warning saying what that means (e.g. claims not
-//!   bound or provisioned). Their `pluginConfig` is
+//!   left out, with a warning saying what that means (e.g. ResourceClaims
+//!   not allocated). Their `pluginConfig` is
 //!   ignored with a warning.
 //! - **`extenders`**: upstream's fields and rules (see [`crate::extender`]);
 //!   Flotilla also refuses, at load time, a `urlPrefix` that is not an

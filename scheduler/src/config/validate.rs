@@ -101,7 +101,7 @@ fn not_implemented_effect(name: &str) -> &'static str {
         }
         "DynamicResources" => "ResourceClaims are not allocated or checked",
         "NodeDeclaredFeatures" => "node-declared features are not checked",
-        _ => "claims are not bound or provisioned, and a bound PV's node affinity is not checked",
+        _ => "it is left out",
     }
 }
 

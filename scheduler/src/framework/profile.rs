@@ -88,8 +88,7 @@ pub struct Profile {
 /// Upstream's default `multiPoint` plugins (`getDefaultPlugins`, 1.35, and
 /// `GangScheduling` as with the `GenericWorkload` feature), in upstream
 /// order, restricted to the plugins Flotilla implements, with upstream's
-/// score weights. VolumeBinding is not in it yet (see
-/// [`names::NOT_IMPLEMENTED`]).
+/// score weights.
 #[must_use]
 pub fn default_multi_point() -> Vec<PluginRef> {
     [
@@ -103,7 +102,7 @@ pub fn default_multi_point() -> Vec<PluginRef> {
         (names::NODE_RESOURCES_FIT, 1),
         (names::VOLUME_RESTRICTIONS, 0),
         (names::NODE_VOLUME_LIMITS, 0),
-        // Upstream's VolumeBinding comes here.
+        (names::VOLUME_BINDING, 0),
         (names::VOLUME_ZONE, 0),
         (names::POD_TOPOLOGY_SPREAD, 2),
         (names::INTER_POD_AFFINITY, 2),

@@ -28,6 +28,7 @@ use crate::plugins::{
     priority_sort::{self, PrioritySort},
     scheduling_gates::{self, SchedulingGates},
     taint_toleration::{self, TaintToleration},
+    volume_binding::{self, VolumeBinding},
     volume_restrictions::VolumeRestrictions,
     volume_zone::VolumeZone,
 };
@@ -341,6 +342,18 @@ impl Registry {
             &mut r,
             names::NODE_VOLUME_LIMITS,
             checked_filter(NodeVolumeLimits::new),
+        );
+        add(
+            &mut r,
+            names::VOLUME_BINDING,
+            Arc::new(|args| {
+                let p = Arc::new(VolumeBinding::from_config(args)?);
+                Ok(PluginHandle::new(p.clone())
+                    .pre_filter(p.clone())
+                    .filter(p.clone())
+                    .bind_check(p)
+                    .other_points(volume_binding::POINTS))
+            }),
         );
         add(&mut r, names::VOLUME_ZONE, checked_filter(VolumeZone::new));
         add(

@@ -35,19 +35,14 @@
 //! gang members at Permit; the worker sends each gang whole to the
 //! coordinator (see [`crate::gang`]).
 //!
-//! The three volume plugins read the volume objects the coordinator
+//! The four volume plugins read the volume objects the coordinator
 //! forwards ([`flotilla_shared::framework::SharedLister::volumes`]); their
 //! checks live in `shared::volumes`, which their bind checks call too.
-//! Pods without volumes make them `Skip` at PreFilter. `VolumeBinding` is
-//! not implemented yet (bound claims' PV node affinity, matching and
-//! provisioning unbound claims).
-//!
-//! [`VolumeBinding`] has its PreFilter and Filter (bound PVs' node
-//! affinity, a PV or a provisioner for each unbound `WaitForFirstConsumer`
-//! claim; `shared::volumes::binding`) and its args, but not its Reserve and
-//! PreBind, so it is not registered either. Events `StorageClassAdded`,
-//! `PvcChanged`, `PvChanged`, `NodeAdded`, `NodeLabelChanged`,
-//! `NodeTaintChanged`, `CsiNodeChanged`, `CsiDriverChanged`.
+//! Pods without volumes make them `Skip` at PreFilter. [`VolumeBinding`]
+//! checks bound PVs' node affinity and finds a PV or a provisioner for
+//! each unbound `WaitForFirstConsumer` claim in the worker's cycle; its
+//! Reserve and PreBind (bind or provision the claims, wait until bound)
+//! run at the coordinator after the grant.
 //!
 //! [`resource_allocation`] holds what the two resource score plugins share.
 //! [`DefaultPreemption`] (PostFilter) only carries its args; the algorithm

@@ -46,9 +46,5 @@ pub const NODE_VOLUME_LIMITS: &str = "NodeVolumeLimits";
 pub const VOLUME_BINDING: &str = "VolumeBinding";
 
 /// Upstream default plugins Flotilla does not implement (yet): configs may
-/// name them; they are ignored with a warning. VolumeBinding has its
-/// PreFilter and Filter ([`crate::plugins::volume_binding`]) but not yet
-/// its Reserve and PreBind: without it a bound claim's PV node affinity is
-/// not checked and unbound claims are neither matched with PVs nor
-/// provisioned (nobody binds a `WaitForFirstConsumer` claim).
-pub const NOT_IMPLEMENTED: &[&str] = &[VOLUME_BINDING, "DynamicResources", "NodeDeclaredFeatures"];
+/// name them; they are ignored with a warning.
+pub const NOT_IMPLEMENTED: &[&str] = &["DynamicResources", "NodeDeclaredFeatures"];

@@ -20,22 +20,21 @@
 //! [`VolumeBindingArgs`]: `bindTimeoutSeconds` (default 600, not
 //! negative), how long PreBind is to wait for the claims to be bound.
 //!
-//! **Filter side only; not registered and not in the default profile.**
-//! Upstream's VolumeBinding also has Reserve (assume the chosen PVs and
-//! provisions) and PreBind (write the PV's `claimRef` or the claim's
-//! `selected-node`, then wait up to `bindTimeoutSeconds` for the claims to
-//! be bound). In Flotilla those writes belong to the coordinator once the
-//! arbiter grants the placement, and they are not built yet: a Filter that
-//! passed a pod onto a node whose `WaitForFirstConsumer` claims nobody binds
-//! would leave the pod unable to start. So the plugin stays in
-//! [`names::NOT_IMPLEMENTED`]. The coordinator is to recompute the
-//! decisions for the granted node with the same
-//! [`binding::find_pod_volumes`] (a Filter cannot keep per-node results:
-//! its cycle state is read-only).
+//! # Reserve and PreBind, at the coordinator
+//! In Flotilla the coordinator is the one writer, so the binding side runs
+//! there, once the arbiter granted the placement: the plugin's
+//! [`BindCheck`] re-runs PreFilter and Filter on the arbiter's view for the
+//! granted node and hands over the [`VolumePlan`] (Reserve assumes it in
+//! the arbiter's view, so no other grant takes the same PV; PreBind writes
+//! each PV's `claimRef` and each provisioned claim's
+//! `volume.kubernetes.io/selected-node`, then waits up to
+//! `bindTimeoutSeconds` for the claims to be bound before the pod's
+//! Binding; a failure unreserves and the pod backs off). A worker's own
+//! Reserve and PreBind do nothing ([`POINTS`]).
 
 use flotilla_shared::framework::{
-    ClusterEvent, CycleState, FilterPlugin, Plugin, PreFilterPlugin, PreFilterResult, SharedLister,
-    Status,
+    BindCheck, BindResult, BindView, ClusterEvent, CycleState, ExtensionPoint, FilterPlugin,
+    Plugin, PreFilterPlugin, PreFilterResult, SharedLister, Status,
 };
 use flotilla_shared::volumes::binding::{self, PodClaims};
 use flotilla_shared::{NodeInfo, PodInfo};
@@ -54,6 +53,18 @@ pub const ARGS_KIND: &str = "VolumeBindingArgs";
 pub const DEFAULT_BIND_TIMEOUT_SECONDS: u64 = 600;
 
 const STATE_KEY: &str = "PreFilterVolumeBinding";
+
+/// Extension points served outside the worker's cycle: Reserve and
+/// PreBind, which the coordinator runs after the grant (see the module
+/// docs); PreScore and Score are accepted with nothing to run (upstream
+/// scores storage capacity there only with the `StorageCapacityScoring`
+/// gate, and Flotilla does not track capacity).
+pub const POINTS: &[ExtensionPoint] = &[
+    ExtensionPoint::PreScore,
+    ExtensionPoint::Score,
+    ExtensionPoint::Reserve,
+    ExtensionPoint::PreBind,
+];
 
 /// Upstream's events: a StorageClass added (`Update` is not told apart
 /// here), a claim or PV added or updated, a node added or its labels or
@@ -137,8 +148,8 @@ impl VolumeBindingArgs {
     }
 }
 
-/// PreFilter + Filter of VolumeBinding (Reserve and PreBind to come, at
-/// the coordinator; see the module docs).
+/// VolumeBinding: PreFilter and Filter in the worker's cycle; the bind
+/// check, Reserve and PreBind at the coordinator (see the module docs).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct VolumeBinding {
     args: VolumeBindingArgs,
@@ -204,6 +215,27 @@ impl FilterPlugin for VolumeBinding {
             Ok(_) => Status::success(),
             Err(conflicts) => conflicts.into_status(NAME),
         }
+    }
+}
+
+impl BindCheck for VolumeBinding {
+    /// PreFilter and Filter again, on the arbiter's view (where the PVs
+    /// other grants reserved are shown taken); when the pod's claims are to
+    /// be bound or provisioned on `node`, sets [`BindView::volume_plan`].
+    fn check_bind(&self, pod: &PodInfo, node: &NodeInfo, view: &mut BindView<'_>) -> BindResult {
+        view.volume_plan = binding::plan(
+            pod,
+            &node.spec.name,
+            &node.spec.labels,
+            view.volumes,
+            self.args.bind_timeout(),
+        )?;
+        Ok(())
+    }
+
+    /// It reads the volume objects of the view.
+    fn node_local(&self) -> bool {
+        false
     }
 }
 
@@ -357,14 +389,65 @@ mod tests {
     }
 
     #[test]
-    fn registers_upstream_events_and_stays_unregistered() {
+    fn registers_upstream_events_in_the_default_profile() {
         assert_eq!(VolumeBinding::default().name(), "VolumeBinding");
         assert_eq!(VolumeBinding::default().events_to_register(), EVENTS);
-        assert!(names::NOT_IMPLEMENTED.contains(&NAME));
+        assert!(!names::NOT_IMPLEMENTED.contains(&NAME));
         assert!(
-            !crate::framework::Registry::in_tree()
+            crate::framework::Registry::in_tree()
                 .names()
                 .contains(&NAME)
         );
+        assert!(
+            crate::framework::default_multi_point()
+                .iter()
+                .any(|p| p.name == NAME)
+        );
+    }
+
+    #[test]
+    fn the_bind_check_plans_the_bindings_the_filter_found() {
+        use flotilla_shared::framework::{BindCheck, BindView, KeptCounts};
+        use flotilla_shared::volumes::binding::StaticBinding;
+        use std::collections::{BTreeMap, HashMap};
+        let l = lister();
+        let nodes: HashMap<Arc<str>, NodeInfo> = ["n1", "n2"]
+            .map(|n| {
+                (
+                    Arc::from(n),
+                    NodeBuilder::new(n).label(HOST, n).build_info_with([]),
+                )
+            })
+            .into_iter()
+            .collect();
+        let ns = BTreeMap::new();
+        let mut kept = KeptCounts::default();
+        let plugin = VolumeBinding::new(VolumeBindingArgs {
+            bind_timeout_seconds: 7,
+        });
+        let pod = PodBuilder::new("p").pvc_volumes(&["later"]).build_info();
+        let mut view = BindView::new(&nodes, &ns, 0, &mut kept).with_volumes(&l.volumes);
+        assert_eq!(
+            plugin.check_bind(&pod, &nodes["n2"], &mut view),
+            Err(binding::REASON_BIND_CONFLICT.into()),
+            "pv-1 reaches n1 only"
+        );
+        assert_eq!(view.volume_plan, None);
+        plugin.check_bind(&pod, &nodes["n1"], &mut view).unwrap();
+        let plan = view.volume_plan.take().expect("a plan");
+        assert_eq!(&*plan.node, "n1");
+        assert_eq!(plan.bind_timeout, std::time::Duration::from_secs(7));
+        assert_eq!(
+            plan.decisions.static_bindings,
+            [StaticBinding {
+                claim: "later".into(),
+                pv: "pv-1".into()
+            }]
+        );
+        // Bound claims only: nothing to plan.
+        let bound = PodBuilder::new("q").pvc_volumes(&["bound"]).build_info();
+        plugin.check_bind(&bound, &nodes["n2"], &mut view).unwrap();
+        assert_eq!(view.volume_plan, None);
+        assert!(!BindCheck::node_local(&plugin));
     }
 }

@@ -94,6 +94,7 @@ use flotilla_shared::pdb::PdbInfo;
 use flotilla_shared::pod_info::PodError;
 use flotilla_shared::priority::PriorityClasses;
 use flotilla_shared::volumes::VolumeState;
+use flotilla_shared::volumes::binding;
 use flotilla_shared::{NodeSpec, PodInfo, PodKey};
 
 use crate::cache::{NodeCache, Snapshot};
@@ -461,6 +462,7 @@ pub fn simulate_with(
         match attempt.decision {
             Decision::Bind(r) => {
                 cluster.cache.forget(&pod.uid);
+                reserve_volumes(&cluster.cache, &pod, &r.node);
                 cluster.cache.add_bound_pod(Arc::new(bind(&pod, &r.node)?));
             }
             Decision::Wait(_) => {
@@ -470,6 +472,7 @@ pub fn simulate_with(
                 for (m, n) in members {
                     waiting.remove(&m.uid);
                     cluster.cache.forget(&m.uid);
+                    reserve_volumes(&cluster.cache, &m, &n);
                     cluster.cache.add_bound_pod(Arc::new(bind(&m, &n)?));
                     scheduler.gangs.pod_bound(&m);
                 }
@@ -889,6 +892,26 @@ impl Cluster {
     }
 }
 
+/// VolumeBinding's Reserve for a pod placed on `node`, as the coordinator
+/// makes it ([`binding::plan`]): the static PVs it takes are shown bound to
+/// its claims and its provisioned claims name the node, so the next pods
+/// do not take the same PVs. Then, as a cluster's controllers would, the
+/// next snapshot sees them so (the objects themselves are not rewritten).
+fn reserve_volumes(cache: &NodeCache, pod: &PodInfo, node: &Arc<str>) {
+    if pod.volumes.is_none() {
+        return;
+    }
+    let Some(labels) = cache.node(node).map(|n| n.spec.labels.clone()) else {
+        return;
+    };
+    let state = cache.volume_state();
+    if let Ok(Some(plan)) = binding::plan(pod, node, &labels, &state, Duration::ZERO) {
+        let mut next = (*state).clone();
+        plan.assume(&mut next);
+        cache.set_volume_state(Arc::new(next));
+    }
+}
+
 impl PodResult {
     /// The result of `attempt` for `pod` in profile `fw`.
     fn of(pod: &PodInfo, fw: &Framework, attempt: &Attempt) -> Self {
@@ -1183,6 +1206,54 @@ mod tests {
         assert_eq!(e.result.outcome.node(), Some("n1"));
         assert_eq!(e.notes.len(), 1);
         assert!(e.notes[0].contains("scheduling gated"), "{:?}", e.notes);
+    }
+
+    #[test]
+    fn a_static_pv_taken_by_one_pod_is_not_given_to_the_next() {
+        use flotilla_shared::testing::volumes::{PvBuilder, PvcBuilder, storage_class};
+        use flotilla_shared::volumes::VolumeObject;
+        let mut o = objects(vec![
+            PodBuilder::new("a").pvc_volume("data", "ca").build(),
+            PodBuilder::new("b").pvc_volume("data", "cb").build(),
+        ]);
+        let claim = |n: &str| {
+            VolumeObject::Claim(Arc::new(
+                PvcBuilder::new(n)
+                    .class("local")
+                    .storage("1Gi")
+                    .access_mode("ReadWriteOnce")
+                    .build(),
+            ))
+        };
+        o.volumes = vec![
+            VolumeObject::StorageClass(Arc::new(storage_class(
+                "local",
+                binding::NOT_SUPPORTED_PROVISIONER,
+                Some("WaitForFirstConsumer"),
+            ))),
+            VolumeObject::Pv(Arc::new(
+                PvBuilder::new("pv-1")
+                    .class("local")
+                    .capacity("10Gi")
+                    .access_mode("ReadWriteOnce")
+                    .available()
+                    .build(),
+            )),
+            claim("ca"),
+            claim("cb"),
+        ];
+        let sim = simulate(&o, &[Profile::default()], &Registry::in_tree()).expect("simulate");
+        assert_eq!(sim.results[0].outcome.node(), Some("n1"));
+        assert_eq!(
+            sim.results[1].outcome,
+            Outcome::Unschedulable {
+                message: "0/1 nodes are available: 1 node(s) didn't find available persistent \
+                          volumes to bind. preemption: 0/1 nodes are available: 1 Preemption is \
+                          not helpful for scheduling."
+                    .into()
+            },
+            "pv-1 went to a's claim"
+        );
     }
 
     #[test]

@@ -60,8 +60,8 @@ fn every_in_tree_filter_provides_a_bind_check() {
         }
     }
     assert_eq!(
-        filters, 12,
-        "the eleven default Filters and MaxInstancesPerNode"
+        filters, 13,
+        "the twelve default Filters and MaxInstancesPerNode"
     );
 }
 
@@ -87,6 +87,7 @@ fn the_default_profile_is_served_with_its_filters_checks_in_filter_order() {
             "NodeResourcesFit",
             "VolumeRestrictions",
             "NodeVolumeLimits",
+            "VolumeBinding",
             "VolumeZone",
             "PodTopologySpread",
             "InterPodAffinity",
@@ -95,11 +96,12 @@ fn the_default_profile_is_served_with_its_filters_checks_in_filter_order() {
     assert!(p.unchecked_filters.is_empty());
     // The node-local ones also guard nominated pods' room.
     let local: Vec<bool> = p.bind_checks.iter().map(|c| c.node_local()).collect();
-    // VolumeRestrictions reads the claims' users across the view.
+    // VolumeRestrictions reads the claims' users across the view,
+    // VolumeBinding the PVs other grants reserved.
     assert_eq!(
         local,
         [
-            true, true, true, true, true, true, false, true, true, false, false
+            true, true, true, true, true, true, false, true, false, true, false, false
         ]
     );
 }
@@ -165,7 +167,7 @@ fn a_filter_without_a_check_is_listed_as_unchecked() {
     );
     assert_eq!(served[0].unchecked_filters, ["Unchecked"]);
     assert!(!names(&served[0].bind_checks).contains(&"Unchecked"));
-    assert_eq!(served[0].bind_checks.len(), 11, "the defaults still are");
+    assert_eq!(served[0].bind_checks.len(), 12, "the defaults still are");
 }
 
 #[test]

@@ -188,11 +188,12 @@ profiles:
             "NodeResourcesFit",
             "VolumeRestrictions",
             "NodeVolumeLimits",
+            "VolumeBinding",
             "VolumeZone",
             "PodTopologySpread",
             "InterPodAffinity"
         ],
-        "NodePorts disabled at filter only; VolumeBinding is left out"
+        "NodePorts disabled at filter only"
     );
     assert_eq!(
         fw.enabled_at(ExtensionPoint::PreFilter),
@@ -202,11 +203,12 @@ profiles:
             "NodeResourcesFit",
             "VolumeRestrictions",
             "NodeVolumeLimits",
+            "VolumeBinding",
             "VolumeZone",
             "PodTopologySpread",
             "InterPodAffinity"
         ],
-        "upstream's default PreFilter plugins, less VolumeBinding"
+        "upstream's default PreFilter plugins"
     );
     assert_eq!(
         fw.score_weights(),
@@ -505,7 +507,7 @@ fn disabling_upstream_plugins_is_always_accepted() {
 #[test]
 fn not_implemented_plugins_are_accepted_and_left_out() {
     let cfg = parse(
-        "profiles:\n- plugins:\n    filter:\n      enabled:\n      - name: VolumeBinding\n      - name: NodeVolumeLimits\n    postFilter:\n      enabled:\n      - name: DefaultPreemption\n    multiPoint:\n      disabled:\n      - name: VolumeZone\n",
+        "profiles:\n- plugins:\n    filter:\n      enabled:\n      - name: DynamicResources\n      - name: NodeVolumeLimits\n    postFilter:\n      enabled:\n      - name: DefaultPreemption\n    multiPoint:\n      disabled:\n      - name: VolumeZone\n",
     )
     .expect("valid");
     let fw = framework(&cfg, 0);
@@ -522,7 +524,7 @@ fn not_implemented_plugins_are_accepted_and_left_out() {
     assert_eq!(
         fw.enabled_at(ExtensionPoint::Filter),
         want,
-        "VolumeBinding left out; NodeVolumeLimits enabled once; VolumeZone really disabled"
+        "DynamicResources left out; NodeVolumeLimits enabled once; VolumeZone really disabled"
     );
     assert!(
         !fw.enabled_at(ExtensionPoint::PreFilter)

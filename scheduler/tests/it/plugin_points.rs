@@ -32,6 +32,17 @@ const UPSTREAM_POINTS: &[(&str, &[E])] = &[
     ),
     ("VolumeRestrictions", &[E::PreFilter, E::Filter]),
     ("NodeVolumeLimits", &[E::PreFilter, E::Filter]),
+    (
+        "VolumeBinding",
+        &[
+            E::PreFilter,
+            E::Filter,
+            E::PreScore,
+            E::Score,
+            E::Reserve,
+            E::PreBind,
+        ],
+    ),
     ("VolumeZone", &[E::PreFilter, E::Filter]),
     (
         "PodTopologySpread",

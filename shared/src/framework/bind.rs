@@ -58,6 +58,7 @@ use crate::affinity_counts::AffinityCounts;
 use crate::node_info::NodeInfo;
 use crate::pod_info::PodInfo;
 use crate::spread_counts::SpreadCounts;
+use crate::volumes::binding::VolumePlan;
 use crate::volumes::{ClaimUsers, VolumeState};
 use crate::workload::WorkloadClass;
 
@@ -149,6 +150,11 @@ pub struct BindView<'a> {
     /// VolumeAttachments) the volume checks read; empty unless given
     /// ([`BindView::with_volumes`]).
     pub volumes: &'a VolumeState,
+    /// Set by VolumeBinding's check when it passes a pod whose claims are
+    /// to be bound or provisioned on the node: what the coordinator's
+    /// Reserve assumes and its PreBind writes
+    /// ([`crate::volumes::binding::VolumePlan`]).
+    pub volume_plan: Option<VolumePlan>,
 }
 
 impl<'a> BindView<'a> {
@@ -168,6 +174,7 @@ impl<'a> BindView<'a> {
             anti_affinity_pods,
             kept,
             volumes: &EMPTY_VOLUMES,
+            volume_plan: None,
         }
     }
 

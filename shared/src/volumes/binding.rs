@@ -39,6 +39,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::model::{Pv, PvPhase, Pvc, StorageClass, VolumeBindingMode};
 use super::state::{Lookup, VolumeState};
@@ -510,6 +511,152 @@ pub fn find_pod_volumes(
         Some(d) if conflicts.is_empty() => Ok(d),
         _ => Err(BindingConflicts(conflicts)),
     }
+}
+
+/// Upstream's plugin name: the arbiter's bind check and the coordinator's
+/// Reserve and PreBind run under it.
+pub const PLUGIN_NAME: &str = "VolumeBinding";
+
+/// What Reserve decided for one granted pod on its node, and what PreBind
+/// writes and then waits for: the [`VolumeDecisions`] of
+/// [`find_pod_volumes`] for that node, with the pod's namespace and how
+/// long PreBind may wait (`VolumeBindingArgs.bindTimeoutSeconds`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumePlan {
+    /// The pod's (and its claims') namespace.
+    pub namespace: Arc<str>,
+    /// The node granted.
+    pub node: Arc<str>,
+    /// The PVs to bind and the claims to provision.
+    pub decisions: VolumeDecisions,
+    /// How long PreBind waits for the claims to be bound.
+    pub bind_timeout: Duration,
+}
+
+impl VolumePlan {
+    /// Reserve: shows the decisions in `state` as if written (each static
+    /// PV's `claimRef` names its claim, each provisioned claim names the
+    /// node), so no other pod's decision takes the same PV; pods sharing a
+    /// claim hold the same assumption. Undone by [`VolumePlan::forget`].
+    pub fn assume(&self, state: &mut VolumeState) {
+        for b in &self.decisions.static_bindings {
+            state.assume_pv_claim(&b.pv, &self.namespace, &b.claim);
+        }
+        for c in &self.decisions.dynamic_provisions {
+            state.assume_selected_node(&self.namespace, c, &self.node);
+        }
+    }
+
+    /// Unreserve (or done): drops this plan's holds on the assumptions of
+    /// [`VolumePlan::assume`].
+    pub fn forget(&self, state: &mut VolumeState) {
+        for b in &self.decisions.static_bindings {
+            state.forget_pv_claim(&b.pv);
+        }
+        for c in &self.decisions.dynamic_provisions {
+            state.forget_selected_node(&self.namespace, c);
+        }
+    }
+}
+
+/// Reserve's decision for `pod` on the node `node` with `labels`: what
+/// [`pod_claims`] and [`find_pod_volumes`] decide on `state`, as a
+/// [`VolumePlan`] waiting up to `bind_timeout`; `Ok(None)` when the pod
+/// has no claim to bind or provision (none, or all bound). The bind
+/// arbiter's check and `simulate` take their plans here.
+///
+/// # Errors
+/// Why the node cannot take the pod's volumes: PreFilter's reason, or
+/// Filter's reasons joined by `", "`.
+pub fn plan(
+    pod: &PodInfo,
+    node: &Arc<str>,
+    labels: &BTreeMap<String, String>,
+    state: &VolumeState,
+    bind_timeout: Duration,
+) -> Result<Option<VolumePlan>, std::borrow::Cow<'static, str>> {
+    let claims = match pod_claims(pod, state) {
+        Ok(None) => return Ok(None),
+        Ok(Some(c)) => c,
+        Err(r) => return Err(r.reason),
+    };
+    let decisions = find_pod_volumes(&claims, node, labels)
+        .map_err(|c| c.reasons().collect::<Vec<_>>().join(", "))?;
+    Ok((!decisions.is_empty()).then(|| VolumePlan {
+        namespace: pod.key.namespace.clone(),
+        node: node.clone(),
+        decisions,
+        bind_timeout,
+    }))
+}
+
+/// PreBind's wait condition (upstream `checkBindings`): whether every
+/// claim of `plan` is bound, in `state` as the watch shows it, to a PV
+/// that a node with `labels` can reach. `Ok(false)`: not yet.
+///
+/// # Errors
+/// The binding cannot complete as decided, so PreBind fails at once:
+/// - a claim or its PV deleted: `persistentvolumeclaim "<c>" not found`,
+///   `persistentvolume "<pv>" not found`;
+/// - a static binding's PV now bound or pre-bound to another claim:
+///   `persistentvolume "<pv>" was bound to another claim`;
+/// - a provisioned claim whose `volume.kubernetes.io/selected-node` was
+///   removed (the provisioner gave up) or names another node:
+///   `selectedNode annotation reset for PVC "<c>"`;
+/// - a claim bound to a PV the node cannot reach: `pv "<pv>" node affinity
+///   doesn't match node "<node>"`.
+pub fn check_bindings(
+    plan: &VolumePlan,
+    state: &VolumeState,
+    labels: &BTreeMap<String, String>,
+) -> Result<bool, String> {
+    let claim_of = |name: &str| match state.claim(&plan.namespace, name) {
+        Lookup::Found(c) => Ok(c),
+        Lookup::Invalid(e) => Err(e.to_string()),
+        Lookup::Missing => Err(claim_not_found(name)),
+    };
+    // A bound claim's PV must reach the node; `Ok(false)` while the PV is
+    // not seen yet.
+    let bound_pv_reaches = |claim: &Pvc| -> Result<bool, String> {
+        let pv_name = claim.volume_name.as_deref().unwrap_or("");
+        match state.pv(pv_name) {
+            Lookup::Found(pv) if pv_reaches_node(pv, labels) => Ok(true),
+            Lookup::Found(_) => Err(format!(
+                "pv \"{pv_name}\" node affinity doesn't match node \"{}\"",
+                plan.node
+            )),
+            Lookup::Invalid(e) => Err(e.to_string()),
+            Lookup::Missing => Ok(false),
+        }
+    };
+    let mut all = true;
+    for b in &plan.decisions.static_bindings {
+        let claim = claim_of(&b.claim)?;
+        match state.pv(&b.pv) {
+            Lookup::Found(pv) if pv.claim_ref.is_some() && !is_volume_bound_to_claim(pv, claim) => {
+                return Err(format!(
+                    "persistentvolume \"{}\" was bound to another claim",
+                    b.pv
+                ));
+            }
+            Lookup::Found(_) => {}
+            Lookup::Invalid(e) => return Err(e.to_string()),
+            Lookup::Missing => return Err(super::not_found("persistentvolume", &b.pv)),
+        }
+        all &= claim.is_bound() && bound_pv_reaches(claim)?;
+    }
+    for name in &plan.decisions.dynamic_provisions {
+        let claim = claim_of(name)?;
+        if claim.is_bound() {
+            all &= bound_pv_reaches(claim)?;
+            continue;
+        }
+        if claim.selected_node.as_deref() != Some(&*plan.node) {
+            return Err(format!("selectedNode annotation reset for PVC \"{name}\""));
+        }
+        all = false;
+    }
+    Ok(all)
 }
 
 #[cfg(test)]

@@ -10,7 +10,9 @@ use k8s_openapi::api::storage::v1::{
     CSIDriver, CSINode, StorageClass as K8sStorageClass, VolumeAttachment as K8sVolumeAttachment,
 };
 
-use super::model::{CsiDriver, CsiNode, Pv, Pvc, StorageClass, VolumeAttachment, VolumeError};
+use super::model::{
+    ClaimRef, CsiDriver, CsiNode, Pv, Pvc, StorageClass, VolumeAttachment, VolumeError,
+};
 use crate::node_info::NodeInfo;
 use crate::pod_info::PodInfo;
 
@@ -78,6 +80,32 @@ pub struct VolumeState {
     attachments: HashMap<Arc<str>, Vec<Arc<VolumeAttachment>>>,
     /// attachment name → its node (to remove it by name).
     attachment_node: HashMap<Arc<str>, Arc<str>>,
+    /// PVs shown with an assumed `claimRef` ([`VolumeState::assume_pv_claim`]).
+    assumed_pvs: HashMap<Arc<str>, Assumed<Pv, ClaimRef>>,
+    /// Claims shown with an assumed `selected-node`
+    /// ([`VolumeState::assume_selected_node`]), by (namespace, name).
+    assumed_claims: HashMap<(Arc<str>, Arc<str>), Assumed<Pvc, Arc<str>>>,
+}
+
+/// An object shown as Reserve assumed it (upstream's assume cache): the
+/// copy the watch last gave, kept to be shown again when the last
+/// reservation holding the assumption is dropped.
+#[derive(Debug, Clone)]
+struct Assumed<T, A> {
+    /// What the watch last gave.
+    real: Entry<T>,
+    /// What is assumed: the PV's `claimRef`, the claim's selected node.
+    assumed: A,
+    /// How many reservations hold the assumption (pods sharing a claim
+    /// assume the same binding).
+    holds: u32,
+}
+
+/// `real` with `claimRef` set to `claim_ref`.
+fn assumed_pv(real: &Pv, claim_ref: &ClaimRef) -> Pv {
+    let mut shown = real.clone();
+    shown.claim_ref = Some(claim_ref.clone());
+    shown
 }
 
 static EMPTY: LazyLock<Arc<VolumeState>> = LazyLock::new(Arc::default);
@@ -171,19 +199,24 @@ impl VolumeState {
     pub fn apply_claim(&mut self, claim: &PersistentVolumeClaim) -> Result<(), VolumeError> {
         let ns = claim.metadata.namespace.as_deref().unwrap_or("default");
         let by_name = self.claims.entry(Arc::from(ns)).or_default();
-        apply::<_, Pvc>(by_name, claim, claim.metadata.name.as_deref())
+        let result = apply::<_, Pvc>(by_name, claim, claim.metadata.name.as_deref());
+        if let Some(name) = claim.metadata.name.as_deref() {
+            self.keep_assumed_claim(ns, name);
+        }
+        result
     }
 
-    /// Adds or replaces a compiled claim.
+    /// Adds or replaces a compiled claim (as [`VolumeState::apply_claim`]).
     pub fn insert_claim(&mut self, claim: Pvc) {
-        self.claims
-            .entry(claim.namespace.clone())
-            .or_default()
-            .insert(claim.name.clone(), Ok(Arc::new(claim)));
+        let (ns, name) = (claim.namespace.clone(), claim.name.clone());
+        self.insert_compiled_claim(Ok(Arc::new(claim)), &ns, &name);
+        self.keep_assumed_claim(&ns, &name);
     }
 
-    /// Removes the claim `namespace/name`.
+    /// Removes the claim `namespace/name` (and any assumption about it).
     pub fn remove_claim(&mut self, namespace: &str, name: &str) {
+        self.assumed_claims
+            .remove(&(Arc::<str>::from(namespace), Arc::<str>::from(name)));
         if let Some(m) = self.claims.get_mut(namespace) {
             m.remove(name);
             if m.is_empty() {
@@ -192,22 +225,177 @@ impl VolumeState {
         }
     }
 
-    /// Adds or replaces a PV.
+    /// Adds or replaces a PV. A PV whose `claimRef` is assumed stays shown
+    /// as assumed until the object given has a `claimRef` (the write
+    /// landed, or another binding won: the object given is shown).
     ///
     /// # Errors
     /// As [`VolumeState::apply_claim`].
     pub fn apply_pv(&mut self, pv: &PersistentVolume) -> Result<(), VolumeError> {
-        apply::<_, Pv>(&mut self.pvs, pv, pv.metadata.name.as_deref())
+        let result = apply::<_, Pv>(&mut self.pvs, pv, pv.metadata.name.as_deref());
+        if let Some(name) = pv.metadata.name.as_deref() {
+            self.keep_assumed_pv(name);
+        }
+        result
     }
 
-    /// Adds or replaces a compiled PV.
+    /// Adds or replaces a compiled PV (as [`VolumeState::apply_pv`]).
     pub fn insert_pv(&mut self, pv: Pv) {
-        self.pvs.insert(pv.name.clone(), Ok(Arc::new(pv)));
+        let name = pv.name.clone();
+        self.pvs.insert(name.clone(), Ok(Arc::new(pv)));
+        self.keep_assumed_pv(&name);
     }
 
-    /// Removes the PV `name`.
+    /// After the watch gave PV `name`: if its `claimRef` is assumed and the
+    /// object given has none, the given object is kept aside and the
+    /// assumed copy shown again; otherwise the assumption ends.
+    fn keep_assumed_pv(&mut self, name: &str) {
+        let Some(a) = self.assumed_pvs.get_mut(name) else {
+            return;
+        };
+        let given = self.pvs.get(name).cloned();
+        match given {
+            Some(Ok(g)) if g.claim_ref.is_none() => {
+                let shown = assumed_pv(&g, &a.assumed);
+                a.real = Ok(g);
+                self.pvs.insert(Arc::from(name), Ok(Arc::new(shown)));
+            }
+            _ => {
+                self.assumed_pvs.remove(name);
+            }
+        }
+    }
+
+    /// Removes the PV `name` (and any assumption about it).
     pub fn remove_pv(&mut self, name: &str) {
         self.pvs.remove(name);
+        self.assumed_pvs.remove(name);
+    }
+
+    /// Reserve of a static binding: shows PV `pv` with its `claimRef` set
+    /// to the claim `namespace/claim` (its uid), so no other claim takes it,
+    /// until the watch shows the PV's own `claimRef` or the last hold is
+    /// dropped ([`VolumeState::forget_pv_claim`]). Returns `false` (nothing
+    /// assumed) when the PV or the claim is not found or cannot be read.
+    pub fn assume_pv_claim(&mut self, pv: &str, namespace: &str, claim: &str) -> bool {
+        let Lookup::Found(c) = self.claim(namespace, claim) else {
+            return false;
+        };
+        let claim_ref = ClaimRef {
+            namespace: c.namespace.clone(),
+            name: c.name.clone(),
+            uid: Some(c.uid.clone()),
+        };
+        if let Some(a) = self.assumed_pvs.get_mut(pv) {
+            a.holds += 1;
+            return true;
+        }
+        let Some(Ok(real)) = self.pvs.get(pv).cloned() else {
+            return false;
+        };
+        let shown = assumed_pv(&real, &claim_ref);
+        self.pvs.insert(Arc::from(pv), Ok(Arc::new(shown)));
+        self.assumed_pvs.insert(
+            Arc::from(pv),
+            Assumed {
+                real: Ok(real),
+                assumed: claim_ref,
+                holds: 1,
+            },
+        );
+        true
+    }
+
+    /// Drops one hold of [`VolumeState::assume_pv_claim`] on `pv`; the last
+    /// shows the PV the watch last gave again.
+    pub fn forget_pv_claim(&mut self, pv: &str) {
+        let Some(a) = self.assumed_pvs.get_mut(pv) else {
+            return;
+        };
+        a.holds = a.holds.saturating_sub(1);
+        if a.holds == 0
+            && let Some(a) = self.assumed_pvs.remove(pv)
+        {
+            self.pvs.insert(Arc::from(pv), a.real);
+        }
+    }
+
+    /// Reserve of a provision: shows the claim `namespace/claim` with
+    /// `volume.kubernetes.io/selected-node: node`, until the watch shows the
+    /// claim with a selected node of its own or bound, or the last hold is
+    /// dropped ([`VolumeState::forget_selected_node`]). Returns `false`
+    /// when the claim is not found or cannot be read.
+    pub fn assume_selected_node(&mut self, namespace: &str, claim: &str, node: &str) -> bool {
+        let key = (Arc::<str>::from(namespace), Arc::<str>::from(claim));
+        if let Some(a) = self.assumed_claims.get_mut(&key) {
+            a.holds += 1;
+            return true;
+        }
+        let Lookup::Found(real) = self.claim(namespace, claim) else {
+            return false;
+        };
+        let real = Arc::clone(real);
+        let mut shown = (*real).clone();
+        shown.selected_node = Some(Arc::from(node));
+        self.insert_compiled_claim(Ok(Arc::new(shown)), &key.0, &key.1);
+        self.assumed_claims.insert(
+            key,
+            Assumed {
+                real: Ok(real),
+                assumed: Arc::from(node),
+                holds: 1,
+            },
+        );
+        true
+    }
+
+    /// Drops one hold of [`VolumeState::assume_selected_node`]; the last
+    /// shows the claim the watch last gave again.
+    pub fn forget_selected_node(&mut self, namespace: &str, claim: &str) {
+        let key = (Arc::<str>::from(namespace), Arc::<str>::from(claim));
+        let Some(a) = self.assumed_claims.get_mut(&key) else {
+            return;
+        };
+        a.holds = a.holds.saturating_sub(1);
+        if a.holds == 0
+            && let Some(a) = self.assumed_claims.remove(&key)
+        {
+            self.insert_compiled_claim(a.real, &key.0, &key.1);
+        }
+    }
+
+    fn insert_compiled_claim(&mut self, claim: Entry<Pvc>, namespace: &Arc<str>, name: &Arc<str>) {
+        self.claims
+            .entry(namespace.clone())
+            .or_default()
+            .insert(name.clone(), claim);
+    }
+
+    /// After the watch gave the claim `namespace/name`: if its selected
+    /// node is assumed and the object given neither names one nor is
+    /// bound, the given object is kept aside and the assumed copy shown
+    /// again; otherwise the assumption ends.
+    fn keep_assumed_claim(&mut self, namespace: &str, name: &str) {
+        let key = (Arc::<str>::from(namespace), Arc::<str>::from(name));
+        let Some(a) = self.assumed_claims.get_mut(&key) else {
+            return;
+        };
+        let given = self
+            .claims
+            .get(namespace)
+            .and_then(|m| m.get(name))
+            .cloned();
+        match given {
+            Some(Ok(g)) if g.selected_node.is_none() && g.volume_name.is_none() => {
+                let mut shown = (*g).clone();
+                shown.selected_node = Some(a.assumed.clone());
+                a.real = Ok(g);
+                self.insert_compiled_claim(Ok(Arc::new(shown)), &key.0, &key.1);
+            }
+            _ => {
+                self.assumed_claims.remove(&key);
+            }
+        }
     }
 
     /// Adds or replaces a StorageClass.
