@@ -656,3 +656,143 @@ fn bound_claim_whose_pv_cannot_be_read_is_rejected_naming_the_pv() {
             .starts_with("PersistentVolume pv-bad: spec.nodeAffinity")
     );
 }
+
+/// Node `node1`'s name and labels.
+fn node1() -> (Arc<str>, BTreeMap<String, String>) {
+    let [(name, labels), _] = nodes();
+    (Arc::from(name), labels)
+}
+
+fn plan_on_node1(pod: &PodInfo, s: &VolumeState) -> Option<VolumePlan> {
+    let (name, labels) = node1();
+    plan(pod, &name, &labels, s, Duration::from_secs(5)).expect("node1 fits")
+}
+
+#[test]
+fn a_plan_assumed_keeps_its_pv_from_other_claims_until_forgotten() {
+    let mut s = state(
+        vec![claim("a", "wait", "1Gi"), claim("b", "wait", "1Gi")],
+        vec![pv("pv-1", "wait", "5Gi")],
+    );
+    let pa = plan_on_node1(&pod(&["a"]), &s).expect("a plan");
+    assert_eq!(
+        pa.decisions.static_bindings,
+        [StaticBinding {
+            claim: "a".into(),
+            pv: "pv-1".into()
+        }]
+    );
+    pa.assume(&mut s);
+    let (name, labels) = node1();
+    assert_eq!(
+        plan(&pod(&["b"]), &name, &labels, &s, Duration::ZERO),
+        Err(REASON_BIND_CONFLICT.into()),
+        "pv-1 is a's now"
+    );
+    // A second pod sharing claim a holds the same assumption.
+    let pa2 = plan_on_node1(&pod(&["a"]), &s).expect("pre-bound to a");
+    assert_eq!(pa2.decisions, pa.decisions);
+    pa2.assume(&mut s);
+    pa.forget(&mut s);
+    assert!(
+        plan(&pod(&["b"]), &name, &labels, &s, Duration::ZERO).is_err(),
+        "still held"
+    );
+    pa2.forget(&mut s);
+    assert!(
+        plan_on_node1(&pod(&["b"]), &s).is_some(),
+        "the last hold dropped: pv-1 is free again"
+    );
+}
+
+#[test]
+fn the_watch_ends_an_assumption_only_when_it_shows_the_write() {
+    let mut s = state(
+        vec![claim("a", "wait", "1Gi")],
+        vec![pv("pv-1", "wait", "5Gi")],
+    );
+    let pa = plan_on_node1(&pod(&["a"]), &s).expect("a plan");
+    pa.assume(&mut s);
+    // A stale copy without claimRef (another field changed): still assumed.
+    s.apply_pv(&pv("pv-1", "wait", "5Gi").label("x", "y").build())
+        .unwrap();
+    let shown = s.pv("pv-1").found().expect("pv-1");
+    assert_eq!(shown.claim_ref.as_ref().map(|r| &*r.name), Some("a"));
+    assert_eq!(
+        shown.labels.get("x").map(String::as_str),
+        Some("y"),
+        "the new copy, assumed"
+    );
+    // The write lands: the watch's copy is shown, forgetting changes nothing.
+    s.apply_pv(
+        &pv("pv-1", "wait", "5Gi")
+            .claim_ref("a", Some("uid-a"))
+            .build(),
+    )
+    .unwrap();
+    pa.forget(&mut s);
+    let shown = s.pv("pv-1").found().expect("pv-1");
+    assert_eq!(shown.claim_ref.as_ref().map(|r| &*r.name), Some("a"));
+
+    // A provision: the claim shows the node until the watch shows one.
+    let mut s = state(vec![claim("d", "wait-prov", "1Gi")], vec![]);
+    let pd = plan_on_node1(&pod(&["d"]), &s).expect("a plan");
+    assert_eq!(pd.decisions.dynamic_provisions, [Arc::<str>::from("d")]);
+    pd.assume(&mut s);
+    let selected = |s: &VolumeState| {
+        s.claim("default", "d")
+            .found()
+            .and_then(|c| c.selected_node.clone())
+    };
+    assert_eq!(selected(&s).as_deref(), Some("node1"));
+    pd.forget(&mut s);
+    assert_eq!(selected(&s), None, "unreserved");
+}
+
+#[test]
+fn prebind_waits_for_bound_claims_and_fails_on_a_binding_that_cannot_complete() {
+    let (_, labels) = node1();
+    let mut s = state(
+        vec![claim("a", "wait", "1Gi")],
+        vec![local_pv("pv-1", "wait", "5Gi", "node1")],
+    );
+    let pa = plan_on_node1(&pod(&["a"]), &s).expect("a plan");
+    pa.assume(&mut s);
+    assert_eq!(check_bindings(&pa, &s, &labels), Ok(false), "not bound yet");
+    s.apply_claim(&claim("a", "wait", "1Gi").bound_to("pv-1").build())
+        .unwrap();
+    assert_eq!(check_bindings(&pa, &s, &labels), Ok(true));
+
+    // The PV taken by another claim meanwhile.
+    let mut s = state(
+        vec![claim("a", "wait", "1Gi"), claim("other", "wait", "1Gi")],
+        vec![pv("pv-1", "wait", "5Gi")],
+    );
+    let pa = plan_on_node1(&pod(&["a"]), &s).expect("a plan");
+    pa.assume(&mut s);
+    s.apply_pv(&pv("pv-1", "wait", "5Gi").claim_ref("other", None).build())
+        .unwrap();
+    assert_eq!(
+        check_bindings(&pa, &s, &labels),
+        Err("persistentvolume \"pv-1\" was bound to another claim".into())
+    );
+
+    // A provision whose selected node was reset (the provisioner gave up),
+    // and one bound to a PV the node cannot reach.
+    let mut s = state(vec![claim("d", "wait-prov", "1Gi")], vec![]);
+    let pd = plan_on_node1(&pod(&["d"]), &s).expect("a plan");
+    s.apply_claim(&claim("d", "wait-prov", "1Gi").build())
+        .unwrap();
+    assert_eq!(
+        check_bindings(&pd, &s, &labels),
+        Err("selectedNode annotation reset for PVC \"d\"".into())
+    );
+    s.apply_pv(&local_pv("pvc-d", "wait-prov", "1Gi", "node2").build())
+        .unwrap();
+    s.apply_claim(&claim("d", "wait-prov", "1Gi").bound_to("pvc-d").build())
+        .unwrap();
+    assert_eq!(
+        check_bindings(&pd, &s, &labels),
+        Err("pv \"pvc-d\" node affinity doesn't match node \"node1\"".into())
+    );
+}
