@@ -24,8 +24,8 @@ use crate::{EXIT_SAFETY, EXIT_TIMED_OUT, Output};
 pub struct BenchArgs {
     /// The scenario: scheduling-basic, scheduling-basic-50k,
     /// pod-anti-affinity, topology-spreading, mixed-churn,
-    /// preemption-basic, unschedulable, openb, godel-30k, dlrm, kube-lab
-    /// (docs/benchmarks.md describes each).
+    /// preemption-basic, unschedulable, openb, godel-30k, dlrm, kube-lab,
+    /// csi-pvs, wffc-pvs (docs/benchmarks.md describes each).
     #[arg(long, value_name = "NAME")]
     pub scenario: ScenarioName,
     #[command(flatten)]

@@ -12,14 +12,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{
-    Affinity, Container, Pod, PodAffinityTerm, PodAntiAffinity, ResourceRequirements,
-    TopologySpreadConstraint,
+    Affinity, Container, PersistentVolumeClaimVolumeSource, Pod, PodAffinityTerm, PodAntiAffinity,
+    ResourceRequirements, TopologySpreadConstraint, Volume,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use flotilla_scheduler::config::SchedulerConfig;
 use flotilla_scheduler::framework::PluginRef;
 use flotilla_scheduler::plugins::names;
+use flotilla_shared::testing::volumes::{PvBuilder, PvcBuilder, csi_node, storage_class};
+use flotilla_shared::volumes::VolumeObject;
 
 use crate::workload::{
     self, LABEL_HOSTNAME, LABEL_WORKLOAD_CLASS, OnBadInput, Op, PAUSE_IMAGE, TimedOp,
@@ -84,11 +86,22 @@ pub enum ScenarioName {
     /// CN and HN pools sized from the replayed peak, with the trace's
     /// `max_instance_per_node` enforced by `MaxInstancesPerNode`.
     Dlrm,
+    /// SchedulingCSIPVs (upstream `volumes/`): 5,000 nodes each attaching
+    /// at most 39 volumes of one CSI driver (CSINode), 5,000 init and 5,000
+    /// measured pods of 100m / 500 Mi, each with its own claim bound to its
+    /// own CSI PV (NodeVolumeLimits counts them).
+    CsiPvs,
+    /// Flotilla's `WaitForFirstConsumer` case: 5,000 nodes, 1,000 init
+    /// pods without volumes, then 5,000 measured pods each with its own
+    /// unbound claim of a `WaitForFirstConsumer` class with a provisioner:
+    /// VolumeBinding's Reserve and PreBind run for every pod (the embedded
+    /// cluster's stand-in provisioner binds the claim at once).
+    WffcPvs,
 }
 
 impl ScenarioName {
     /// Every scenario, in the order of `docs/benchmarks.md`.
-    pub const ALL: [ScenarioName; 11] = [
+    pub const ALL: [ScenarioName; 13] = [
         Self::SchedulingBasic,
         Self::SchedulingBasic50k,
         Self::PodAntiAffinity,
@@ -100,6 +113,8 @@ impl ScenarioName {
         Self::Godel30k,
         Self::KubeLab,
         Self::Dlrm,
+        Self::CsiPvs,
+        Self::WffcPvs,
     ];
 
     /// The kebab-case name (`scheduling-basic`).
@@ -117,6 +132,8 @@ impl ScenarioName {
             Self::Godel30k => "godel-30k",
             Self::KubeLab => "kube-lab",
             Self::Dlrm => "dlrm",
+            Self::CsiPvs => "csi-pvs",
+            Self::WffcPvs => "wffc-pvs",
         }
     }
 
@@ -134,7 +151,10 @@ impl ScenarioName {
             ),
             Self::PreemptionBasic => (18.0, "PreemptionBasic 500Nodes (misc, old)"),
             Self::Unschedulable => (590.0, "Unschedulable 5000Nodes_10000Pods (misc, new)"),
-            Self::Openb | Self::Godel30k | Self::KubeLab | Self::Dlrm => return None,
+            Self::CsiPvs => (100.0, "SchedulingCSIPVs 5000Nodes (volumes)"),
+            Self::Openb | Self::Godel30k | Self::KubeLab | Self::Dlrm | Self::WffcPvs => {
+                return None;
+            }
         };
         Some(UpstreamFloor {
             pods_per_second,
@@ -622,6 +642,8 @@ pub fn build(name: ScenarioName, params: &ScenarioParams) -> Result<Scenario, Sc
             )
         }
         ScenarioName::Dlrm => dlrm(params)?,
+        ScenarioName::CsiPvs => csi_pvs(s),
+        ScenarioName::WffcPvs => wffc_pvs(s),
         ScenarioName::Godel30k => {
             let (nodes, pods) = (scaled(30_000, s), scaled(100_000, s));
             let rate = params.rate;
@@ -699,6 +721,121 @@ pub fn build(name: ScenarioName, params: &ScenarioParams) -> Result<Scenario, Sc
             Vec::new()
         },
     })
+}
+
+/// The CSI driver of [`ScenarioName::CsiPvs`] (upstream's EBS driver).
+const CSI_DRIVER: &str = "ebs.csi.aws.com";
+
+/// `pod-default` in `default` using claim `claim` (volume `data`).
+fn pod_with_claim(name: &str, claim: &str, i: usize) -> Pod {
+    let mut pod = default_pod("default", name, i);
+    pod.spec.get_or_insert_with(Default::default).volumes = Some(vec![Volume {
+        name: "data".to_owned(),
+        persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+            claim_name: claim.to_owned(),
+            read_only: None,
+        }),
+        ..Volume::default()
+    }]);
+    pod
+}
+
+/// SchedulingCSIPVs: description, workload, init and measured pods.
+fn csi_pvs(s: f64) -> (String, Workload, usize, usize) {
+    let (nodes, init, measured) = (scaled(5000, s), scaled(5000, s), scaled(5000, s));
+    let mut volumes: Vec<VolumeObject> = (0..nodes)
+        .map(|i| {
+            VolumeObject::CsiNode(Arc::new(csi_node(
+                &format!("node-{i:05}"),
+                &[(CSI_DRIVER, Some(39))],
+            )))
+        })
+        .collect();
+    let mut pods = Vec::with_capacity(init + measured);
+    for i in 0..init + measured {
+        let (claim, pv, name) = (
+            format!("pvc-{i:05}"),
+            format!("pv-{i:05}"),
+            if i < init {
+                format!("init-{i:05}")
+            } else {
+                format!("pod-{:05}", i - init)
+            },
+        );
+        volumes.push(VolumeObject::Pv(Arc::new(
+            PvBuilder::new(&pv)
+                .csi(CSI_DRIVER, &format!("vol-{i:05}"))
+                .capacity("1Gi")
+                .access_mode("ReadWriteOnce")
+                .claim_ref(&claim, Some(&format!("uid-{claim}")))
+                .phase("Bound")
+                .build(),
+        )));
+        volumes.push(VolumeObject::Claim(Arc::new(
+            PvcBuilder::new(&claim)
+                .storage("1Gi")
+                .access_mode("ReadWriteOnce")
+                .bound_to(&pv)
+                .build(),
+        )));
+        pods.push(pod_with_claim(&name, &claim, i));
+    }
+    (
+        format!(
+            "{nodes} default nodes attaching at most 39 {CSI_DRIVER} volumes each, {init} init + \
+             {measured} measured pods of 100m / 500 Mi, each with its own claim bound to a CSI PV"
+        ),
+        Workload {
+            nodes: default_nodes(nodes),
+            pods,
+            barriers: vec![init],
+            volumes,
+            ..Workload::default()
+        },
+        init,
+        measured,
+    )
+}
+
+/// Flotilla's `WaitForFirstConsumer` case: description, workload, init and
+/// measured pods.
+fn wffc_pvs(s: f64) -> (String, Workload, usize, usize) {
+    let (nodes, init, measured) = (scaled(5000, s), scaled(1000, s), scaled(5000, s));
+    let mut volumes = vec![VolumeObject::StorageClass(Arc::new(storage_class(
+        "wffc",
+        "csi.example.com",
+        Some("WaitForFirstConsumer"),
+    )))];
+    let mut pods: Vec<Pod> = (0..init)
+        .map(|i| default_pod("default", &format!("init-{i:05}"), i))
+        .collect();
+    for i in 0..measured {
+        let claim = format!("pvc-{i:05}");
+        volumes.push(VolumeObject::Claim(Arc::new(
+            PvcBuilder::new(&claim)
+                .class("wffc")
+                .storage("1Gi")
+                .access_mode("ReadWriteOnce")
+                .build(),
+        )));
+        pods.push(pod_with_claim(&format!("pod-{i:05}"), &claim, i));
+    }
+    (
+        format!(
+            "{nodes} default nodes, {init} init pods of 100m / 500 Mi, {measured} measured pods \
+             each with its own unbound claim of a WaitForFirstConsumer class (provisioned at \
+             PreBind)"
+        ),
+        Workload {
+            nodes: default_nodes(nodes),
+            pods,
+            barriers: vec![init],
+            volumes,
+            ..Workload::default()
+        },
+        init,
+        measured,
+    )
 }
 
 /// The DLRM replay: description, workload, init and measured pods.

@@ -429,3 +429,31 @@ async fn the_instance_cap_holds_in_the_final_state_of_a_dense_app() {
     assert_eq!(per_node.len(), 5, "{per_node:?}");
     assert!(per_node.values().all(|&c| c == 2), "{per_node:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_volume_scenarios_bind_every_pod_with_its_claims() {
+    // csi-pvs: 50 nodes, 50 init + 50 measured pods, each with a bound CSI
+    // claim; wffc-pvs: 50 nodes, 10 init + 50 measured pods, each claim
+    // provisioned at PreBind.
+    for (name, init) in [(ScenarioName::CsiPvs, 50), (ScenarioName::WffcPvs, 10)] {
+        let s = scenarios::build(name, &params(0.01)).expect("built");
+        assert_eq!((s.init_pods, s.measured_pods), (init, 50), "{name}");
+        let claims = s
+            .workload
+            .volumes
+            .iter()
+            .filter(|v| matches!(v, flotilla_shared::volumes::VolumeObject::Claim(_)))
+            .count();
+        assert_eq!(claims, if init == 50 { 100 } else { 50 }, "{name}");
+        let r = within(Duration::from_secs(90), "bench", run_bench(s, &cfg(2)))
+            .await
+            .expect("ran");
+        assert_eq!((r.pods, r.scheduled), (50, 50), "{name}: {}", r.to_text());
+        assert_eq!(r.checks.overcommitted_nodes, 0, "{name}");
+        assert_eq!(
+            r.checks.bindings_written,
+            r.checks.pods_bound_by_flotilla as u64,
+            "{name}"
+        );
+    }
+}
