@@ -16,8 +16,10 @@
 //! explain` / `simulate --kubeconfig` on a pod that fits nowhere and checks
 //! they name the rejecting plugin and the FitError line and write nothing.
 //! A third runs `flotilla bench --kubeconfig` (and upstream kube-scheduler
-//! beside it when `$K8S_BIN/kube-scheduler` exists). The tests run one at
-//! a time.
+//! beside it when `$K8S_BIN/kube-scheduler` exists). A fourth runs
+//! VolumeBinding end to end (static PVs bound, claims provisioned) with a
+//! stand-in for the PV controller and a provisioner, which the lab does
+//! not run. The tests run one at a time.
 //!
 //! Runs only when `KUBECONFIG` is set (otherwise it says why and passes):
 //! `.ci/e2e-kube` starts a throwaway kube-apiserver + etcd and runs it; see
@@ -1118,4 +1120,672 @@ async fn bench_scenario(kubeconfig: &Path) {
     } else {
         assert!(r.get("upstream").is_none());
     }
+}
+
+/// VolumeBinding end to end: nodes in two zones, StorageClasses of both
+/// binding modes, static local PVs with node affinity (fewer than the
+/// claims of their class), claims and pods using them. The coordinator's
+/// PreBind writes the PVs' `claimRef` and the claims' `selected-node`;
+/// the lab has no kube-controller-manager, so the test runs a stand-in for
+/// the PV controller and a provisioner ([`volume_controllers`]) that
+/// finishes what PreBind starts, as a cluster's controllers would.
+///
+/// Checks: every pod whose claims can be satisfied is bound to a node its
+/// PVs reach, each static PV to exactly one claim and no PV to two; each
+/// provisioned claim's `selected-node` is its pod's node, in the zone the
+/// class allows, and its PV reaches that node; the pod left without a
+/// local PV and the pod with an unbound `Immediate` claim stay
+/// `PodScheduled=False` with upstream's reasons.
+#[test]
+fn volumes_are_bound_and_provisioned_on_a_real_api_server() {
+    in_lab("volumes", |kubeconfig| async move {
+        volumes_scenario(&kubeconfig).await
+    });
+}
+
+/// The stand-in for kube-controller-manager's PV controller and for an
+/// external provisioner of `provisioner`, over the PVs labelled
+/// `flotilla.io/e2e-run=<run>` and the claims of `ns`, every 200 ms:
+/// - a PV without `claimRef` and not `Available` becomes `Available` (the
+///   PV controller's sync of an unbound volume);
+/// - a PV whose `claimRef` names a claim that is not bound yet: the PV
+///   `Bound`, then the claim's `spec.volumeName` and annotations, then the
+///   claim `Bound` ([`pv_controller::completed`], in the PV controller's
+///   order, through the status subresources);
+/// - a claim with `volume.kubernetes.io/selected-node`, of a class whose
+///   provisioner is `provisioner`, not bound and without a PV yet: the PV
+///   a provisioner creates there ([`pv_controller::provisioned_pv`], with a
+///   `local` volume source, which a provisioner fills in), completed by the
+///   step above on the next round.
+///
+/// Errors (conflicts with the scheduler's writes) are retried on the next
+/// round.
+async fn volume_controllers(c: Client, ns: String, run: String, provisioner: String) {
+    use flotilla_coordinator::cluster::{ClaimTarget, pv_controller};
+    use flotilla_shared::volumes::model::{ANNOTATION_BIND_COMPLETED, ANNOTATION_SELECTED_NODE};
+    use k8s_openapi::api::core::v1::{
+        LocalVolumeSource, PersistentVolume, PersistentVolumeClaim, PersistentVolumeStatus,
+    };
+    use k8s_openapi::api::storage::v1::StorageClass;
+
+    let pvs: Api<PersistentVolume> = Api::all(c.clone());
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.clone(), &ns);
+    let classes: Api<StorageClass> = Api::all(c.clone());
+    let nodes: Api<Node> = Api::all(c.clone());
+    let ours = ListParams::default().labels(&format!("flotilla.io/e2e-run={run}"));
+    let pp = PostParams::default();
+    let annotation = |c: &PersistentVolumeClaim, key: &str| {
+        c.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(key))
+            .cloned()
+    };
+    let is_bound = |c: &PersistentVolumeClaim| {
+        c.spec
+            .as_ref()
+            .and_then(|s| s.volume_name.as_ref())
+            .is_some()
+            && annotation(c, ANNOTATION_BIND_COMPLETED).is_some()
+    };
+    loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let (Ok(pv_list), Ok(claim_list)) = (
+            pvs.list(&ours).await,
+            claims.list(&ListParams::default()).await,
+        ) else {
+            continue;
+        };
+        for pv in &pv_list.items {
+            let name = pv.metadata.name.clone().unwrap_or_default();
+            let phase = pv.status.as_ref().and_then(|s| s.phase.as_deref());
+            if pv
+                .spec
+                .as_ref()
+                .and_then(|s| s.claim_ref.as_ref())
+                .is_none()
+            {
+                if phase != Some("Available") {
+                    let mut available = pv.clone();
+                    available.status = Some(PersistentVolumeStatus {
+                        phase: Some("Available".into()),
+                        ..PersistentVolumeStatus::default()
+                    });
+                    if let Err(e) = pvs.replace_status(&name, &pp, &available).await {
+                        eprintln!("e2e_kube volumes: PV {name} Available: {e}");
+                    }
+                }
+                continue;
+            }
+            let Some(claim) = claim_list.items.iter().find(|c| {
+                pv_controller::names_claim(
+                    pv,
+                    &ClaimTarget {
+                        namespace: &ns,
+                        name: c.metadata.name.as_deref().unwrap_or(""),
+                        uid: c.metadata.uid.as_deref().unwrap_or(""),
+                    },
+                )
+            }) else {
+                continue;
+            };
+            if is_bound(claim) {
+                continue;
+            }
+            let claim_name = claim.metadata.name.clone().unwrap_or_default();
+            let (bound_pv, bound_claim) = pv_controller::completed(pv, claim);
+            if phase != Some("Bound")
+                && let Err(e) = pvs.replace_status(&name, &pp, &bound_pv).await
+            {
+                eprintln!("e2e_kube volumes: PV {name} Bound: {e}");
+                continue;
+            }
+            let written = match claims.replace(&claim_name, &pp, &bound_claim).await {
+                Ok(w) => w,
+                Err(e) => {
+                    eprintln!("e2e_kube volumes: claim {claim_name} bound to {name}: {e}");
+                    continue;
+                }
+            };
+            let mut with_status = written;
+            with_status.status.clone_from(&bound_claim.status);
+            if let Err(e) = claims.replace_status(&claim_name, &pp, &with_status).await {
+                eprintln!("e2e_kube volumes: claim {claim_name} Bound: {e}");
+            }
+        }
+        // The provisioner.
+        for claim in &claim_list.items {
+            let Some(node_name) = annotation(claim, ANNOTATION_SELECTED_NODE) else {
+                continue;
+            };
+            let uid = claim.metadata.uid.clone().unwrap_or_default();
+            if is_bound(claim)
+                || pv_list
+                    .items
+                    .iter()
+                    .any(|pv| pv.metadata.name.as_deref() == Some(&format!("pvc-{uid}")))
+            {
+                continue;
+            }
+            let Some(class) = pv_controller::class_of(claim) else {
+                continue;
+            };
+            let Ok(Some(sc)) = classes.get_opt(class).await else {
+                continue;
+            };
+            if sc.provisioner != provisioner {
+                continue;
+            }
+            let Ok(node) = nodes.get(&node_name).await else {
+                continue;
+            };
+            let mut pv = pv_controller::provisioned_pv(claim, &node);
+            pv.metadata
+                .labels
+                .get_or_insert_with(Default::default)
+                .insert("flotilla.io/e2e-run".into(), run.clone());
+            let name = pv.metadata.name.clone().unwrap_or_default();
+            pv.spec.get_or_insert_with(Default::default).local = Some(LocalVolumeSource {
+                path: format!("/var/lib/e2e-provisioner/{name}"),
+                ..LocalVolumeSource::default()
+            });
+            if let Err(e) = pvs.create(&pp, &pv).await {
+                eprintln!("e2e_kube volumes: provisioning {name} on {node_name}: {e}");
+            }
+        }
+    }
+}
+
+/// The hostnames a PV's node affinity admits (`kubernetes.io/hostname In`).
+fn pv_hosts(pv: &k8s_openapi::api::core::v1::PersistentVolume) -> Vec<String> {
+    pv.spec
+        .as_ref()
+        .and_then(|s| s.node_affinity.as_ref())
+        .and_then(|a| a.required.as_ref())
+        .map(|r| {
+            r.node_selector_terms
+                .iter()
+                .flat_map(|t| t.match_expressions.iter().flatten())
+                .filter(|e| e.key == "kubernetes.io/hostname" && e.operator == "In")
+                .flat_map(|e| e.values.iter().flatten().cloned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[allow(clippy::too_many_lines)]
+async fn volumes_scenario(kubeconfig: &Path) {
+    use flotilla_shared::volumes::model::{ANNOTATION_BIND_COMPLETED, ANNOTATION_SELECTED_NODE};
+    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+    use k8s_openapi::api::storage::v1::StorageClass;
+
+    const ZONE: &str = "topology.kubernetes.io/zone";
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let run = format!("v{}-{}", std::process::id(), secs % 100_000);
+    let ns = format!("flotilla-e2e-{run}");
+    let scheduler = format!("flotilla-e2e-{run}");
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("e2e-kube-{run}"));
+    std::fs::create_dir_all(&dir).expect("log dir");
+    let config_path = dir.join("scheduler-config.yaml");
+    std::fs::write(
+        &config_path,
+        format!(
+            "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nprofiles:\n- schedulerName: {scheduler}\n"
+        ),
+    )
+    .expect("writing the scheduler configuration");
+    let config_file = config_path.display().to_string();
+    eprintln!("e2e_kube volumes: run {run}; logs in {}", dir.display());
+    let started = Instant::now();
+
+    let c = client(kubeconfig).await;
+    let pp = PostParams::default();
+    let namespaces: Api<Namespace> = Api::all(c.clone());
+    namespaces
+        .create(
+            &pp,
+            &serde_json::from_value(json!({"metadata": {"name": ns}})).expect("namespace"),
+        )
+        .await
+        .expect("creating the test namespace");
+
+    // n0, n1 in zone a; n2, n3 in zone b.
+    let nodes: Api<Node> = Api::all(c.clone());
+    let node_names: Vec<String> = (0..4).map(|i| format!("e2e-{run}-n{i}")).collect();
+    let zone_of = |i: usize| if i < 2 { "zone-a" } else { "zone-b" };
+    for (i, n) in node_names.iter().enumerate() {
+        let mut obj = node(n, &run);
+        obj.metadata
+            .labels
+            .get_or_insert_with(Default::default)
+            .insert(ZONE.into(), zone_of(i).into());
+        nodes.create(&pp, &obj).await.expect("creating a node");
+    }
+
+    // local: static PVs only; fast: provisioned, in zone b only; immediate:
+    // bound by the PV controller before scheduling, which nothing here does.
+    let classes: Api<StorageClass> = Api::all(c.clone());
+    let (local, fast, immediate) = (
+        format!("e2e-{run}-local"),
+        format!("e2e-{run}-fast"),
+        format!("e2e-{run}-immediate"),
+    );
+    let provisioner = format!("e2e-{run}.example.com/fake");
+    for class in [
+        json!({"metadata": {"name": local, "labels": {"flotilla.io/e2e-run": run}},
+               "provisioner": "kubernetes.io/no-provisioner", "volumeBindingMode": "WaitForFirstConsumer"}),
+        json!({"metadata": {"name": fast, "labels": {"flotilla.io/e2e-run": run}},
+               "provisioner": provisioner, "volumeBindingMode": "WaitForFirstConsumer",
+               "allowedTopologies": [{"matchLabelExpressions": [{"key": ZONE, "values": ["zone-b"]}]}]}),
+        json!({"metadata": {"name": immediate, "labels": {"flotilla.io/e2e-run": run}},
+               "provisioner": format!("e2e-{run}.example.com/absent"), "volumeBindingMode": "Immediate"}),
+    ] {
+        classes
+            .create(&pp, &serde_json::from_value(class).expect("class"))
+            .await
+            .expect("creating a StorageClass");
+    }
+
+    // Three local PVs, on n0 (zone a), n2 and n3 (zone b).
+    let pvs: Api<PersistentVolume> = Api::all(c.clone());
+    let static_pvs: Vec<(String, String)> = [0, 2, 3]
+        .iter()
+        .map(|&i| (format!("e2e-{run}-local-n{i}"), node_names[i].clone()))
+        .collect();
+    for (name, host) in &static_pvs {
+        let pv = json!({
+            "metadata": {"name": name, "labels": {"flotilla.io/e2e-run": run}},
+            "spec": {
+                "capacity": {"storage": "10Gi"},
+                "accessModes": ["ReadWriteOnce"],
+                "persistentVolumeReclaimPolicy": "Retain",
+                "storageClassName": local,
+                "local": {"path": format!("/mnt/disks/{name}")},
+                "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                    {"key": "kubernetes.io/hostname", "operator": "In", "values": [host]}]}]}},
+            },
+        });
+        pvs.create(&pp, &serde_json::from_value(pv).expect("pv"))
+            .await
+            .expect("creating a PV");
+    }
+
+    // Claims: four local ones for three PVs (one is left without), two
+    // fast ones, one immediate.
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.clone(), &ns);
+    let claim_class: Vec<(&str, &str)> = vec![
+        ("local-0", local.as_str()),
+        ("local-1", local.as_str()),
+        ("local-2", local.as_str()),
+        ("local-mixed", local.as_str()),
+        ("fast-0", fast.as_str()),
+        ("fast-mixed", fast.as_str()),
+        ("imm-0", immediate.as_str()),
+    ];
+    for (name, class) in &claim_class {
+        let claim = json!({
+            "metadata": {"name": name},
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "storageClassName": class,
+                "resources": {"requests": {"storage": "5Gi"}},
+            },
+        });
+        claims
+            .create(&pp, &serde_json::from_value(claim).expect("claim"))
+            .await
+            .expect("creating a claim");
+    }
+
+    let controllers = tokio::spawn(volume_controllers(
+        c.clone(),
+        ns.clone(),
+        run.clone(),
+        provisioner.clone(),
+    ));
+    let mut procs = Procs {
+        dir: dir.clone(),
+        children: Vec::new(),
+    };
+    // The static PVs Available (the stand-in's first step) before any pod.
+    eventually(&procs, OUTCOME, "the static PVs Available", || {
+        let pvs = pvs.clone();
+        let names: Vec<String> = static_pvs.iter().map(|(n, _)| n.clone()).collect();
+        async move {
+            for n in &names {
+                let pv = pvs.get(n).await.ok()?;
+                if pv.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Available") {
+                    return None;
+                }
+            }
+            Some(())
+        }
+    })
+    .await;
+
+    // One coordinator and two workers over mutual TLS.
+    let port = free_port();
+    let tls = tls_files(&dir);
+    let tls_file = |name: &str| tls.join(name).display().to_string();
+    procs.spawn(
+        "coordinator",
+        &[
+            "coordinator".into(),
+            "--tls-cert".into(),
+            tls_file("coordinator.crt"),
+            "--tls-key".into(),
+            tls_file("coordinator.key"),
+            "--tls-client-ca".into(),
+            tls_file("ca.crt"),
+            "--kubeconfig".into(),
+            kubeconfig.display().to_string(),
+            "--listen".into(),
+            format!("127.0.0.1:{port}"),
+            "--config".into(),
+            config_file.clone(),
+        ],
+    );
+    for (name, class) in [("worker-online", "online"), ("worker-batch", "batch")] {
+        procs.spawn(
+            name,
+            &[
+                "worker".into(),
+                "--coordinator".into(),
+                format!("https://127.0.0.1:{port}"),
+                "--tls-ca".into(),
+                tls_file("ca.crt"),
+                "--tls-cert".into(),
+                tls_file(&format!("worker-{class}.crt")),
+                "--tls-key".into(),
+                tls_file(&format!("worker-{class}.key")),
+                "--class".into(),
+                class.into(),
+                "--config".into(),
+                config_file.clone(),
+                "--name".into(),
+                name.into(),
+                "--connect-timeout".into(),
+                "120".into(),
+            ],
+        );
+    }
+
+    // Pod → its claims.
+    let pods: Api<Pod> = Api::namespaced(c.clone(), &ns);
+    let pod_claims: Vec<(&str, Vec<&str>)> = vec![
+        ("static-0", vec!["local-0"]),
+        ("static-1", vec!["local-1"]),
+        ("static-2", vec!["local-2"]),
+        ("mixed", vec!["local-mixed", "fast-mixed"]),
+        ("prov-0", vec!["fast-0"]),
+        ("immediate", vec!["imm-0"]),
+    ];
+    for (name, uses) in &pod_claims {
+        let mut p = pod(name, &run, &scheduler, POD_MILLI_CPU);
+        let volumes = uses
+            .iter()
+            .map(|claim| json!({"name": claim, "persistentVolumeClaim": {"claimName": claim}}))
+            .collect::<Vec<_>>();
+        p.spec.as_mut().expect("spec").volumes =
+            Some(serde_json::from_value(json!(volumes)).expect("volumes"));
+        pods.create(&pp, &p).await.expect("creating a pod");
+    }
+
+    // Three of the four pods with a local claim bound (three PVs), prov-0
+    // bound; the fourth and `immediate` unschedulable for their volumes.
+    let local_pods = ["static-0", "static-1", "static-2", "mixed"];
+    let listed = eventually(
+        &procs,
+        Duration::from_secs(120),
+        "3 of the local pods and prov-0 bound, the others unschedulable for their volumes",
+        || {
+            let pods = pods.clone();
+            async move {
+                let list = pods.list(&ListParams::default()).await.ok()?;
+                let by_name: BTreeMap<String, Pod> = list
+                    .items
+                    .into_iter()
+                    .map(|p| (p.metadata.name.clone().unwrap_or_default(), p))
+                    .collect();
+                let bound = |n: &str| by_name.get(n).and_then(node_of).is_some();
+                let unschedulable_for = |n: &str, reason: &str| {
+                    by_name
+                        .get(n)
+                        .and_then(pod_scheduled)
+                        .is_some_and(|(s, _, m)| {
+                            s == "False" && m.is_some_and(|m| m.contains(reason))
+                        })
+                };
+                let local_bound = local_pods.iter().filter(|n| bound(n)).count();
+                let local_left = local_pods
+                    .iter()
+                    .filter(|n| {
+                        !bound(n)
+                            && unschedulable_for(
+                                n,
+                                "node(s) didn't find available persistent volumes to bind",
+                            )
+                    })
+                    .count();
+                (local_bound == 3
+                    && local_left == 1
+                    && bound("prov-0")
+                    && unschedulable_for(
+                        "immediate",
+                        "pod has unbound immediate PersistentVolumeClaims",
+                    ))
+                .then_some(by_name)
+            }
+        },
+    )
+    .await;
+    eprintln!(
+        "e2e_kube volumes: outcomes settled {:?} after the start",
+        started.elapsed()
+    );
+
+    // Every claim and PV, after the stand-in's last round.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let claim_objs: BTreeMap<String, PersistentVolumeClaim> = claims
+        .list(&ListParams::default())
+        .await
+        .expect("claims")
+        .items
+        .into_iter()
+        .map(|c| (c.metadata.name.clone().unwrap_or_default(), c))
+        .collect();
+    let pv_objs: BTreeMap<String, PersistentVolume> = pvs
+        .list(&ListParams::default().labels(&format!("flotilla.io/e2e-run={run}")))
+        .await
+        .expect("pvs")
+        .items
+        .into_iter()
+        .map(|p| (p.metadata.name.clone().unwrap_or_default(), p))
+        .collect();
+    let annotation = |c: &PersistentVolumeClaim, key: &str| {
+        c.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(key))
+            .cloned()
+    };
+    let volume_of = |c: &PersistentVolumeClaim| c.spec.as_ref().and_then(|s| s.volume_name.clone());
+    let claim_ref = |pv: &PersistentVolume| {
+        pv.spec
+            .as_ref()
+            .and_then(|s| s.claim_ref.as_ref())
+            .map(|r| {
+                (
+                    r.namespace.clone().unwrap_or_default(),
+                    r.name.clone().unwrap_or_default(),
+                    r.uid.clone().unwrap_or_default(),
+                )
+            })
+    };
+    let node_zone = |n: &str| {
+        let i = node_names.iter().position(|x| x == n).expect("a test node");
+        zone_of(i)
+    };
+    let context = || {
+        format!(
+            "\nclaims: {claim_objs:#?}\npvs: {pv_objs:#?}\n{}",
+            procs.logs()
+        )
+    };
+
+    // No PV named by two claims; each claim's PV names it back.
+    let mut taken: BTreeMap<String, String> = BTreeMap::new();
+    for (name, claim) in &claim_objs {
+        if let Some(pv) = volume_of(claim) {
+            if let Some(other) = taken.insert(pv.clone(), name.clone()) {
+                panic!("PV {pv} taken by claims {other} and {name}{}", context());
+            }
+            let pv_obj = pv_objs
+                .get(&pv)
+                .unwrap_or_else(|| panic!("claim {name}'s PV {pv} not found{}", context()));
+            assert_eq!(
+                claim_ref(pv_obj),
+                Some((
+                    ns.clone(),
+                    name.clone(),
+                    claim.metadata.uid.clone().unwrap_or_default()
+                )),
+                "PV {pv}'s claimRef{}",
+                context()
+            );
+            assert_eq!(
+                pv_obj.status.as_ref().and_then(|s| s.phase.as_deref()),
+                Some("Bound")
+            );
+            assert_eq!(
+                annotation(claim, ANNOTATION_BIND_COMPLETED).as_deref(),
+                Some("yes")
+            );
+        }
+    }
+    // Each static PV bound to exactly one claim; no PV's claimRef names a
+    // claim bound elsewhere.
+    for (pv, _) in &static_pvs {
+        let (_, claim, _) = claim_ref(&pv_objs[pv])
+            .unwrap_or_else(|| panic!("static PV {pv} bound to no claim{}", context()));
+        assert_eq!(
+            taken.get(pv),
+            Some(&claim),
+            "static PV {pv}: claimRef names {claim}{}",
+            context()
+        );
+    }
+    for (pv, obj) in &pv_objs {
+        if let Some((_, claim, _)) = claim_ref(obj) {
+            assert_eq!(taken.get(pv), Some(&claim), "PV {pv}{}", context());
+        }
+    }
+
+    for (pod_name, uses) in &pod_claims {
+        let p = &listed[*pod_name];
+        let Some(node) = node_of(p) else {
+            // Not bound: none of its claims started binding or provisioning.
+            for claim in uses {
+                let c = &claim_objs[*claim];
+                assert_eq!(volume_of(c), None, "claim {claim} of unbound {pod_name}");
+                assert_eq!(
+                    annotation(c, ANNOTATION_SELECTED_NODE),
+                    None,
+                    "claim {claim} of unbound {pod_name}{}",
+                    context()
+                );
+            }
+            continue;
+        };
+        assert!(node_names.contains(&node), "{pod_name} went to {node}");
+        for claim in uses {
+            let c = &claim_objs[*claim];
+            let pv = volume_of(c).unwrap_or_else(|| {
+                panic!(
+                    "claim {claim} of {pod_name} (on {node}) not bound{}",
+                    context()
+                )
+            });
+            let hosts = pv_hosts(&pv_objs[&pv]);
+            assert_eq!(
+                hosts,
+                vec![node.clone()],
+                "{pod_name} on {node}, its claim {claim}'s PV {pv} reaches {hosts:?}{}",
+                context()
+            );
+            if claim.starts_with("fast-") {
+                assert_eq!(
+                    annotation(c, ANNOTATION_SELECTED_NODE).as_deref(),
+                    Some(node.as_str()),
+                    "selected-node of {claim}{}",
+                    context()
+                );
+                assert_eq!(
+                    pv,
+                    format!("pvc-{}", c.metadata.uid.as_deref().unwrap_or("")),
+                    "{claim} provisioned"
+                );
+                assert_eq!(node_zone(&node), "zone-b", "{pod_name}: allowedTopologies");
+            } else {
+                assert!(
+                    static_pvs.iter().any(|(n, _)| n == &pv),
+                    "local claim {claim} bound to {pv}, not a static PV"
+                );
+                assert_eq!(
+                    annotation(c, ANNOTATION_SELECTED_NODE),
+                    None,
+                    "a static binding selects no node"
+                );
+            }
+        }
+        let (status, _, _) = pod_scheduled(p).expect("PodScheduled");
+        assert_eq!(status, "True", "{pod_name}");
+    }
+    let imm = &claim_objs["imm-0"];
+    assert_eq!(volume_of(imm), None);
+    assert_eq!(annotation(imm, ANNOTATION_SELECTED_NODE), None);
+    for name in local_pods.iter().chain(&["immediate"]) {
+        if let Some((_, reason, message)) =
+            pod_scheduled(&listed[*name]).filter(|(s, _, _)| s == "False")
+        {
+            assert_eq!(reason.as_deref(), Some("Unschedulable"), "{name}");
+            eprintln!("e2e_kube volumes: {name}: {}", message.unwrap_or_default());
+        }
+    }
+    eprintln!(
+        "e2e_kube volumes: checks done {:?} after the start",
+        started.elapsed()
+    );
+
+    controllers.abort();
+    drop(procs);
+    // Clean up what can be: claims and PVs carry protection finalizers
+    // that only kube-controller-manager removes.
+    let force = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..DeleteParams::default()
+    };
+    let _ = pods.delete_collection(&force, &ListParams::default()).await;
+    let no_finalizers = Patch::Merge(json!({"metadata": {"finalizers": null}}));
+    for name in claim_objs.keys() {
+        let _ = claims.delete(name, &DeleteParams::default()).await;
+        let _ = claims
+            .patch(name, &PatchParams::default(), &no_finalizers)
+            .await;
+    }
+    for name in pv_objs.keys() {
+        let _ = pvs.delete(name, &DeleteParams::default()).await;
+        let _ = pvs
+            .patch(name, &PatchParams::default(), &no_finalizers)
+            .await;
+    }
+    for class in [&local, &fast, &immediate] {
+        let _ = classes.delete(class, &DeleteParams::default()).await;
+    }
+    for n in &node_names {
+        let _ = nodes.delete(n, &DeleteParams::default()).await;
+    }
+    let _ = namespaces.delete(&ns, &DeleteParams::default()).await;
 }
