@@ -1155,7 +1155,7 @@ fn volumes_are_bound_and_provisioned_on_a_real_api_server() {
 /// - a claim with `volume.kubernetes.io/selected-node`, of a class whose
 ///   provisioner is `provisioner`, not bound and without a PV yet: the PV
 ///   a provisioner creates there ([`pv_controller::provisioned_pv`], with a
-///   `local` volume source, which a provisioner fills in), completed by the
+///   `local` volume source), completed by the
 ///   step above on the next round.
 ///
 /// Errors (conflicts with the scheduler's writes) are retried on the next
@@ -1164,7 +1164,7 @@ async fn volume_controllers(c: Client, ns: String, run: String, provisioner: Str
     use flotilla_coordinator::cluster::{ClaimTarget, pv_controller};
     use flotilla_shared::volumes::model::{ANNOTATION_BIND_COMPLETED, ANNOTATION_SELECTED_NODE};
     use k8s_openapi::api::core::v1::{
-        LocalVolumeSource, PersistentVolume, PersistentVolumeClaim, PersistentVolumeStatus,
+        PersistentVolume, PersistentVolumeClaim, PersistentVolumeStatus,
     };
     use k8s_openapi::api::storage::v1::StorageClass;
 
@@ -1285,10 +1285,6 @@ async fn volume_controllers(c: Client, ns: String, run: String, provisioner: Str
                 .get_or_insert_with(Default::default)
                 .insert("flotilla.io/e2e-run".into(), run.clone());
             let name = pv.metadata.name.clone().unwrap_or_default();
-            pv.spec.get_or_insert_with(Default::default).local = Some(LocalVolumeSource {
-                path: format!("/var/lib/e2e-provisioner/{name}"),
-                ..LocalVolumeSource::default()
-            });
             if let Err(e) = pvs.create(&pp, &pv).await {
                 eprintln!("e2e_kube volumes: provisioning {name} on {node_name}: {e}");
             }

@@ -15,9 +15,9 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Node, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, ObjectReference,
-    PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimStatus, PersistentVolumeSpec,
-    PersistentVolumeStatus, VolumeNodeAffinity,
+    LocalVolumeSource, Node, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
+    ObjectReference, PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimStatus,
+    PersistentVolumeSpec, PersistentVolumeStatus, VolumeNodeAffinity,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -28,6 +28,9 @@ use flotilla_shared::volumes::model::{
 
 /// The PV controller's annotation on objects it bound (`"yes"`).
 pub const ANNOTATION_BOUND_BY_CONTROLLER: &str = "pv.kubernetes.io/bound-by-controller";
+/// Where a provisioned PV's `local` volume lives on its node
+/// (`<path>/<claim uid>`).
+pub const PROVISIONED_PATH: &str = "/var/lib/flotilla-provisioner";
 /// The node label a provisioned PV's node affinity names.
 pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
 
@@ -135,7 +138,8 @@ pub fn class_of(claim: &PersistentVolumeClaim) -> Option<&str> {
 
 /// What a provisioner creates for `claim` on `node`: a PV named
 /// `pvc-<claim uid>` of the claim's class, size, access modes and volume
-/// mode, reachable only from the node (node affinity on
+/// mode, a `local` volume under [`PROVISIONED_PATH`], reachable only from
+/// the node (node affinity on
 /// `kubernetes.io/hostname`, the node's label or its name), its
 /// `claimRef` naming the claim (a provisioned PV is pre-bound).
 #[must_use]
@@ -173,6 +177,12 @@ pub fn provisioned_pv(claim: &PersistentVolumeClaim, node: &Node) -> PersistentV
             access_modes: spec.and_then(|s| s.access_modes.clone()),
             storage_class_name: class_of(claim).map(str::to_owned),
             volume_mode: spec.and_then(|s| s.volume_mode.clone()),
+            // The API requires a volume source; a node-local one fits the
+            // hostname affinity.
+            local: Some(LocalVolumeSource {
+                path: format!("{PROVISIONED_PATH}/{uid}"),
+                fs_type: None,
+            }),
             node_affinity: Some(VolumeNodeAffinity {
                 required: Some(NodeSelector {
                     node_selector_terms: vec![NodeSelectorTerm {

@@ -451,8 +451,7 @@ async fn the_volume_scenarios_bind_every_pod_with_its_claims() {
         assert_eq!((r.pods, r.scheduled), (50, 50), "{name}: {}", r.to_text());
         assert_eq!(r.checks.overcommitted_nodes, 0, "{name}");
         assert_eq!(
-            r.checks.bindings_written,
-            r.checks.pods_bound_by_flotilla as u64,
+            r.checks.bindings_written, r.checks.pods_bound_by_flotilla as u64,
             "{name}"
         );
     }
