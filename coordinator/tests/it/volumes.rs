@@ -483,3 +483,35 @@ async fn prebind_ends_with_its_reservation_when_the_pod_the_node_the_pv_goes_or_
     assert!(no_binding(&h));
     h.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_proposal_repeated_while_prebind_waits_is_not_answered_bound() {
+    let (h, w) = waiting_prebind().await;
+    // The first proposal's answer is lost (its stream broke, say): the
+    // worker proposes again while PreBind waits.
+    let first = propose_in_background(&w, "p", "n1");
+    let c = h.cluster.clone();
+    wait_until(STEP, "PreBind wrote the claimRef", || {
+        claim_ref_of(&c, "pv-0").as_deref() == Some("data")
+    })
+    .await;
+    let again = within(STEP, "the repeated proposal", w.propose("p", "n1")).await;
+    assert_eq!(outcome(&again), pb::BindOutcome::Error, "{again:?}");
+    assert!(again.reason.contains("PreBind"), "{}", again.reason);
+    // PreBind then fails: had the repeat been answered bound, the worker
+    // would have dropped a pod that is pending again.
+    h.cluster
+        .delete_volume(&VolumeKey {
+            kind: VolumeKind::Pv,
+            namespace: String::new(),
+            name: "pv-0".into(),
+        })
+        .expect("deleted");
+    let d = within(STEP, "PreBind fails", first)
+        .await
+        .expect("the proposal task");
+    assert_eq!(outcome(&d), pb::BindOutcome::Error, "{d:?}");
+    let pod = h.cluster.pod("default", "p").expect("pod");
+    assert_eq!(crate::node_of(&pod), None, "no Binding");
+    h.shutdown().await;
+}
