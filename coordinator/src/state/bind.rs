@@ -331,6 +331,16 @@ impl Coordinator {
             return Arbitration::Decided(Decision::PodGone(format!("pod {pod} is not pending")));
         };
         match &rec.phase {
+            // Granted with volumes to bind: its PreBind may still fail
+            // (then the pod is pending again), so it is not answered bound
+            // yet; the worker retries after a backoff.
+            PodPhase::Granted(n)
+                if &**n == node && inner.volume_plans.contains_key(pod.uid.as_str()) =>
+            {
+                return Arbitration::Decided(Decision::Error(format!(
+                    "pod {pod} is granted {n}, its volumes being bound (PreBind); not bound yet"
+                )));
+            }
             PodPhase::Bound(n) | PodPhase::Granted(n) if &**n == node => {
                 return Arbitration::Decided(Decision::Bound);
             }

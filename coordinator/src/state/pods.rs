@@ -536,6 +536,11 @@ impl Coordinator {
             }
             inner.unresolved.remove(&uid);
             inner.clear_nomination(&info);
+            // Bound: its volume reservation ends, as when its own Binding
+            // is written (a PreBind still waiting sees the pod bound and
+            // gives up; the same node keeps the pod placed without an
+            // `unplace`, which would otherwise end it).
+            inner.unreserve_volumes(&uid);
             let mut rec = existing
                 .unwrap_or_else(|| Box::new(PodRecord::new(info.clone(), PodPhase::Pending(None))));
             // The worker whose grant this Binding is, when all it lacks is

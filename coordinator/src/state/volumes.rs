@@ -243,6 +243,13 @@ impl Coordinator {
         self.inner.lock().volumes.len()
     }
 
+    /// How many granted pods hold volume reservations (Reserve's plans not
+    /// yet dropped by a Binding, a failure or the pod's end).
+    #[must_use]
+    pub fn volume_reservations(&self) -> usize {
+        self.inner.lock().volume_plans.len()
+    }
+
     /// PreBind of a granted pod: [`Coordinator::pre_bind_volumes`] when its
     /// grant reserved volume bindings, else nothing (timed as upstream's
     /// `PreBind` extension point).

@@ -309,6 +309,7 @@ async fn a_claim_never_bound_times_out_at_prebind_frees_the_room_and_binds_once_
         ),
         ("False", Some("SchedulerError"), Some(want))
     );
+    assert_eq!(h.coordinator.volume_reservations(), 0, "unreserved");
     let rec = h.coordinator.records().pop().expect("its record");
     assert!(
         matches!(rec.phase, flotilla_coordinator::state::PodPhase::Pending(_)),
@@ -321,5 +322,196 @@ async fn a_claim_never_bound_times_out_at_prebind_frees_the_room_and_binds_once_
     h.cluster.set_volume_controllers(true);
     let d = within(STEP, "the retry", w.propose("p", "n1")).await;
     assert_eq!(outcome(&d), pb::BindOutcome::Bound, "{d:?}");
+    assert_eq!(h.coordinator.volume_reservations(), 0, "bound: none held");
+    h.shutdown().await;
+}
+
+/// `w`'s `ProposeBind` of `pod` on `node`, answered in the background.
+fn propose_in_background(
+    w: &FakeWorker,
+    pod: &str,
+    node: &str,
+) -> tokio::task::JoinHandle<pb::BindDecision> {
+    let mut client = w.client.clone();
+    let proposal = pb::BindProposal {
+        worker_id: w.id.clone(),
+        pod: Some(crate::pod_ref(pod)),
+        node_name: node.into(),
+        alternatives: Vec::new(),
+    };
+    tokio::spawn(async move {
+        client
+            .propose_bind(proposal)
+            .await
+            .expect("ProposeBind answers")
+            .into_inner()
+    })
+}
+
+/// A coordinator whose PreBind waits up to a minute (the stand-in
+/// controllers off: nothing completes a binding), one online worker, and
+/// pod `p` using claim `data` (an unbound claim of [`LOCAL`], `pv-0` free
+/// for it) assigned to it.
+async fn waiting_prebind() -> (Harness, FakeWorker) {
+    let c = cluster(vec![local_class(), free_pv("pv-0"), local_claim("data")]);
+    c.set_volume_controllers(false);
+    let profiles = crate::profiles_of(
+        "- schedulerName: default-scheduler\n  pluginConfig:\n  - name: VolumeBinding\n    args:\n      bindTimeoutSeconds: 60\n",
+    );
+    let h = Harness::serving(c, profiles).await;
+    let mut w = FakeWorker::join(&h, "online-0", Online).await;
+    w.until_synced().await;
+    h.cluster
+        .create_pod(
+            PodBuilder::new("p")
+                .cpu("100m")
+                .label(CLASS_LABEL, "online")
+                .pvc_volume("data", "data")
+                .build(),
+        )
+        .expect("pod");
+    w.read_until(|e| assigned_names(e).contains(&"p".to_owned()))
+        .await;
+    (h, w)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_pod_bound_by_another_binding_while_prebind_waits_drops_its_volume_reservation() {
+    use flotilla_coordinator::cluster::Cluster as _;
+    let (h, w) = waiting_prebind().await;
+    let answer = propose_in_background(&w, "p", "n1");
+    let c = h.cluster.clone();
+    wait_until(STEP, "PreBind wrote the claimRef", || {
+        claim_ref_of(&c, "pv-0").as_deref() == Some("data")
+    })
+    .await;
+    assert_eq!(h.coordinator.volume_reservations(), 1, "Reserve's plan");
+    // Another Binding of the pod to the granted node lands (a previous
+    // leader's, say): the pod is seen bound where it was granted.
+    h.cluster
+        .bind(&crate::pod_ref_of("p"), "n1")
+        .await
+        .expect("the other Binding");
+    let d = within(STEP, "PreBind sees the pod bound", answer)
+        .await
+        .expect("the proposal task");
+    assert_eq!(outcome(&d), pb::BindOutcome::PodGone, "{d:?}");
+    let co = h.coordinator.clone();
+    wait_until(STEP, "the reservation dropped", || {
+        co.volume_reservations() == 0
+    })
+    .await;
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn prebind_ends_with_its_reservation_when_the_pod_the_node_the_pv_goes_or_at_shutdown() {
+    let wrote = |h: &Harness| {
+        let c = h.cluster.clone();
+        async move {
+            wait_until(STEP, "PreBind wrote the claimRef", || {
+                claim_ref_of(&c, "pv-0").as_deref() == Some("data")
+            })
+            .await;
+        }
+    };
+    let no_binding = |h: &Harness| {
+        h.cluster
+            .pod("default", "p")
+            .is_none_or(|p| crate::node_of(&p).is_none())
+    };
+
+    // The pod deleted.
+    let (h, w) = waiting_prebind().await;
+    let answer = propose_in_background(&w, "p", "n1");
+    wrote(&h).await;
+    h.cluster.delete_pod("default", "p").expect("deleted");
+    let d = within(STEP, "PreBind sees the pod gone", answer)
+        .await
+        .expect("the proposal task");
+    assert_eq!(outcome(&d), pb::BindOutcome::PodGone, "{d:?}");
+    assert_eq!(h.coordinator.volume_reservations(), 0);
+    h.shutdown().await;
+
+    // The node deleted.
+    let (h, w) = waiting_prebind().await;
+    let answer = propose_in_background(&w, "p", "n1");
+    wrote(&h).await;
+    h.cluster.delete_node("n1").expect("deleted");
+    let d = within(STEP, "PreBind sees the node gone", answer)
+        .await
+        .expect("the proposal task");
+    assert_eq!(outcome(&d), pb::BindOutcome::Conflict, "{d:?}");
+    assert_eq!(h.coordinator.volume_reservations(), 0);
+    assert!(no_binding(&h));
+    h.shutdown().await;
+
+    // The PV deleted: PreBind fails at once, naming it.
+    let (h, w) = waiting_prebind().await;
+    let answer = propose_in_background(&w, "p", "n1");
+    wrote(&h).await;
+    h.cluster
+        .delete_volume(&VolumeKey {
+            kind: VolumeKind::Pv,
+            namespace: String::new(),
+            name: "pv-0".into(),
+        })
+        .expect("deleted");
+    let d = within(STEP, "PreBind sees the PV gone", answer)
+        .await
+        .expect("the proposal task");
+    assert_eq!(outcome(&d), pb::BindOutcome::Error, "{d:?}");
+    assert_eq!(
+        d.reason,
+        "running PreBind plugin \"VolumeBinding\": binding volumes: persistentvolume \"pv-0\" \
+         not found"
+    );
+    assert_eq!(h.coordinator.volume_reservations(), 0);
+    assert!(no_binding(&h));
+    h.shutdown().await;
+
+    // Shutdown.
+    let (h, w) = waiting_prebind().await;
+    let answer = propose_in_background(&w, "p", "n1");
+    wrote(&h).await;
+    h.coordinator.close_streams();
+    let d = within(STEP, "PreBind gives up at shutdown", answer)
+        .await
+        .expect("the proposal task");
+    assert_eq!(outcome(&d), pb::BindOutcome::Error, "{d:?}");
+    assert_eq!(h.coordinator.volume_reservations(), 0);
+    assert!(no_binding(&h));
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_proposal_repeated_while_prebind_waits_is_not_answered_bound() {
+    let (h, w) = waiting_prebind().await;
+    // The first proposal's answer is lost (its stream broke, say): the
+    // worker proposes again while PreBind waits.
+    let first = propose_in_background(&w, "p", "n1");
+    let c = h.cluster.clone();
+    wait_until(STEP, "PreBind wrote the claimRef", || {
+        claim_ref_of(&c, "pv-0").as_deref() == Some("data")
+    })
+    .await;
+    let again = within(STEP, "the repeated proposal", w.propose("p", "n1")).await;
+    assert_eq!(outcome(&again), pb::BindOutcome::Error, "{again:?}");
+    assert!(again.reason.contains("PreBind"), "{}", again.reason);
+    // PreBind then fails: had the repeat been answered bound, the worker
+    // would have dropped a pod that is pending again.
+    h.cluster
+        .delete_volume(&VolumeKey {
+            kind: VolumeKind::Pv,
+            namespace: String::new(),
+            name: "pv-0".into(),
+        })
+        .expect("deleted");
+    let d = within(STEP, "PreBind fails", first)
+        .await
+        .expect("the proposal task");
+    assert_eq!(outcome(&d), pb::BindOutcome::Error, "{d:?}");
+    let pod = h.cluster.pod("default", "p").expect("pod");
+    assert_eq!(crate::node_of(&pod), None, "no Binding");
     h.shutdown().await;
 }
