@@ -751,6 +751,13 @@ fn reserve(
         )));
     }
     match &rec.phase {
+        // Its PreBind may still fail: not counted as placed yet (as a
+        // single pod's repeated proposal, `Coordinator::arbitrate`).
+        PodPhase::Granted(n) if &**n == node && inner.volume_plans.contains_key(&*rec.info.uid) => {
+            return Err(Decision::Error(format!(
+                "pod {pod} is granted {n}, its volumes being bound (PreBind); not bound yet"
+            )));
+        }
         PodPhase::Bound(n) | PodPhase::Granted(n) if &**n == node => return Ok(None),
         PodPhase::Bound(n) | PodPhase::Granted(n) => {
             return Err(Decision::PodGone(format!(
