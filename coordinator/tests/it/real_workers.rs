@@ -610,7 +610,7 @@ mod volumes {
     use flotilla_shared::volumes::{VolumeKey, VolumeKind, VolumeObject};
     use k8s_openapi::api::core::v1::Pod;
 
-    use super::{CLASS_LABEL, start_workers, stop};
+    use super::{CLASS_LABEL, Worker, start_workers, stop};
     use crate::{Harness, OUTCOME, node_of, unschedulable_message, wait_until};
 
     fn claim(c: PvcBuilder) -> VolumeObject {
@@ -780,12 +780,7 @@ mod volumes {
         ))
         .expect("class");
         let h = Harness::start(c).await;
-        let names: Vec<String> = (0..4).map(|i| format!("online-{i}")).collect();
-        let spec: Vec<(&str, WorkloadClass)> = names
-            .iter()
-            .map(|n| (n.as_str(), WorkloadClass::Online))
-            .collect();
-        let workers = start_workers(&h, &spec).await;
+        let workers = four_workers(&h).await;
         for r in 0..ROUNDS {
             // PVS free PVs, twice as many claims (and pods) wanting them.
             for i in 0..PVS {
@@ -856,6 +851,131 @@ mod volumes {
             for p in pending {
                 h.cluster.delete_pod("default", &p).expect("delete");
             }
+        }
+        stop(h, workers).await;
+    }
+
+    /// Four real online workers on `h`.
+    async fn four_workers(h: &Harness) -> Vec<Worker> {
+        let names: Vec<String> = (0..4).map(|i| format!("online-{i}")).collect();
+        let spec: Vec<(&str, WorkloadClass)> = names
+            .iter()
+            .map(|n| (n.as_str(), WorkloadClass::Online))
+            .collect();
+        start_workers(h, &spec).await
+    }
+
+    /// Waits until each of `pods` is bound or told why not; returns the
+    /// bound ones' nodes and the others' messages.
+    async fn outcomes(h: &Harness, pods: &[String]) -> (Vec<String>, Vec<String>) {
+        let (mut nodes, mut messages) = (Vec::new(), Vec::new());
+        for name in pods {
+            let cluster = h.cluster.clone();
+            let n = name.clone();
+            wait_until(OUTCOME, "each pod bound or told why not", move || {
+                cluster
+                    .pod("default", &n)
+                    .is_some_and(|p| node_of(&p).is_some() || unschedulable_message(&p).is_some())
+            })
+            .await;
+            let p = h.cluster.pod("default", name).expect("pod");
+            match node_of(&p) {
+                Some(n) => nodes.push(n.to_owned()),
+                None => messages.push(unschedulable_message(&p).unwrap_or_default().to_owned()),
+            }
+        }
+        (nodes, messages)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn four_real_workers_never_place_two_pods_using_one_read_write_once_pod_claim() {
+        const ROUNDS: usize = 3;
+        let c = cluster(&[("n1", "a"), ("n2", "a"), ("n3", "b"), ("n4", "b")]);
+        let h = Harness::start(c).await;
+        let workers = four_workers(&h).await;
+        for r in 0..ROUNDS {
+            let (claim_name, pv_name) = (format!("solo-{r}"), format!("pv-solo-{r}"));
+            h.cluster
+                .apply_volume(pv(PvBuilder::new(&pv_name)))
+                .expect("pv");
+            h.cluster
+                .apply_volume(claim(
+                    PvcBuilder::new(&claim_name)
+                        .access_mode("ReadWriteOncePod")
+                        .bound_to(&pv_name),
+                ))
+                .expect("claim");
+            let cl = h.coordinator.clone();
+            wait_until(crate::STEP, "the round's objects seen", move || {
+                cl.volume_objects() == 2 * (r + 1)
+            })
+            .await;
+            let pods: Vec<String> = (0..8).map(|i| format!("p-{r}-{i}")).collect();
+            for p in &pods {
+                h.cluster.create_pod(pod(p, &claim_name)).expect("pod");
+            }
+            let (bound, messages) = outcomes(&h, &pods).await;
+            assert_eq!(
+                bound.len(),
+                1,
+                "round {r}: one user of the claim: {bound:?}"
+            );
+            for m in &messages {
+                assert!(
+                    m.contains(
+                        flotilla_shared::volumes::restrictions::REASON_READ_WRITE_ONCE_POD_CONFLICT
+                    ),
+                    "round {r}: {m}"
+                );
+            }
+            for p in &pods {
+                h.cluster.delete_pod("default", p).expect("delete");
+            }
+        }
+        stop(h, workers).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn four_real_workers_never_together_push_a_node_over_its_csi_attach_limit() {
+        const DRIVER: &str = "ebs.csi.aws.com";
+        let nodes = [("n1", "a"), ("n2", "a"), ("n3", "b"), ("n4", "b")];
+        let c = cluster(&nodes);
+        // Each node attaches at most two volumes of the driver.
+        for (n, _) in nodes {
+            c.apply_volume(VolumeObject::CsiNode(Arc::new(
+                flotilla_shared::testing::volumes::csi_node(n, &[(DRIVER, Some(2))]),
+            )))
+            .expect("csinode");
+        }
+        // Twelve pods, each with its own CSI volume: room for eight.
+        for i in 0..12 {
+            let (claim_name, pv_name) = (format!("c{i}"), format!("pv-c{i}"));
+            c.apply_volume(pv(PvBuilder::new(&pv_name).csi(DRIVER, &format!("vol-{i}"))))
+                .expect("pv");
+            c.apply_volume(claim(
+                PvcBuilder::new(&claim_name)
+                    .access_mode("ReadWriteOnce")
+                    .bound_to(&pv_name),
+            ))
+            .expect("claim");
+        }
+        let h = Harness::start(c).await;
+        let workers = four_workers(&h).await;
+        let pods: Vec<String> = (0..12).map(|i| format!("p{i}")).collect();
+        for (i, p) in pods.iter().enumerate() {
+            h.cluster.create_pod(pod(p, &format!("c{i}"))).expect("pod");
+        }
+        let (bound, messages) = outcomes(&h, &pods).await;
+        assert_eq!(bound.len(), 8, "two a node: {bound:?}");
+        for (n, _) in nodes {
+            let on = bound.iter().filter(|b| *b == n).count();
+            assert_eq!(on, 2, "{n} holds {on} volumes of a limit of 2");
+        }
+        for m in &messages {
+            assert!(
+                m.contains(flotilla_shared::volumes::limits::REASON_MAX_VOLUME_COUNT),
+                "{m}"
+            );
         }
         stop(h, workers).await;
     }
