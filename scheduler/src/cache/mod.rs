@@ -571,6 +571,13 @@ impl NodeCache {
         self.inner.lock().volumes = volumes;
     }
 
+    /// Changes the volume objects the next snapshot gets, in place unless
+    /// a snapshot still shares them (then on a copy: at most one per
+    /// snapshot taken). Runs `f` under the cache's lock.
+    pub fn update_volume_state<R>(&self, f: impl FnOnce(&mut VolumeState) -> R) -> R {
+        f(Arc::make_mut(&mut self.inner.lock().volumes))
+    }
+
     /// The volume objects the next snapshot gets.
     #[must_use]
     pub fn volume_state(&self) -> Arc<VolumeState> {

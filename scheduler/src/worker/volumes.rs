@@ -1,13 +1,15 @@
 //! The worker's volume objects: a [`VolumeState`] fed by the
-//! coordinator's `volume_upsert` / `volume_deleted` events and published
-//! to the cache as a whole new `Arc` ([`NodeCache::set_volume_state`]),
-//! which snapshots pick up by pointer.
+//! coordinator's `volume_upsert` / `volume_deleted` events.
 //!
-//! During the replay that opens a session nothing is published (the
-//! scheduling thread starts at `synced`); [`WorkerVolumes::go_live`]
-//! publishes once then, and every change after that publishes at once:
-//! one copy of the state per change, O(volume objects), which are few
-//! next to pods and change seldom.
+//! During the replay that opens a session they are kept here and nothing
+//! is published (the scheduling thread starts at `synced`);
+//! [`WorkerVolumes::go_live`] hands the state to the cache
+//! ([`NodeCache::set_volume_state`]), and every change after that is made
+//! in the cache's copy ([`NodeCache::update_volume_state`]): in place
+//! while no snapshot shares it, else on one copy, which the next changes
+//! before the next snapshot reuse. So a burst of changes (VolumeBinding
+//! binds a claim and a PV for each pod) costs at most one copy of the
+//! state per scheduling cycle, not one per change.
 
 use std::sync::Arc;
 
@@ -20,8 +22,9 @@ use crate::cache::NodeCache;
 /// See the module docs.
 #[derive(Debug, Default)]
 pub(super) struct WorkerVolumes {
+    /// The objects of the replay, until [`WorkerVolumes::go_live`].
     state: VolumeState,
-    /// The replay ended: publish every change.
+    /// The replay ended: changes go to the cache.
     live: bool,
 }
 
@@ -33,35 +36,44 @@ impl WorkerVolumes {
     /// told), logged at debug (the coordinator logs it at warn).
     pub(super) fn upsert(&mut self, obj: &VolumeObject, cache: &NodeCache) -> Option<ClusterEvent> {
         let key = obj.key();
-        // An object that could not be read and now can counts as added
-        // (a StorageClass's fixed binding mode must retry its pods).
-        let added = !key.is_valid_in(&self.state);
-        if let Err(e) = obj.apply_to(&mut self.state) {
-            debug!(object = %key, error = %e, "volume object cannot be read");
-        }
-        self.publish(cache);
+        let added = self.change(cache, |state| {
+            // An object that could not be read and now can counts as
+            // added (a StorageClass's fixed binding mode must retry its
+            // pods).
+            let added = !key.is_valid_in(state);
+            if let Err(e) = obj.apply_to(state) {
+                debug!(object = %key, error = %e, "volume object cannot be read");
+            }
+            added
+        });
         key.kind.cluster_event(added, false)
     }
 
     /// Removes the object `key`; returns the queueing event it raises.
     pub(super) fn delete(&mut self, key: &VolumeKey, cache: &NodeCache) -> Option<ClusterEvent> {
-        if !key.is_in(&self.state) {
-            return None;
-        }
-        key.remove_from(&mut self.state);
-        self.publish(cache);
-        key.kind.cluster_event(false, true)
+        let held = self.change(cache, |state| {
+            let held = key.is_in(state);
+            if held {
+                key.remove_from(state);
+            }
+            held
+        });
+        held.then(|| key.kind.cluster_event(false, true)).flatten()
     }
 
-    /// The replay ended: publish the state, and every change from now on.
+    /// The replay ended: the state goes to the cache, and every change
+    /// from now on.
     pub(super) fn go_live(&mut self, cache: &NodeCache) {
         self.live = true;
-        self.publish(cache);
+        cache.set_volume_state(Arc::new(std::mem::take(&mut self.state)));
     }
 
-    fn publish(&self, cache: &NodeCache) {
+    /// `f` on the state: the replay's, or the cache's once live.
+    fn change<R>(&mut self, cache: &NodeCache, f: impl FnOnce(&mut VolumeState) -> R) -> R {
         if self.live {
-            cache.set_volume_state(Arc::new(self.state.clone()));
+            cache.update_volume_state(f)
+        } else {
+            f(&mut self.state)
         }
     }
 }
@@ -120,5 +132,25 @@ mod tests {
         assert!(published(&cache).attachments_on("n1").is_empty());
         assert_eq!(v.delete(&claim.key(), &cache), None);
         assert_eq!(published(&cache).claim("default", "data"), Lookup::Missing);
+    }
+
+    #[test]
+    fn a_snapshot_keeps_the_objects_it_took_while_changes_go_on() {
+        let cache = NodeCache::default();
+        let mut v = WorkerVolumes::default();
+        v.go_live(&cache);
+        let claim = |n: &str| VolumeObject::Claim(Arc::new(PvcBuilder::new(n).build()));
+        v.upsert(&claim("a"), &cache);
+        let taken = published(&cache);
+        v.upsert(&claim("b"), &cache);
+        v.upsert(&claim("c"), &cache);
+        assert!(
+            taken.claim("default", "b").found().is_none(),
+            "the snapshot's copy"
+        );
+        let now = published(&cache);
+        for n in ["a", "b", "c"] {
+            assert!(now.claim("default", n).found().is_some(), "{n}");
+        }
     }
 }
