@@ -2,7 +2,7 @@
 //! the lookups the Filters make; and [`ClaimUsers`]: which pods use each
 //! claim across the cluster, kept current as pods come and go.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::{Arc, LazyLock};
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
