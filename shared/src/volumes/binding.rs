@@ -18,8 +18,11 @@
 //!   [`VolumeDecisions`] that Reserve and PreBind act on, or the
 //!   [`BindingConflicts`] in upstream's order.
 //!
-//! The coordinator's arbiter and Reserve are to call these same functions
-//! for the granted node, so the decisions are made in one place.
+//! - [`plan`] (Reserve): the same two for the granted node, as a
+//!   [`VolumePlan`] the coordinator assumes ([`VolumePlan::assume`], so no
+//!   other grant takes the PVs) and its PreBind writes, then waits on
+//!   ([`check_bindings`]); the arbiter's bind check and `simulate` take
+//!   their plans there, so the decisions are made in one place.
 //!
 //! # Not mirrored
 //! - Storage capacity (CSIStorageCapacity): not tracked, so storage is
