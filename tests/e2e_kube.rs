@@ -285,28 +285,57 @@ fn coordinators_and_workers_schedule_a_real_cluster_and_fail_over() {
     });
 }
 
+/// One run's names and files: a run id (`<prefix><pid>-<seconds>`), the
+/// namespace and schedulerName made from it, a log folder, and a
+/// KubeSchedulerConfiguration with one profile named like the pods'
+/// schedulerName, for every process of the run.
+struct RunSetup {
+    run: String,
+    ns: String,
+    scheduler: String,
+    dir: PathBuf,
+    config_file: String,
+}
+
+impl RunSetup {
+    /// A new run; `what` names it on stderr.
+    fn new(prefix: &str, what: &str) -> Self {
+        let secs = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let run = format!("{prefix}{}-{}", std::process::id(), secs % 100_000);
+        let scheduler = format!("flotilla-e2e-{run}");
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("e2e-kube-{run}"));
+        std::fs::create_dir_all(&dir).expect("log dir");
+        let config_path = dir.join("scheduler-config.yaml");
+        std::fs::write(
+            &config_path,
+            format!(
+                "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nprofiles:\n- schedulerName: {scheduler}\n"
+            ),
+        )
+        .expect("writing the scheduler configuration");
+        eprintln!("{what}: run {run}; logs in {}", dir.display());
+        RunSetup {
+            ns: format!("flotilla-e2e-{run}"),
+            scheduler,
+            config_file: config_path.display().to_string(),
+            dir,
+            run,
+        }
+    }
+}
+
 #[allow(clippy::too_many_lines)]
 async fn scenario(kubeconfig: &Path) {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let run = format!("{}-{}", std::process::id(), secs % 100_000);
-    let ns = format!("flotilla-e2e-{run}");
+    let RunSetup {
+        run,
+        ns,
+        scheduler,
+        dir,
+        config_file,
+    } = RunSetup::new("", "e2e_kube");
     let lease = format!("flotilla-e2e-{run}");
-    let scheduler = format!("flotilla-e2e-{run}");
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("e2e-kube-{run}"));
-    std::fs::create_dir_all(&dir).expect("log dir");
-    // One profile named like the pods' schedulerName, for every process.
-    let config_path = dir.join("scheduler-config.yaml");
-    std::fs::write(
-        &config_path,
-        format!(
-            "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nprofiles:\n- schedulerName: {scheduler}\n"
-        ),
-    )
-    .expect("writing the scheduler configuration");
-    let config_file = config_path.display().to_string();
-    eprintln!("e2e_kube: run {run}; logs in {}", dir.display());
 
     let c = client(kubeconfig).await;
     let namespaces: Api<Namespace> = Api::all(c.clone());
@@ -1316,24 +1345,13 @@ async fn volumes_scenario(kubeconfig: &Path) {
     use k8s_openapi::api::storage::v1::StorageClass;
 
     const ZONE: &str = "topology.kubernetes.io/zone";
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let run = format!("v{}-{}", std::process::id(), secs % 100_000);
-    let ns = format!("flotilla-e2e-{run}");
-    let scheduler = format!("flotilla-e2e-{run}");
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("e2e-kube-{run}"));
-    std::fs::create_dir_all(&dir).expect("log dir");
-    let config_path = dir.join("scheduler-config.yaml");
-    std::fs::write(
-        &config_path,
-        format!(
-            "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nprofiles:\n- schedulerName: {scheduler}\n"
-        ),
-    )
-    .expect("writing the scheduler configuration");
-    let config_file = config_path.display().to_string();
-    eprintln!("e2e_kube volumes: run {run}; logs in {}", dir.display());
+    let RunSetup {
+        run,
+        ns,
+        scheduler,
+        dir,
+        config_file,
+    } = RunSetup::new("v", "e2e_kube volumes");
     let started = Instant::now();
 
     let c = client(kubeconfig).await;

@@ -180,11 +180,8 @@ impl Coordinator {
                 .await
                 .map_err(|e| PreBindError::Failed(e.to_string()))?;
         }
+        let changed = self.inner.lock().volumes_changed.clone();
         loop {
-            let changed = {
-                let inner = self.inner.lock();
-                inner.volumes_changed.clone()
-            };
             let notified = changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
@@ -234,9 +231,7 @@ impl Coordinator {
             }
         }
     }
-}
 
-impl Coordinator {
     /// How many volume objects the coordinator holds (from the watch).
     #[must_use]
     pub fn volume_objects(&self) -> usize {

@@ -269,25 +269,7 @@ async fn two_workers_never_both_take_the_one_available_static_pv() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_claim_never_bound_times_out_at_prebind_frees_the_room_and_binds_once_the_controller_runs()
  {
-    let c = cluster(vec![local_class(), free_pv("pv-0"), local_claim("data")]);
-    c.set_volume_controllers(false);
-    let profiles = crate::profiles_of(
-        "- schedulerName: default-scheduler\n  pluginConfig:\n  - name: VolumeBinding\n    args:\n      bindTimeoutSeconds: 1\n",
-    );
-    let h = Harness::serving(c, profiles).await;
-    let mut w = FakeWorker::join(&h, "online-0", Online).await;
-    w.until_synced().await;
-    h.cluster
-        .create_pod(
-            PodBuilder::new("p")
-                .cpu("100m")
-                .label(CLASS_LABEL, "online")
-                .pvc_volume("data", "data")
-                .build(),
-        )
-        .expect("pod");
-    w.read_until(|e| assigned_names(e).contains(&"p".to_owned()))
-        .await;
+    let (h, mut w) = waiting_prebind(1).await;
     let d = within(STEP, "PreBind times out", w.propose("p", "n1")).await;
     assert_eq!(outcome(&d), pb::BindOutcome::Error, "{d:?}");
     let want = "running PreBind plugin \"VolumeBinding\": binding volumes: timed out waiting for \
@@ -348,16 +330,16 @@ fn propose_in_background(
     })
 }
 
-/// A coordinator whose PreBind waits up to a minute (the stand-in
-/// controllers off: nothing completes a binding), one online worker, and
-/// pod `p` using claim `data` (an unbound claim of [`LOCAL`], `pv-0` free
-/// for it) assigned to it.
-async fn waiting_prebind() -> (Harness, FakeWorker) {
+/// A coordinator whose PreBind waits up to `bind_timeout_seconds` (the
+/// stand-in controllers off: nothing completes a binding), one online
+/// worker, and pod `p` using claim `data` (an unbound claim of [`LOCAL`],
+/// `pv-0` free for it) assigned to it.
+async fn waiting_prebind(bind_timeout_seconds: u64) -> (Harness, FakeWorker) {
     let c = cluster(vec![local_class(), free_pv("pv-0"), local_claim("data")]);
     c.set_volume_controllers(false);
-    let profiles = crate::profiles_of(
-        "- schedulerName: default-scheduler\n  pluginConfig:\n  - name: VolumeBinding\n    args:\n      bindTimeoutSeconds: 60\n",
-    );
+    let profiles = crate::profiles_of(&format!(
+        "- schedulerName: default-scheduler\n  pluginConfig:\n  - name: VolumeBinding\n    args:\n      bindTimeoutSeconds: {bind_timeout_seconds}\n"
+    ));
     let h = Harness::serving(c, profiles).await;
     let mut w = FakeWorker::join(&h, "online-0", Online).await;
     w.until_synced().await;
@@ -378,7 +360,7 @@ async fn waiting_prebind() -> (Harness, FakeWorker) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_pod_bound_by_another_binding_while_prebind_waits_drops_its_volume_reservation() {
     use flotilla_coordinator::cluster::Cluster as _;
-    let (h, w) = waiting_prebind().await;
+    let (h, w) = waiting_prebind(60).await;
     let answer = propose_in_background(&w, "p", "n1");
     let c = h.cluster.clone();
     wait_until(STEP, "PreBind wrote the claimRef", || {
@@ -422,7 +404,7 @@ async fn prebind_ends_with_its_reservation_when_the_pod_the_node_the_pv_goes_or_
     };
 
     // The pod deleted.
-    let (h, w) = waiting_prebind().await;
+    let (h, w) = waiting_prebind(60).await;
     let answer = propose_in_background(&w, "p", "n1");
     wrote(&h).await;
     h.cluster.delete_pod("default", "p").expect("deleted");
@@ -434,7 +416,7 @@ async fn prebind_ends_with_its_reservation_when_the_pod_the_node_the_pv_goes_or_
     h.shutdown().await;
 
     // The node deleted.
-    let (h, w) = waiting_prebind().await;
+    let (h, w) = waiting_prebind(60).await;
     let answer = propose_in_background(&w, "p", "n1");
     wrote(&h).await;
     h.cluster.delete_node("n1").expect("deleted");
@@ -447,7 +429,7 @@ async fn prebind_ends_with_its_reservation_when_the_pod_the_node_the_pv_goes_or_
     h.shutdown().await;
 
     // The PV deleted: PreBind fails at once, naming it.
-    let (h, w) = waiting_prebind().await;
+    let (h, w) = waiting_prebind(60).await;
     let answer = propose_in_background(&w, "p", "n1");
     wrote(&h).await;
     h.cluster
@@ -471,7 +453,7 @@ async fn prebind_ends_with_its_reservation_when_the_pod_the_node_the_pv_goes_or_
     h.shutdown().await;
 
     // Shutdown.
-    let (h, w) = waiting_prebind().await;
+    let (h, w) = waiting_prebind(60).await;
     let answer = propose_in_background(&w, "p", "n1");
     wrote(&h).await;
     h.coordinator.close_streams();
@@ -486,7 +468,7 @@ async fn prebind_ends_with_its_reservation_when_the_pod_the_node_the_pv_goes_or_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_proposal_repeated_while_prebind_waits_is_not_answered_bound() {
-    let (h, w) = waiting_prebind().await;
+    let (h, w) = waiting_prebind(60).await;
     // The first proposal's answer is lost (its stream broke, say): the
     // worker proposes again while PreBind waits.
     let first = propose_in_background(&w, "p", "n1");
