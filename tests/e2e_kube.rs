@@ -819,22 +819,13 @@ fn rv<K: kube::Resource>(o: &K) -> String {
 
 #[allow(clippy::too_many_lines)]
 async fn explain_scenario(kubeconfig: &Path) {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let run = format!("x{}-{}", std::process::id(), secs % 100_000);
-    let ns = format!("flotilla-e2e-{run}");
-    let scheduler = format!("flotilla-e2e-{run}");
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("e2e-kube-{run}"));
-    std::fs::create_dir_all(&dir).expect("log dir");
-    let config_path = dir.join("scheduler-config.yaml");
-    std::fs::write(
-        &config_path,
-        format!(
-            "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nprofiles:\n- schedulerName: {scheduler}\n"
-        ),
-    )
-    .expect("writing the scheduler configuration");
+    let RunSetup {
+        run,
+        ns,
+        scheduler,
+        dir,
+        config_file: cfg,
+    } = RunSetup::new("x", "e2e_kube explain");
 
     let c = client(kubeconfig).await;
     let namespaces: Api<Namespace> = Api::all(c.clone());
@@ -901,7 +892,6 @@ async fn explain_scenario(kubeconfig: &Path) {
         (out, err)
     };
     let kc = kubeconfig.display().to_string();
-    let cfg = config_path.display().to_string();
     let target = format!("{ns}/too-big");
     let (out, err) = flotilla(&["explain", &target, "--kubeconfig", &kc, "--config", &cfg]);
 
