@@ -52,6 +52,7 @@ pub mod extender;
 pub mod fit;
 pub mod framework;
 pub mod gang;
+pub mod gpu;
 pub mod http;
 pub mod images;
 pub mod label_selector;

@@ -1,0 +1,1 @@
+//! Fragmentation of a node against a target workload (FGD, §1 of the reference).

@@ -1,0 +1,288 @@
+//! GPU sharing: per-device accounting, fit and device choice.
+//!
+//! A node has GPU devices (index `0..n`, one model, 1000 milli-GPU each);
+//! a pod asks for `count` GPUs with a per-GPU share `milli`
+//! ([`GpuRequest`]): `milli < 1000` only when `count == 1` (a share of one
+//! GPU), `milli == 1000` otherwise (whole GPUs). A share must fit on **one**
+//! device's free milli, whole GPUs need `count` wholly free devices, and
+//! a pod restricted to GPU models fits only on a node of one of them.
+//! This is the model of the FGD paper's simulator (Weng et al., USENIX ATC
+//! '23) and of HAMi / Volcano vGPU, not a sum of milli-GPU per node: a node
+//! whose eight GPUs each have 300 milli free cannot take a 500 milli share.
+//!
+//! - [`GpuRequest`], [`DeviceSet`], [`NodeGpus`]: the model.
+//! - [`fits`], [`choose_best_fit`]: the Filter's test and the default device
+//!   choice (the tightest device that fits; the lowest-indexed free ones
+//!   for whole GPUs), the one rule the worker's Filter, its Reserve and the
+//!   arbiter's bind check share.
+//! - [`frag`]: the fragmentation of a node against a target workload
+//!   (the paper's measure) and the target workload learned from pods.
+//! - [`policy`]: the scoring policies (FGD and the paper's baselines).
+
+use std::sync::Arc;
+
+pub mod frag;
+pub mod policy;
+
+/// Milli-GPU in one whole GPU: the capacity of every device.
+pub const MILLI_PER_GPU: u32 = 1000;
+
+/// Most GPU devices one node may have ([`DeviceSet`] is a 64-bit set).
+pub const MAX_DEVICES: usize = 64;
+
+/// What a pod asks of GPUs.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct GpuRequest {
+    /// How many devices (`k ≥ 1`).
+    pub count: u32,
+    /// Share of each device in milli-GPU: `1..=1000` when `count == 1`,
+    /// exactly 1000 (whole devices) when `count > 1`.
+    pub milli: u32,
+    /// Allowed GPU models (`None`: any). Never empty when `Some`.
+    pub models: Option<Arc<[Arc<str>]>>,
+}
+
+impl GpuRequest {
+    /// `count` whole GPUs of any model.
+    #[must_use]
+    pub fn whole(count: u32) -> Self {
+        GpuRequest {
+            count,
+            milli: MILLI_PER_GPU,
+            models: None,
+        }
+    }
+
+    /// A share of `milli` of one GPU of any model (`milli == 1000` is one
+    /// whole GPU).
+    #[must_use]
+    pub fn share(milli: u32) -> Self {
+        GpuRequest {
+            count: 1,
+            milli,
+            models: None,
+        }
+    }
+
+    /// Total milli-GPU asked for (`count × milli`).
+    #[must_use]
+    pub fn total_milli(&self) -> u64 {
+        u64::from(self.count) * u64::from(self.milli)
+    }
+
+    /// Whether this is a share of one GPU (`milli < 1000`).
+    #[must_use]
+    pub fn is_share(&self) -> bool {
+        self.milli < MILLI_PER_GPU
+    }
+
+    /// Whether `model` is allowed.
+    #[must_use]
+    pub fn allows_model(&self, model: &str) -> bool {
+        self.models
+            .as_ref()
+            .is_none_or(|m| m.iter().any(|x| &**x == model))
+    }
+}
+
+/// A set of device indexes on one node (bit `i` = device `i`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct DeviceSet(pub u64);
+
+impl DeviceSet {
+    /// The set holding only device `i` (`i < 64`).
+    #[must_use]
+    pub fn one(i: usize) -> Self {
+        DeviceSet(1u64 << i)
+    }
+
+    /// Adds device `i` (`i < 64`).
+    pub fn insert(&mut self, i: usize) {
+        self.0 |= 1u64 << i;
+    }
+
+    /// Whether device `i` is in the set.
+    #[must_use]
+    pub fn contains(self, i: usize) -> bool {
+        i < MAX_DEVICES && self.0 & (1u64 << i) != 0
+    }
+
+    /// Number of devices.
+    #[must_use]
+    pub fn len(self) -> usize {
+        self.0.count_ones() as usize
+    }
+
+    /// Whether it holds no device.
+    #[must_use]
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    /// The indexes, ascending.
+    pub fn iter(self) -> impl Iterator<Item = usize> {
+        (0..MAX_DEVICES).filter(move |&i| self.contains(i))
+    }
+}
+
+/// A node's GPUs: how many, of which model, and their free share.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeGpus {
+    /// The GPU model of every device (`""` when the node does not say).
+    pub model: Arc<str>,
+    /// Free milli-GPU of each device, by index (`0..=1000`).
+    pub free: Vec<u32>,
+}
+
+impl NodeGpus {
+    /// `count` idle devices of `model`.
+    #[must_use]
+    pub fn idle(model: &str, count: usize) -> Self {
+        NodeGpus {
+            model: Arc::from(model),
+            free: vec![MILLI_PER_GPU; count],
+        }
+    }
+
+    /// Total free milli-GPU.
+    #[must_use]
+    pub fn free_milli(&self) -> u64 {
+        self.free.iter().map(|&f| u64::from(f)).sum()
+    }
+
+    /// Number of wholly free devices.
+    #[must_use]
+    pub fn idle_devices(&self) -> usize {
+        self.free.iter().filter(|&&f| f == MILLI_PER_GPU).count()
+    }
+
+    /// Takes `req.milli` from each device of `devices`.
+    ///
+    /// # Errors
+    /// The first device that is out of range or has less than `req.milli`
+    /// free (nothing is taken then).
+    pub fn take(&mut self, devices: DeviceSet, milli: u32) -> Result<(), usize> {
+        if let Some(bad) = devices
+            .iter()
+            .find(|&i| self.free.get(i).is_none_or(|&f| f < milli))
+        {
+            return Err(bad);
+        }
+        for i in devices.iter() {
+            self.free[i] -= milli;
+        }
+        Ok(())
+    }
+
+    /// Gives `milli` back to each device of `devices` (capped at 1000).
+    pub fn give(&mut self, devices: DeviceSet, milli: u32) {
+        for i in devices.iter() {
+            if let Some(f) = self.free.get_mut(i) {
+                *f = (*f + milli).min(MILLI_PER_GPU);
+            }
+        }
+    }
+}
+
+/// Whether `req` fits the devices of `gpus`: its model is allowed, and
+/// either one device has `req.milli` free (a share) or `req.count` devices
+/// are wholly free (whole GPUs). The Filter's test.
+#[must_use]
+pub fn fits(gpus: &NodeGpus, req: &GpuRequest) -> bool {
+    if !req.allows_model(&gpus.model) {
+        return false;
+    }
+    let enough = gpus.free.iter().filter(|&&f| f >= req.milli).count();
+    enough >= req.count as usize
+}
+
+/// The devices `req` takes on `gpus` by the default rule: for a share, the
+/// device with the *least* free share that still holds it (ties: lowest
+/// index); for whole GPUs, the `count` lowest-indexed wholly free devices.
+/// `None` when it does not [`fits`].
+#[must_use]
+pub fn choose_best_fit(gpus: &NodeGpus, req: &GpuRequest) -> Option<DeviceSet> {
+    if !fits(gpus, req) {
+        return None;
+    }
+    let mut set = DeviceSet::default();
+    if req.is_share() {
+        let (i, _) = gpus
+            .free
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| **f >= req.milli)
+            .min_by_key(|(i, f)| (**f, *i))?;
+        set.insert(i);
+    } else {
+        for (i, _) in gpus
+            .free
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| **f >= MILLI_PER_GPU)
+            .take(req.count as usize)
+        {
+            set.insert(i);
+        }
+    }
+    Some(set)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(free: &[u32]) -> NodeGpus {
+        NodeGpus {
+            model: Arc::from("V100"),
+            free: free.to_vec(),
+        }
+    }
+
+    #[test]
+    fn a_share_must_fit_on_one_device_not_the_sum() {
+        let eight_scattered = node(&[300; 8]);
+        assert_eq!(eight_scattered.free_milli(), 2400);
+        assert!(!fits(&eight_scattered, &GpuRequest::share(500)));
+        assert!(fits(&eight_scattered, &GpuRequest::share(300)));
+    }
+
+    #[test]
+    fn whole_gpus_need_wholly_free_devices() {
+        let n = node(&[1000, 999, 1000, 0]);
+        assert!(fits(&n, &GpuRequest::whole(2)));
+        assert!(!fits(&n, &GpuRequest::whole(3)));
+        assert_eq!(choose_best_fit(&n, &GpuRequest::whole(2)), Some(DeviceSet(0b101)));
+    }
+
+    #[test]
+    fn a_share_takes_the_tightest_device_lowest_index_first() {
+        let n = node(&[1000, 600, 500, 500, 400]);
+        assert_eq!(choose_best_fit(&n, &GpuRequest::share(450)), Some(DeviceSet::one(2)));
+        assert_eq!(choose_best_fit(&n, &GpuRequest::share(550)), Some(DeviceSet::one(1)));
+        assert_eq!(choose_best_fit(&n, &GpuRequest::share(1000)), Some(DeviceSet::one(0)));
+        assert_eq!(choose_best_fit(&n, &GpuRequest::share(100)), Some(DeviceSet::one(4)));
+    }
+
+    #[test]
+    fn models_restrict_nodes() {
+        let n = node(&[1000]);
+        let mut req = GpuRequest::whole(1);
+        req.models = Some(Arc::from(vec![Arc::from("T4"), Arc::from("A100")]));
+        assert!(!fits(&n, &req));
+        req.models = Some(Arc::from(vec![Arc::from("V100")]));
+        assert!(fits(&n, &req));
+    }
+
+    #[test]
+    fn take_refuses_over_sharing_and_changes_nothing() {
+        let mut n = node(&[1000, 300]);
+        assert_eq!(n.take(DeviceSet(0b11), 500), Err(1));
+        assert_eq!(n.free, [1000, 300]);
+        n.take(DeviceSet::one(0), 500).unwrap();
+        assert_eq!(n.free, [500, 300]);
+        assert_eq!(n.take(DeviceSet::one(7), 1), Err(7));
+        n.give(DeviceSet::one(0), 500);
+        assert_eq!(n.free, [1000, 300]);
+    }
+}

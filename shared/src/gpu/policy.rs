@@ -1,0 +1,1 @@
+//! GPU scoring policies: FGD and the paper's baselines.
