@@ -10,6 +10,8 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
 
+use crate::gpu::dialect::NodeGpuSpec;
+use crate::gpu::state::GpuState;
 use crate::images::{NodeImages, node_images};
 use crate::object_source::ObjectSource;
 use crate::pod_info::{HostPort, PodInfo};
@@ -36,6 +38,9 @@ pub struct NodeSpec {
     /// cache lines of the spec (an inline map would push
     /// `unschedulable` a line further).
     pub images: Arc<NodeImages>,
+    /// Its GPU devices ([`crate::gpu::dialect::node_gpus`]); `None` for a
+    /// node without GPUs.
+    pub gpus: Option<NodeGpuSpec>,
     /// The original object, whole or as JSON ([`NodeSpec::node`]).
     source: ObjectSource<Node>,
 }
@@ -106,7 +111,9 @@ impl NodeSpec {
                 )));
             }
         }
+        let gpus = crate::gpu::dialect::node_gpus(&node, &allocatable).map_err(err)?;
         Ok(NodeSpec {
+            gpus,
             name: Arc::from(name),
             labels: node.metadata.labels.clone().unwrap_or_default(),
             taints: spec
@@ -184,6 +191,10 @@ pub struct NodeInfo {
     pub pods_with_required_anti_affinity: Vec<Arc<PodInfo>>,
     /// Bumped on every change; snapshots copy only nodes whose generation moved.
     pub generation: u64,
+    /// The GPU devices and what the pods hold of them; `None` for a node
+    /// without GPUs (pods asking for GPUs are then not counted here: the
+    /// GPU Filter refuses them such a node).
+    pub gpu: Option<Box<GpuState>>,
 }
 
 impl NodeInfo {
@@ -191,7 +202,6 @@ impl NodeInfo {
     #[must_use]
     pub fn new(spec: Arc<NodeSpec>) -> Self {
         NodeInfo {
-            spec,
             requested: Resources::default(),
             non_zero_milli_cpu: 0,
             non_zero_memory: 0,
@@ -200,6 +210,8 @@ impl NodeInfo {
             pods_with_affinity: Vec::new(),
             pods_with_required_anti_affinity: Vec::new(),
             generation: 0,
+            gpu: spec.gpus.as_ref().map(|g| Box::new(GpuState::new(g))),
+            spec,
         }
     }
 
@@ -231,6 +243,9 @@ impl NodeInfo {
         self.non_zero_milli_cpu += pod.non_zero_milli_cpu;
         self.non_zero_memory += pod.non_zero_memory;
         self.used_ports.extend(pod.host_ports.iter().cloned());
+        if let (Some(state), Some(g)) = (self.gpu.as_deref_mut(), pod.gpu.as_deref()) {
+            state.add(&pod.uid, g);
+        }
         if let Some(a) = pod.pod_affinity.as_deref() {
             self.pods_with_affinity.push(pod.clone());
             if !a.required_anti_affinity.is_empty() {
@@ -246,6 +261,9 @@ impl NodeInfo {
     pub fn remove_pod(&mut self, uid: &str) -> Option<Arc<PodInfo>> {
         let i = self.pods.iter().position(|p| &*p.uid == uid)?;
         let pod = self.pods.swap_remove(i);
+        if let Some(state) = self.gpu.as_deref_mut() {
+            state.remove(uid);
+        }
         self.requested.sub(&pod.requests);
         self.non_zero_milli_cpu -= pod.non_zero_milli_cpu;
         self.non_zero_memory -= pod.non_zero_memory;
@@ -283,6 +301,7 @@ impl NodeInfo {
             && old.non_zero_milli_cpu == pod.non_zero_milli_cpu
             && old.non_zero_memory == pod.non_zero_memory
             && old.host_ports == pod.host_ports
+            && same_gpu_hold(old.gpu.as_deref(), pod.gpu.as_deref())
             && old.pod_affinity.is_some() == pod.pod_affinity.is_some()
             && old.pod_affinity.as_deref().is_none_or(|a| {
                 pod.pod_affinity.as_deref().is_some_and(|b| {
@@ -305,10 +324,37 @@ impl NodeInfo {
         true
     }
 
-    /// Replaces the node object, keeping the pods.
+    /// Replaces the node object, keeping the pods (counted again on the
+    /// devices when the node's GPUs changed).
     pub fn set_spec(&mut self, spec: Arc<NodeSpec>) {
+        if spec.gpus != self.spec.gpus {
+            self.gpu = spec.gpus.as_ref().map(|g| Box::new(GpuState::new(g)));
+            if let Some(state) = self.gpu.as_deref_mut() {
+                for p in &self.pods {
+                    if let Some(g) = p.gpu.as_deref() {
+                        state.add(&p.uid, g);
+                    }
+                }
+            }
+        }
         self.spec = spec;
         self.generation += 1;
+    }
+}
+
+/// Whether a newer copy of a pod holds what the older one held: the same
+/// request, and the same devices when the newer names them (a bound copy
+/// without the annotation keeps the devices counted for the older).
+fn same_gpu_hold(
+    old: Option<&crate::gpu::state::PodGpu>,
+    new: Option<&crate::gpu::state::PodGpu>,
+) -> bool {
+    match (old, new) {
+        (None, None) => true,
+        (Some(a), Some(b)) => {
+            a.request == b.request && (b.devices.is_none() || a.devices == b.devices)
+        }
+        _ => false,
     }
 }
 

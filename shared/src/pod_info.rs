@@ -8,6 +8,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+use crate::gpu::{self, DeviceSet, state::PodGpu};
 use crate::images;
 use crate::object_source::ObjectSource;
 use crate::pod_affinity::PodAffinity;
@@ -154,6 +155,10 @@ pub struct PodInfo {
     /// disks, CSI inline volumes); `None` when the pod has none of those
     /// (most pods: configMap, secret and emptyDir volumes are not kept).
     pub volumes: Option<Arc<PodVolumes>>,
+    /// What the pod asks of GPUs and the devices it holds
+    /// ([`crate::gpu::dialect`] says how both are read); `None` for a pod
+    /// that asks for no GPU (most pods).
+    pub gpu: Option<Arc<PodGpu>>,
 }
 
 /// A pod that cannot be read; names the object and the field.
@@ -260,6 +265,14 @@ impl PodInfo {
             .ok_or_else(|| err("spec: required".into()))?;
         let reqs = resources::pod_requests(spec).map_err(|e| err(e.to_string()))?;
         let class = workload::classify(&pod).map_err(err)?;
+        let annotations = pod.metadata.annotations.as_ref();
+        let gpu = match gpu::dialect::pod_request(annotations, &reqs.requests).map_err(err)? {
+            Some(request) => Some(Arc::new(PodGpu {
+                request,
+                devices: gpu::dialect::pod_devices(annotations).map_err(err)?,
+            })),
+            None => None,
+        };
 
         let mut required_affinity = None;
         let mut preferred_affinity = Vec::new();
@@ -431,7 +444,23 @@ impl PodInfo {
             source: ObjectSource::Object(pod),
             scheduling_gates,
             nominated_node_name,
+            gpu,
         })
+    }
+
+    /// A copy of this pod holding `devices` of its node: what the
+    /// scheduler assumes, and the arbiter grants, for a GPU pod.
+    /// `self` unchanged when the pod asks for no GPU.
+    #[must_use]
+    pub fn with_gpu_devices(&self, devices: DeviceSet) -> PodInfo {
+        let mut p = self.clone();
+        if let Some(g) = &self.gpu {
+            p.gpu = Some(Arc::new(PodGpu {
+                request: g.request.clone(),
+                devices: Some(devices),
+            }));
+        }
+        p
     }
 }
 

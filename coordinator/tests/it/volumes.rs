@@ -269,7 +269,7 @@ async fn two_workers_never_both_take_the_one_available_static_pv() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_claim_never_bound_times_out_at_prebind_frees_the_room_and_binds_once_the_controller_runs()
  {
-    let (h, mut w) = waiting_prebind(1).await;
+    let (h, w) = waiting_prebind(1).await;
     let d = within(STEP, "PreBind times out", w.propose("p", "n1")).await;
     assert_eq!(outcome(&d), pb::BindOutcome::Error, "{d:?}");
     let want = "running PreBind plugin \"VolumeBinding\": binding volumes: timed out waiting for \

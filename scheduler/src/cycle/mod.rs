@@ -580,7 +580,11 @@ impl Cycle<'_> {
         now: Instant,
     ) -> Decision {
         match result {
-            Ok(r) => self.assume_and_permit(fw, pod, r, now),
+            Ok(mut r) => {
+                let pod = fw.reserve_gpus(pod, snapshot.get(&r.node).map(|n| &**n));
+                r.gpu_devices = pod.gpu.as_deref().and_then(|g| g.devices);
+                self.assume_and_permit(fw, &pod, r, now)
+            }
             Err(ScheduleError::Unschedulable(fit)) => {
                 self.post_filter(fw, snapshot, pod, fit, rng, now)
             }

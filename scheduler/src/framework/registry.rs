@@ -13,6 +13,7 @@ use crate::plugins::{
     default_binder::{self, DefaultBinder},
     default_preemption::{self, DefaultPreemption},
     gang_scheduling::{self, GangScheduling},
+    gpu_share::{self, GpuShare},
     image_locality::ImageLocality,
     inter_pod_affinity::{InterPodAffinity, InterPodAffinityArgs},
     max_instances_per_node::MaxInstancesPerNode,
@@ -69,6 +70,9 @@ pub struct PluginHandle {
     /// DefaultPreemption's validated args, when this is that plugin (the
     /// framework hands them to the PostFilter caller).
     pub preemption_args: Option<DefaultPreemptionArgs>,
+    /// GpuShare, when this is that plugin: its Reserve (the devices a pod
+    /// takes on its node) runs in the cycle once the node is chosen.
+    pub gpu_share: Option<Arc<GpuShare>>,
 }
 
 impl std::fmt::Debug for PluginHandle {
@@ -101,6 +105,7 @@ impl PluginHandle {
             score_state: None,
             other_points: &[],
             preemption_args: None,
+            gpu_share: None,
         }
     }
 
@@ -129,6 +134,14 @@ impl PluginHandle {
     #[must_use]
     pub fn score_state(mut self, p: Arc<dyn PreScorePlugin>) -> Self {
         self.score_state = Some(p);
+        self
+    }
+
+    /// Sets the GpuShare whose Reserve the cycle runs
+    /// ([`PluginHandle::gpu_share`]).
+    #[must_use]
+    pub fn gpu_share(mut self, p: Arc<GpuShare>) -> Self {
+        self.gpu_share = Some(p);
         self
     }
 
@@ -408,6 +421,19 @@ impl Registry {
                     .pre_filter(p.clone())
                     .filter(p.clone())
                     .bind_check(p))
+            }),
+        );
+        add(
+            &mut r,
+            names::GPU_SHARE,
+            Arc::new(|_args| {
+                let p = Arc::new(GpuShare::new());
+                Ok(PluginHandle::new(p.clone())
+                    .pre_filter(p.clone())
+                    .filter(p.clone())
+                    .bind_check(p.clone())
+                    .gpu_share(p)
+                    .other_points(gpu_share::POINTS))
             }),
         );
         add(

@@ -56,6 +56,8 @@ use super::registry::{PluginHandle, Registry, RegistryError};
 use crate::cache::Snapshot;
 use crate::cycle::CycleRng;
 use crate::extender::Extenders;
+use crate::plugins::GpuShare;
+use flotilla_shared::gpu::DeviceSet;
 use crate::preemption::DefaultPreemptionArgs;
 
 /// Filter runs on the calling thread for the first this-many candidates;
@@ -99,6 +101,10 @@ pub struct ScheduleResult {
     /// on a view the arbiter knows is stale). Empty when only one node was
     /// feasible.
     pub alternatives: Vec<Arc<str>>,
+    /// The GPU devices the pod takes on `node` (GpuShare's Reserve, set
+    /// by the cycle when it assumes the pod): sent with the bind proposal
+    /// for the arbiter to re-check. `None` for a pod asking for no GPU.
+    pub gpu_devices: Option<DeviceSet>,
 }
 
 /// Most nodes a placement offers the arbiter after its choice
@@ -162,6 +168,9 @@ pub struct Framework {
     extenders: Option<Arc<Extenders>>,
     /// Handles into the process metrics for this profile.
     metrics: ProfileMetrics,
+    /// GpuShare when the profile enables it at Filter: its Reserve picks
+    /// the devices a GPU pod takes on its chosen node.
+    gpu_share: Option<Arc<GpuShare>>,
 }
 
 impl std::fmt::Debug for Framework {
@@ -551,6 +560,7 @@ impl Framework {
             preemption: None,
             extenders: None,
             metrics: ProfileMetrics::new(&profile.scheduler_name, &[]),
+            gpu_share: None,
         };
         for (point, names) in &enabled {
             for name in names {
@@ -559,6 +569,7 @@ impl Framework {
                     ExtensionPoint::PreFilter => fw.pre_filters.extend(h.pre_filter.clone()),
                     ExtensionPoint::Filter => {
                         fw.filters.extend(h.filter.clone());
+                        fw.gpu_share = fw.gpu_share.take().or_else(|| h.gpu_share.clone());
                         match &h.bind_check {
                             Some(c) => fw.bind_checks.push(c.clone()),
                             None => fw.unchecked_filters.push(name),
@@ -681,6 +692,22 @@ impl Framework {
     #[must_use]
     pub fn preemption(&self) -> Option<&DefaultPreemptionArgs> {
         self.preemption.as_ref()
+    }
+
+    /// GpuShare's Reserve: `pod` as it is assumed on `node`, holding the
+    /// GPU devices the profile's GpuShare chooses there (the same `pod`
+    /// when it asks for no GPU, the profile does not enable GpuShare, or
+    /// nothing fits: the node then counts it on the default rule's
+    /// devices).
+    #[must_use]
+    pub fn reserve_gpus(&self, pod: &Arc<PodInfo>, node: Option<&NodeInfo>) -> Arc<PodInfo> {
+        match (&self.gpu_share, node, pod.gpu.is_some()) {
+            (Some(g), Some(node), true) => match g.choose_devices(pod, node) {
+                Some(d) => Arc::new(pod.with_gpu_devices(d)),
+                None => pod.clone(),
+            },
+            _ => pod.clone(),
+        }
     }
 
     /// Gives the framework the scheduler's HTTP extenders (upstream's
@@ -1206,6 +1233,7 @@ impl Framework {
                     c.push((node.spec.name.clone(), score));
                 }
                 return Ok(ScheduleResult {
+                    gpu_devices: None,
                     node: node.spec.name.clone(),
                     score,
                     evaluated: 1,
@@ -1418,6 +1446,7 @@ impl Framework {
             );
         }
         Ok(ScheduleResult {
+            gpu_devices: None,
             node: nodes[chosen.best].spec.name.clone(),
             score: chosen.score,
             evaluated,

@@ -33,6 +33,9 @@ pub const GANG_SCHEDULING: &str = "GangScheduling";
 /// `MaxInstancesPerNode` (Flotilla: at most `k` pods of one app per node,
 /// from a pod annotation; not a default plugin).
 pub const MAX_INSTANCES_PER_NODE: &str = "MaxInstancesPerNode";
+/// `GpuShare` (Flotilla: per-device GPU placement and GPU scoring
+/// policies; the FGD paper's `Open-Gpu-Share`).
+pub const GPU_SHARE: &str = "GpuShare";
 /// `SchedulingGates` (PreEnqueue).
 pub const SCHEDULING_GATES: &str = "SchedulingGates";
 

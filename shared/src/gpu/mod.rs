@@ -21,8 +21,10 @@
 
 use std::sync::Arc;
 
+pub mod dialect;
 pub mod frag;
 pub mod policy;
+pub mod state;
 
 /// Milli-GPU in one whole GPU: the capacity of every device.
 pub const MILLI_PER_GPU: u32 = 1000;

@@ -1,0 +1,192 @@
+//! The GPU devices of one node with what its pods hold: the per-device
+//! accounting [`crate::NodeInfo`] keeps for the worker's cache, `simulate`
+//! and the arbiter alike.
+
+use std::sync::Arc;
+
+use super::dialect::NodeGpuSpec;
+use super::{DeviceSet, GpuRequest, MILLI_PER_GPU, NodeGpus, choose_best_fit};
+
+/// A pod's GPU request and, once placed, the devices it holds.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PodGpu {
+    /// What it asks for.
+    pub request: GpuRequest,
+    /// The devices of its node it holds: from its `gpu-index` annotation
+    /// (bound pods), or chosen by the scheduler at assume; `None` for a
+    /// pod not placed yet, or bound without saying.
+    pub devices: Option<DeviceSet>,
+}
+
+/// One pod's hold on devices.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Hold {
+    uid: Arc<str>,
+    devices: DeviceSet,
+    milli: u32,
+}
+
+/// A node's devices and the pods holding them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuState {
+    /// Free milli-GPU per device (`1000 − used`, never below 0): what the
+    /// Filter and the scores read.
+    gpus: NodeGpus,
+    /// Milli-GPU held per device; above 1000 only when pods bound by
+    /// someone else share a device beyond it.
+    used: Vec<u32>,
+    holds: Vec<Hold>,
+}
+
+impl GpuState {
+    /// Idle devices as `spec` describes them.
+    #[must_use]
+    pub fn new(spec: &NodeGpuSpec) -> Self {
+        GpuState {
+            gpus: NodeGpus {
+                model: spec.model.clone(),
+                free: vec![MILLI_PER_GPU; spec.count],
+            },
+            used: vec![0; spec.count],
+            holds: Vec::new(),
+        }
+    }
+
+    /// The devices' free shares and model.
+    #[must_use]
+    pub fn gpus(&self) -> &NodeGpus {
+        &self.gpus
+    }
+
+    /// The devices the pod `uid` holds here.
+    #[must_use]
+    pub fn held_by(&self, uid: &str) -> Option<DeviceSet> {
+        self.holds
+            .iter()
+            .find(|h| &*h.uid == uid)
+            .map(|h| h.devices)
+    }
+
+    /// Counts the pod `uid` holding `gpu` here and returns the devices
+    /// held: those it names when they exist on the node, else the default
+    /// rule's choice ([`choose_best_fit`]), else (it fits nowhere: placed
+    /// by someone else beyond the devices) the devices with the most free,
+    /// so its share is counted somewhere. Nothing when it already holds.
+    pub fn add(&mut self, uid: &Arc<str>, gpu: &PodGpu) -> DeviceSet {
+        if let Some(held) = self.held_by(uid) {
+            return held;
+        }
+        let n = self.used.len();
+        let devices = gpu
+            .devices
+            .filter(|d| !d.is_empty() && d.iter().all(|i| i < n))
+            .or_else(|| choose_best_fit(&self.gpus, &without_models(&gpu.request)))
+            .unwrap_or_else(|| self.most_free(gpu.request.count as usize));
+        for i in devices.iter() {
+            self.used[i] += gpu.request.milli;
+            self.gpus.free[i] = MILLI_PER_GPU.saturating_sub(self.used[i]);
+        }
+        self.holds.push(Hold {
+            uid: uid.clone(),
+            devices,
+            milli: gpu.request.milli,
+        });
+        devices
+    }
+
+    /// Gives back what the pod `uid` held; false when it held nothing.
+    pub fn remove(&mut self, uid: &str) -> bool {
+        let Some(i) = self.holds.iter().position(|h| &*h.uid == uid) else {
+            return false;
+        };
+        let h = self.holds.swap_remove(i);
+        for d in h.devices.iter() {
+            self.used[d] = self.used[d].saturating_sub(h.milli);
+            self.gpus.free[d] = MILLI_PER_GPU.saturating_sub(self.used[d]);
+        }
+        true
+    }
+
+    /// The `k` devices with the most free (lowest index first among equals).
+    fn most_free(&self, k: usize) -> DeviceSet {
+        let mut order: Vec<usize> = (0..self.used.len()).collect();
+        order.sort_by_key(|&i| (self.used[i], i));
+        let mut set = DeviceSet::default();
+        for i in order.into_iter().take(k) {
+            set.insert(i);
+        }
+        set
+    }
+}
+
+/// A placed pod is counted on its node whatever the node's model: the
+/// model constraint is the Filter's, not the accounting's.
+fn without_models(req: &GpuRequest) -> GpuRequest {
+    GpuRequest {
+        models: None,
+        ..req.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(count: usize) -> GpuState {
+        GpuState::new(&NodeGpuSpec {
+            model: Arc::from("T4"),
+            count,
+        })
+    }
+
+    fn pod(milli: u32, count: u32, devices: Option<u64>) -> PodGpu {
+        PodGpu {
+            request: GpuRequest {
+                count,
+                milli,
+                models: None,
+            },
+            devices: devices.map(DeviceSet),
+        }
+    }
+
+    #[test]
+    fn named_devices_are_held_and_given_back() {
+        let mut s = state(4);
+        let a: Arc<str> = Arc::from("a");
+        assert_eq!(s.add(&a, &pod(300, 1, Some(0b100))), DeviceSet(0b100));
+        assert_eq!(s.gpus().free, [1000, 1000, 700, 1000]);
+        // Counted once.
+        s.add(&a, &pod(300, 1, Some(0b100)));
+        assert_eq!(s.gpus().free, [1000, 1000, 700, 1000]);
+        assert!(s.remove("a"));
+        assert!(!s.remove("a"));
+        assert_eq!(s.gpus().free, [1000; 4]);
+    }
+
+    #[test]
+    fn unnamed_devices_follow_the_default_rule() {
+        let mut s = state(3);
+        s.add(&Arc::from("a"), &pod(600, 1, Some(0b1)));
+        // 300 goes to the tightest device that holds it: device 0 (400 free).
+        assert_eq!(s.add(&Arc::from("b"), &pod(300, 1, None)), DeviceSet(0b1));
+        assert_eq!(s.add(&Arc::from("c"), &pod(1000, 2, None)), DeviceSet(0b110));
+        assert_eq!(s.gpus().free, [100, 0, 0]);
+    }
+
+    #[test]
+    fn a_pod_beyond_the_devices_is_still_counted() {
+        let mut s = state(2);
+        s.add(&Arc::from("a"), &pod(1000, 2, None));
+        // Bound by someone else though nothing is free: counted on the
+        // devices with most free, never below 0 free.
+        let d = s.add(&Arc::from("b"), &pod(500, 1, None));
+        assert_eq!(d.len(), 1);
+        assert_eq!(s.gpus().free, [0, 0]);
+        s.remove("a");
+        let left: u32 = s.gpus().free.iter().sum();
+        assert_eq!(left, 1500, "only b's 500 is still held");
+        // Devices named beyond the node's are not trusted.
+        assert_eq!(s.add(&Arc::from("c"), &pod(100, 1, Some(0b1000))).len(), 1);
+    }
+}
