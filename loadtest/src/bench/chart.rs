@@ -10,7 +10,7 @@ use super::measure::Throughput;
 #[error("drawing the chart: {0}")]
 pub struct ChartError(String);
 
-fn err(e: impl std::fmt::Display) -> ChartError {
+pub(super) fn err(e: impl std::fmt::Display) -> ChartError {
     ChartError(e.to_string())
 }
 

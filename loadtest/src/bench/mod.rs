@@ -8,6 +8,9 @@
 //!   openb trace, a 30,000-node fixed-rate scenario after Gödel).
 //! - [`measure`]: throughput windows, percentiles, the latency CDF.
 //! - [`chart`]: the SVG.
+//! - [`fgd`]: the FGD paper's GPU-sharing protocol (seeded streams tuned to
+//!   130 % of GPU capacity, allocation curves, the authors' CSV and figure),
+//!   independent of the placer.
 //! - [`api`]: a scenario against a real API server (`--kubeconfig`),
 //!   optionally beside upstream kube-scheduler.
 //!
@@ -17,6 +20,7 @@
 
 pub mod api;
 pub mod chart;
+pub mod fgd;
 pub mod measure;
 pub mod scenarios;
 
