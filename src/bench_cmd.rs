@@ -25,9 +25,31 @@ pub struct BenchArgs {
     /// The scenario: scheduling-basic, scheduling-basic-50k,
     /// pod-anti-affinity, topology-spreading, mixed-churn,
     /// preemption-basic, unschedulable, openb, godel-30k, dlrm, kube-lab,
-    /// csi-pvs, wffc-pvs (docs/benchmarks.md describes each).
+    /// csi-pvs, wffc-pvs (docs/benchmarks.md describes each); or fgd, the
+    /// FGD paper's GPU-sharing experiment (unallocated GPU % per policy:
+    /// --pods, --policy, --seeds, --tune, --csv; the plot goes to --chart).
     #[arg(long, value_name = "NAME")]
-    pub scenario: ScenarioName,
+    pub scenario: BenchScenario,
+    /// fgd: the openb pod list (default: the `default` trace beside the
+    /// project; give a variant's file, e.g. openb_pod_list_gpushare40.csv).
+    #[arg(long, value_name = "FILE")]
+    pub pods: Option<PathBuf>,
+    /// fgd: a GPU policy to run (repeat for several; default all six of
+    /// the paper): random, dotprod, clustering, packing, bestfit, fgd, or
+    /// the paper's names (01-Random ... 06-FGD).
+    #[arg(long = "policy", value_name = "NAME")]
+    pub policies: Vec<String>,
+    /// fgd: the seeds, as "42-51" or "42,45,50-51".
+    #[arg(long, default_value = "42-51")]
+    pub seeds: String,
+    /// fgd: GPU demand the pod stream is tuned to, as a multiple of the
+    /// cluster's GPUs (the paper's 1.3).
+    #[arg(long, default_value_t = flotilla_loadtest::bench::fgd::DEFAULT_TUNE)]
+    pub tune: f64,
+    /// fgd: write the allocation curves here in the authors' CSV layout
+    /// (workload, sc_policy, tune, seed, total_gpus, 0..130).
+    #[arg(long, value_name = "FILE")]
+    pub csv: Option<PathBuf>,
     #[command(flatten)]
     pub sched: crate::ConfigArgs,
     /// Scheduler workers, split between the online and batch pools.
@@ -102,13 +124,43 @@ pub struct BenchArgs {
     pub tls: bool,
 }
 
+/// What `--scenario` names: a throughput scenario, or the FGD experiment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BenchScenario {
+    /// A scenario measured for speed ([`ScenarioName`]).
+    Throughput(ScenarioName),
+    /// The FGD paper's GPU-sharing experiment.
+    Fgd,
+}
+
+impl std::str::FromStr for BenchScenario {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s == "fgd" {
+            return Ok(BenchScenario::Fgd);
+        }
+        s.parse()
+            .map(BenchScenario::Throughput)
+            .map_err(|e: String| format!("{e}, fgd"))
+    }
+}
+
 /// Runs `flotilla bench`.
 pub async fn bench(args: &BenchArgs, sched: SchedulerConfig) -> anyhow::Result<ExitCode> {
+    let scenario_name = match args.scenario {
+        BenchScenario::Fgd => return fgd_bench(args),
+        BenchScenario::Throughput(n) => n,
+    };
+    anyhow::ensure!(
+        args.pods.is_none() && args.policies.is_empty() && args.csv.is_none(),
+        "--pods, --policy and --csv belong to --scenario fgd"
+    );
     if let Some(kubeconfig) = &args.kubeconfig {
         return api_bench(args, kubeconfig, sched).await;
     }
     let scenario = scenarios::build(
-        args.scenario,
+        scenario_name,
         &ScenarioParams {
             scale: args.scale.unwrap_or(1.0),
             rate: args.rate,
@@ -132,7 +184,7 @@ pub async fn bench(args: &BenchArgs, sched: SchedulerConfig) -> anyhow::Result<E
             } else {
                 format!("{}w", args.workers)
             };
-            PathBuf::from("target/bench").join(format!("{}-{suffix}.svg", args.scenario))
+            PathBuf::from("target/bench").join(format!("{scenario_name}-{suffix}.svg"))
         })
     });
     if let Some(path) = &chart
@@ -173,13 +225,16 @@ async fn api_bench(
     kubeconfig: &std::path::Path,
     sched: SchedulerConfig,
 ) -> anyhow::Result<ExitCode> {
-    let default_scale = if matches!(args.scenario, ScenarioName::KubeLab | ScenarioName::Openb) {
+    let BenchScenario::Throughput(scenario_name) = args.scenario else {
+        anyhow::bail!("--scenario fgd runs in-process: no --kubeconfig");
+    };
+    let default_scale = if matches!(scenario_name, ScenarioName::KubeLab | ScenarioName::Openb) {
         1.0
     } else {
         0.1
     };
     let scenario = scenarios::build(
-        args.scenario,
+        scenario_name,
         &ScenarioParams {
             scale: args.scale.unwrap_or(default_scale),
             rate: args.rate,
@@ -233,6 +288,91 @@ async fn api_bench(
     if report.timed_out() {
         eprintln!("error: timed out with pod(s) still pending");
         return Ok(ExitCode::from(EXIT_TIMED_OUT));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `flotilla bench --scenario fgd`: the FGD paper's protocol through the
+/// scheduler's plugins, for each policy; a table of unallocated GPU % at
+/// 100 % and 130 % arrived, the CSV (`--csv`) and the plot (`--chart`).
+fn fgd_bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
+    use flotilla_loadtest::bench::fgd;
+    use flotilla_loadtest::workload::openb;
+    use flotilla_shared::gpu::policy::Policy;
+
+    let dir = match &args.openb_dir {
+        Some(d) => d.clone(),
+        None => openb::default_openb_dir()
+            .context("the openb trace folder was not found beside the project: give --openb-dir")?,
+    };
+    let pods_csv = args
+        .pods
+        .clone()
+        .unwrap_or_else(|| dir.join(openb::PODS_DEFAULT_FILE));
+    let policies: Vec<Policy> = if args.policies.is_empty() {
+        Policy::ALL.to_vec()
+    } else {
+        args.policies
+            .iter()
+            .map(|p| {
+                p.parse::<Policy>()
+                    .map_err(|e| anyhow::anyhow!("--policy: {e}"))
+            })
+            .collect::<anyhow::Result<_>>()?
+    };
+    let seeds = fgd::parse_seeds(&args.seeds).map_err(|e| anyhow::anyhow!("--seeds: {e}"))?;
+    anyhow::ensure!(
+        args.tune.is_finite() && args.tune > 0.0,
+        "--tune {}: must be a positive number",
+        args.tune
+    );
+    // The paper's cluster: the GPU nodes only (§2.1).
+    let w = openb::load_openb(
+        &dir.join(openb::NODES_GPU_FILE),
+        &pods_csv,
+        flotilla_loadtest::workload::OnBadInput::Fail,
+    )?;
+    let nodes = fgd::with_paper_pod_slots(w.nodes);
+    let workload = pods_csv
+        .file_stem()
+        .map(|s| {
+            s.to_string_lossy()
+                .trim_start_matches("openb_pod_list_")
+                .to_owned()
+        })
+        .unwrap_or_default();
+    let started = std::time::Instant::now();
+    let results = fgd::run_policies(&nodes, &w.pods, &policies, &seeds, args.tune)?;
+    eprintln!(
+        "fgd: {} polic{} x {} seed(s) on {workload} in {:.1} s",
+        policies.len(),
+        if policies.len() == 1 { "y" } else { "ies" },
+        seeds.len(),
+        started.elapsed().as_secs_f64()
+    );
+    let named: Vec<(&str, Vec<fgd::SeedCurve>)> = results
+        .into_iter()
+        .map(|(p, c)| (p.paper_name(), c))
+        .collect();
+    let summaries: Vec<_> = named.iter().map(|(p, c)| fgd::summarize(p, c)).collect();
+    print!("{}", fgd::summary_table(&summaries));
+    if let Some(path) = &args.csv {
+        let file = std::fs::File::create(path)
+            .with_context(|| format!("cannot create {}", path.display()))?;
+        fgd::write_alloc_csv(std::io::BufWriter::new(file), &workload, &named)?;
+        eprintln!("curves written to {}", path.display());
+    }
+    if !args.no_chart {
+        let path = args
+            .chart
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(format!("target/bench/fgd-{workload}.svg")));
+        if let Some(d) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(d).with_context(|| format!("cannot create {}", d.display()))?;
+        }
+        let svg = fgd::render_alloc_svg(&format!("openb {workload}: unallocated GPU"), &named)?;
+        std::fs::write(&path, svg).with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("plot written to {}", path.display());
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -55,9 +55,18 @@ use rand::{RngExt as _, SeedableRng};
 
 use super::chart::{ChartError, err};
 use super::measure;
-use crate::workload::{
-    ANNOTATION_GPU_COUNT, ANNOTATION_GPU_MILLI, RESOURCE_GPU, pod_from_template,
-};
+use std::sync::Arc;
+
+use flotilla_scheduler::Registry;
+use flotilla_scheduler::plugins::gpu_share;
+use flotilla_scheduler::plugins::names::GPU_SHARE;
+use flotilla_scheduler::simulate::Replay;
+use flotilla_shared::gpu::dialect;
+use flotilla_shared::gpu::frag::{DEFAULT_COVERAGE, TargetWorkload};
+use flotilla_shared::gpu::policy::Policy;
+use flotilla_shared::{NodeSpec, PodInfo};
+
+use crate::workload::pod_from_template;
 
 /// The authors' workload inflation: requests up to 130 % of GPU capacity.
 pub const DEFAULT_TUNE: f64 = 1.3;
@@ -99,24 +108,20 @@ pub trait Placer {
 /// Why the protocol could not run or a CSV could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum FgdError {
-    /// A pod's GPU annotation is not a non-negative integer.
-    #[error("pod {pod}: annotation {key} is not a non-negative integer: {value:?}")]
-    BadAnnotation {
+    /// A pod's GPU request cannot be read.
+    #[error("pod {pod}: {message}")]
+    BadPod {
         /// The pod's name.
         pod: String,
-        /// The annotation key.
-        key: &'static str,
-        /// Its value.
-        value: String,
+        /// The field and the problem.
+        message: String,
     },
-    /// A node's `nvidia.com/gpu` is not a whole non-negative number.
-    #[error("node {node}: {RESOURCE_GPU} is not a whole number of GPUs: {value:?}")]
-    BadNodeGpus {
-        /// The node's name.
-        node: String,
-        /// The quantity.
-        value: String,
-    },
+    /// A node cannot be read (names the node and the field).
+    #[error("{0}")]
+    BadNode(String),
+    /// The bench's scheduler profile did not load (a bug).
+    #[error("the FGD bench profile: {0}")]
+    Profile(String),
     /// The nodes have no GPU: capacity 0, nothing to measure against.
     #[error("the nodes have no GPU")]
     NoGpus,
@@ -164,55 +169,49 @@ impl GpuRequest {
     }
 }
 
-/// The GPU request of `pod` from its two trace annotations; a missing
-/// annotation counts as 0 (CPU-only pods have neither). To be replaced by
-/// the scheduler's shared per-device parser.
+/// The GPU request of `pod`, read as the scheduler reads it
+/// ([`flotilla_shared::gpu::dialect::pod_request`]: the trace's
+/// annotations, or HAMi / Volcano resources, or bare `nvidia.com/gpu`);
+/// `0 × 0` for a CPU-only pod.
 ///
 /// # Errors
-/// [`FgdError::BadAnnotation`] if an annotation is not a non-negative integer.
+/// [`FgdError::BadPod`] naming the field, as the scheduler would refuse it.
 pub fn gpu_request(pod: &Pod) -> Result<GpuRequest, FgdError> {
-    let annotations = pod.metadata.annotations.as_ref();
-    let read = |key: &'static str| -> Result<u64, FgdError> {
-        match annotations.and_then(|a| a.get(key)) {
-            None => Ok(0),
-            Some(v) => v.trim().parse().map_err(|_| FgdError::BadAnnotation {
-                pod: pod_name(pod).to_owned(),
-                key,
-                value: v.clone(),
-            }),
-        }
+    let bad = |message: String| FgdError::BadPod {
+        pod: pod_name(pod).to_owned(),
+        message,
     };
-    Ok(GpuRequest {
-        count: read(ANNOTATION_GPU_COUNT)?,
-        milli_per_gpu: read(ANNOTATION_GPU_MILLI)?,
-    })
+    let requests = match pod.spec.as_ref() {
+        Some(spec) => {
+            flotilla_shared::resources::pod_requests(spec)
+                .map_err(|e| bad(e.to_string()))?
+                .requests
+        }
+        None => flotilla_shared::resources::Resources::default(),
+    };
+    Ok(
+        match dialect::pod_request(pod.metadata.annotations.as_ref(), &requests).map_err(bad)? {
+            Some(r) => GpuRequest {
+                count: u64::from(r.count),
+                milli_per_gpu: u64::from(r.milli),
+            },
+            None => GpuRequest::default(),
+        },
+    )
 }
 
-/// Whole GPUs over `nodes`: Σ of `nvidia.com/gpu` in each node's
-/// allocatable (its capacity when allocatable is absent; 0 when neither has
-/// it). The authors' `total_gpus` (6,212 for the 1,213 GPU nodes of openb).
+/// GPU devices over `nodes`, as the scheduler counts them
+/// ([`flotilla_shared::gpu::dialect::node_gpus`]): the authors'
+/// `total_gpus` (6,212 for the 1,213 GPU nodes of openb).
 ///
 /// # Errors
-/// [`FgdError::BadNodeGpus`] if a quantity is not a whole number.
+/// [`FgdError::BadNode`] naming the node and field.
 pub fn total_gpus(nodes: &[Node]) -> Result<u64, FgdError> {
     let mut total = 0u64;
     for node in nodes {
-        let status = node.status.as_ref();
-        let quantity = status
-            .and_then(|s| s.allocatable.as_ref())
-            .and_then(|a| a.get(RESOURCE_GPU))
-            .or_else(|| {
-                status
-                    .and_then(|s| s.capacity.as_ref())
-                    .and_then(|c| c.get(RESOURCE_GPU))
-            });
-        if let Some(q) = quantity {
-            let gpus: u64 = q.0.trim().parse().map_err(|_| FgdError::BadNodeGpus {
-                node: node.metadata.name.clone().unwrap_or_default(),
-                value: q.0.clone(),
-            })?;
-            total = total.saturating_add(gpus);
-        }
+        let spec = NodeSpec::from_node(std::sync::Arc::new(node.clone()))
+            .map_err(|e| FgdError::BadNode(e.to_string()))?;
+        total += spec.gpus.map_or(0, |g| g.count as u64);
     }
     Ok(total)
 }
@@ -1083,6 +1082,210 @@ pub fn paper_policy_name(s: &str) -> Option<&'static str> {
     })
 }
 
+// ---------------------------------------------------------------------------
+// The scheduler as the placer
+// ---------------------------------------------------------------------------
+
+/// The paper's scheduler setup as a Flotilla profile (§2.3): the default
+/// Filters plus GpuShare; every Score plugin off but GpuShare with
+/// `policy`; no preemption; every node scored
+/// (`percentageOfNodesToScore: 100`); equally scored nodes to the smallest
+/// name (`tieBreak: NodeName`, the authors' patched `selectHost`);
+/// FGD's target workload given (`target`, learned from the trace as the
+/// authors do); `Random`'s draws seeded with `seed`.
+///
+/// # Errors
+/// [`FgdError::Profile`] if the configuration does not load (a bug).
+pub fn paper_profile(
+    policy: Policy,
+    target: &TargetWorkload,
+    seed: u64,
+) -> Result<flotilla_scheduler::Profile, FgdError> {
+    let shapes: Vec<serde_json::Value> = target
+        .shapes()
+        .iter()
+        .map(|(shape, weight)| {
+            let gpu = shape.gpu_request();
+            serde_json::json!({
+                "cpuMilli": shape.cpu_milli,
+                "gpuMilli": gpu.map_or(0, |g| g.milli),
+                "gpuCount": gpu.map_or(1, |g| g.count),
+                "models": gpu
+                    .and_then(|g| g.models.as_ref())
+                    .map(|m| m.iter().map(|x| x.to_string()).collect::<Vec<_>>())
+                    .unwrap_or_default(),
+                "weight": weight,
+            })
+        })
+        .collect();
+    let config = serde_json::json!({
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "profiles": [{
+            "schedulerName": flotilla_shared::pod_info::DEFAULT_SCHEDULER_NAME,
+            "percentageOfNodesToScore": 100,
+            "tieBreak": "NodeName",
+            "plugins": {
+                "multiPoint": {"enabled": [{"name": GPU_SHARE}]},
+                "score": {
+                    "disabled": [{"name": "*"}],
+                    "enabled": [{"name": GPU_SHARE, "weight": 1}],
+                },
+                "postFilter": {"disabled": [{"name": "*"}]},
+            },
+            "pluginConfig": [{
+                "name": GPU_SHARE,
+                "args": {
+                    "scoringStrategy": {"type": policy.short_name()},
+                    "targetWorkload": {"shapes": shapes},
+                    "randomSeed": seed,
+                },
+            }],
+        }],
+    });
+    let cfg = flotilla_scheduler::config::parse(&config.to_string(), "the FGD bench profile")
+        .map_err(|e| FgdError::Profile(e.to_string()))?;
+    cfg.profiles
+        .into_iter()
+        .next()
+        .ok_or_else(|| FgdError::Profile("no profile".into()))
+}
+
+/// The trace's target workload as the authors compute it (§1.5): the shapes
+/// of every pod of the original list (before the stream is tuned), the
+/// most common covering 95 %, CPU-only pods included.
+///
+/// # Errors
+/// [`FgdError::BadPod`] for a pod the scheduler cannot read.
+pub fn trace_target(pods: &[Pod]) -> Result<TargetWorkload, FgdError> {
+    let shapes = pods
+        .iter()
+        .map(|p| compile(p).map(|info| gpu_share::shape_of(&info)))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(TargetWorkload::learn(shapes, DEFAULT_COVERAGE))
+}
+
+/// The pod as the scheduler reads it.
+fn compile(pod: &Pod) -> Result<PodInfo, FgdError> {
+    PodInfo::from_pod(Arc::new(pod.clone())).map_err(|e| FgdError::BadPod {
+        pod: pod_name(pod).to_owned(),
+        message: e.message,
+    })
+}
+
+/// The scheduler's own cycle as the [`Placer`]: a [`Replay`] of the nodes
+/// with one profile; a placed pod's GPU share (`count × milli`) is what it
+/// adds to the allocated milli-GPU.
+pub struct SchedulerPlacer {
+    replay: Replay,
+    used_milli: u64,
+}
+
+impl SchedulerPlacer {
+    /// An empty cluster of `nodes` scheduled by `profile`.
+    ///
+    /// # Errors
+    /// [`FgdError::BadNode`] for a node the scheduler cannot read;
+    /// [`FgdError::Profile`] for a profile that does not build.
+    pub fn new(
+        nodes: &[Node],
+        profile: flotilla_scheduler::Profile,
+        seed: u64,
+    ) -> Result<Self, FgdError> {
+        let specs = nodes
+            .iter()
+            .map(|n| {
+                NodeSpec::from_node(Arc::new(n.clone()))
+                    .map_err(|e| FgdError::BadNode(e.to_string()))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let replay = Replay::new(specs, &[profile], &Registry::in_tree(), Some(seed))
+            .map_err(|e| FgdError::Profile(e.to_string()))?;
+        Ok(SchedulerPlacer {
+            replay,
+            used_milli: 0,
+        })
+    }
+}
+
+impl Placer for SchedulerPlacer {
+    fn place(&mut self, pod: &Pod) -> bool {
+        // The stream's pods were all read by `gpu_request` first; one the
+        // scheduler still refuses fails, as it would in a cluster.
+        let Ok(info) = compile(pod) else {
+            return false;
+        };
+        match self.replay.place(&Arc::new(info)) {
+            Ok(Some(bound)) => {
+                self.used_milli += bound.gpu.as_deref().map_or(0, |g| g.request.total_milli());
+                true
+            }
+            Ok(None) | Err(_) => false,
+        }
+    }
+
+    fn used_gpu_milli(&self) -> u64 {
+        self.used_milli
+    }
+}
+
+/// Pod slots of every node in the protocol: the authors' node files say
+/// 1001 (so slots never bind); the openb loader's default is 110.
+pub const PAPER_NODE_PODS: &str = "1001";
+
+/// `nodes` with [`PAPER_NODE_PODS`] pod slots.
+#[must_use]
+pub fn with_paper_pod_slots(mut nodes: Vec<Node>) -> Vec<Node> {
+    for n in &mut nodes {
+        let status = n.status.get_or_insert_with(Default::default);
+        for list in [status.capacity.as_mut(), status.allocatable.as_mut()]
+            .into_iter()
+            .flatten()
+        {
+            list.insert(
+                "pods".to_owned(),
+                k8s_openapi::apimachinery::pkg::api::resource::Quantity(PAPER_NODE_PODS.to_owned()),
+            );
+        }
+    }
+    nodes
+}
+
+/// The protocol for each of `policies` through the scheduler's plugins:
+/// per policy, the curves of `seeds` (seeds run in parallel, each on its
+/// own empty cluster). `pods` is the original trace list.
+///
+/// # Errors
+/// As [`run`], [`trace_target`], [`paper_profile`], [`SchedulerPlacer::new`].
+pub fn run_policies(
+    nodes: &[Node],
+    pods: &[Pod],
+    policies: &[Policy],
+    seeds: &[u64],
+    tune: f64,
+) -> Result<Vec<(Policy, Vec<SeedCurve>)>, FgdError> {
+    use rayon::prelude::*;
+    let gpus = total_gpus(nodes)?;
+    if gpus == 0 {
+        return Err(FgdError::NoGpus);
+    }
+    let target = trace_target(pods)?;
+    let mut out = Vec::new();
+    for &policy in policies {
+        let curves = seeds
+            .par_iter()
+            .map(|&seed| {
+                let stream = stream(pods, gpus, seed, tune)?;
+                let mut placer =
+                    SchedulerPlacer::new(nodes, paper_profile(policy, &target, seed)?, seed)?;
+                run_seed(&stream, gpus, seed, tune, &mut placer)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        out.push((policy, curves));
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::{BTreeMap, HashSet};
@@ -1090,6 +1293,7 @@ mod tests {
     use k8s_openapi::api::core::v1::Container;
 
     use super::*;
+    use crate::workload::{ANNOTATION_GPU_COUNT, ANNOTATION_GPU_MILLI, RESOURCE_GPU};
     use crate::workload::{pending_pod, ready_node, resource_list};
 
     /// A trace-dialect pod: `k` GPUs of `d` milli (none for `k` = 0).
@@ -1183,9 +1387,8 @@ mod tests {
             .as_mut()
             .unwrap()
             .insert(ANNOTATION_GPU_MILLI.to_owned(), "0.5".to_owned());
-        assert!(
-            matches!(gpu_request(&bad), Err(FgdError::BadAnnotation { key, .. }) if key == ANNOTATION_GPU_MILLI)
-        );
+        let e = gpu_request(&bad).unwrap_err().to_string();
+        assert!(e.contains(ANNOTATION_GPU_MILLI), "{e}");
         assert_eq!(total_gpus(&[node("n1", 8), node("n2", 2)]).unwrap(), 10);
     }
 

@@ -128,6 +128,8 @@ pub(crate) struct KubeSchedulerProfile {
     pub workload_class: Option<String>,
     /// Flotilla's extension: delegate the choice of node to an HTTP service.
     pub placement_webhook: Option<PlacementWebhook>,
+    /// Flotilla's extension: `Random` or `NodeName`.
+    pub tie_break: Option<String>,
 }
 
 /// Flotilla's `placementWebhook` profile field (see [`crate::webhook`]).

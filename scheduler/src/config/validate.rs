@@ -22,7 +22,7 @@ use super::{
     DEFAULT_RESOURCE_NAME, DEFAULT_RESOURCE_NAMESPACE, DEFAULT_RETRY_PERIOD, KIND, LeaderElection,
     SchedulerConfig,
 };
-use crate::framework::profile::DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE;
+use crate::framework::profile::{DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE, TieBreak};
 use crate::framework::{
     Framework, PluginHandle, PluginRef, PluginSet, Plugins, Profile, Registry, RegistryError,
 };
@@ -511,6 +511,16 @@ fn profile(
         })?),
     };
 
+    let tie_break = match raw.tie_break.as_deref() {
+        None => TieBreak::Random,
+        Some(t) => TieBreak::parse(t).ok_or_else(|| {
+            FieldError::new(
+                at("tieBreak"),
+                format!("{t:?} is not one of \"Random\", \"NodeName\""),
+            )
+        })?,
+    };
+
     // pluginConfig: names, duplicates, args.
     let mut plugin_config = BTreeMap::new();
     let mut index: HashMap<String, usize> = HashMap::new();
@@ -578,6 +588,7 @@ fn profile(
         percentage_of_nodes_to_score: pct,
         workload_class,
         webhook,
+        tie_break,
     };
     Ok((profile, index))
 }

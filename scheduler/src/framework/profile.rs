@@ -83,6 +83,41 @@ pub struct Profile {
     /// choice of node to ([`crate::webhook`]); `None`: the in-process
     /// pipeline chooses.
     pub webhook: Option<WebhookConfig>,
+    /// Flotilla extension: how equally scored nodes are told apart
+    /// (`tieBreak`; default [`TieBreak::Random`], as upstream).
+    pub tie_break: TieBreak,
+}
+
+/// How the scheduling cycle picks among equally scored nodes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum TieBreak {
+    /// Uniformly at random (upstream `selectHost`).
+    #[default]
+    Random,
+    /// The smallest node name: reproducible runs, as the FGD paper's
+    /// simulator patches kube-scheduler to do.
+    NodeName,
+}
+
+impl TieBreak {
+    /// The config spelling (`Random`, `NodeName`).
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            TieBreak::Random => "Random",
+            TieBreak::NodeName => "NodeName",
+        }
+    }
+
+    /// Parses the config spelling.
+    #[must_use]
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "Random" => Some(TieBreak::Random),
+            "NodeName" => Some(TieBreak::NodeName),
+            _ => None,
+        }
+    }
 }
 
 /// Upstream's default `multiPoint` plugins (`getDefaultPlugins`, 1.35, and
@@ -136,6 +171,7 @@ impl Default for Profile {
             percentage_of_nodes_to_score: DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE,
             workload_class: None,
             webhook: None,
+            tie_break: TieBreak::Random,
         }
     }
 }
@@ -153,12 +189,13 @@ impl Profile {
         let mut text = String::new();
         let _ = writeln!(
             text,
-            "{}|{}|{}",
+            "{}|{}|{}|{}",
             self.scheduler_name,
             self.workload_class
                 .map(|c| c.to_string())
                 .unwrap_or_default(),
-            self.percentage_of_nodes_to_score
+            self.percentage_of_nodes_to_score,
+            self.tie_break.as_str()
         );
         let sets = std::iter::once(("multiPoint", &self.plugins.multi_point)).chain(
             self.plugins

@@ -426,12 +426,14 @@ impl Registry {
         add(
             &mut r,
             names::GPU_SHARE,
-            Arc::new(|_args| {
-                let p = Arc::new(GpuShare::new());
+            Arc::new(|args| {
+                let p = Arc::new(GpuShare::from_args(args)?);
                 Ok(PluginHandle::new(p.clone())
                     .pre_filter(p.clone())
                     .filter(p.clone())
                     .bind_check(p.clone())
+                    .pre_score(p.clone())
+                    .score(p.clone())
                     .gpu_share(p)
                     .other_points(gpu_share::POINTS))
             }),

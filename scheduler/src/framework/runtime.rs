@@ -56,9 +56,10 @@ use super::registry::{PluginHandle, Registry, RegistryError};
 use crate::cache::Snapshot;
 use crate::cycle::CycleRng;
 use crate::extender::Extenders;
+use crate::framework::profile::TieBreak;
 use crate::plugins::GpuShare;
-use flotilla_shared::gpu::DeviceSet;
 use crate::preemption::DefaultPreemptionArgs;
+use flotilla_shared::gpu::DeviceSet;
 
 /// Filter runs on the calling thread for the first this-many candidates;
 /// only if they did not yield enough feasible nodes does the rest run in
@@ -171,6 +172,8 @@ pub struct Framework {
     /// GpuShare when the profile enables it at Filter: its Reserve picks
     /// the devices a GPU pod takes on its chosen node.
     gpu_share: Option<Arc<GpuShare>>,
+    /// How equally scored nodes are told apart.
+    tie_break: TieBreak,
 }
 
 impl std::fmt::Debug for Framework {
@@ -274,6 +277,19 @@ fn pick_best(totals: &[i64], draw: impl FnOnce(usize) -> usize) -> usize {
         .map_or(0, |(i, _)| i)
 }
 
+/// The index of the highest total; among several, the one whose node
+/// `name(index)` is smallest ([`TieBreak::NodeName`]). 0 when `totals` is
+/// empty.
+fn smallest_name_best<'n>(totals: &[i64], name: impl Fn(usize) -> &'n str) -> usize {
+    let Some(&max) = totals.iter().max() else {
+        return 0;
+    };
+    (0..totals.len())
+        .filter(|&i| totals[i] == max)
+        .min_by(|&a, &b| name(a).cmp(name(b)))
+        .unwrap_or(0)
+}
+
 /// The indices of the `k` highest totals other than `best`'s, highest
 /// first (ties in index order).
 fn runners_up(totals: &[i64], best: usize, k: usize) -> Vec<usize> {
@@ -296,6 +312,15 @@ fn runners_up(totals: &[i64], best: usize, k: usize) -> Vec<usize> {
 #[cfg(test)]
 mod pick_best_tests {
     use super::{pick_best, runners_up};
+
+    #[test]
+    fn node_name_ties_go_to_the_smallest_name() {
+        let names = ["n-3", "n-1", "n-2", "n-0"];
+        assert_eq!(super::smallest_name_best(&[5, 9, 9, 1], |i| names[i]), 1);
+        assert_eq!(super::smallest_name_best(&[9, 9, 9, 9], |i| names[i]), 3);
+        assert_eq!(super::smallest_name_best(&[1, 2, 0, 0], |i| names[i]), 1);
+        assert_eq!(super::smallest_name_best(&[], |i| names[i]), 0);
+    }
 
     #[test]
     fn runners_up_are_the_next_highest_totals_best_first() {
@@ -561,6 +586,7 @@ impl Framework {
             extenders: None,
             metrics: ProfileMetrics::new(&profile.scheduler_name, &[]),
             gpu_share: None,
+            tie_break: profile.tie_break,
         };
         for (point, names) in &enabled {
             for name in names {
@@ -1677,7 +1703,10 @@ impl Framework {
                 })
                 .collect();
         }
-        let best = pick_best(&totals, |ties| rng.below(ties));
+        let best = match self.tie_break {
+            TieBreak::Random => pick_best(&totals, |ties| rng.below(ties)),
+            TieBreak::NodeName => smallest_name_best(&totals, |k| nodes[feasible[k]].name()),
+        };
         Ok(Selection {
             best: feasible[best],
             score: totals[best],

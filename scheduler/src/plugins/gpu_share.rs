@@ -16,21 +16,271 @@
 //!   them, and the binding proposal carries them.
 //! - Bind check: the arbiter re-checks the devices on its view (two
 //!   workers never split one GPU beyond 1000 milli).
+//! - PreScore / Score: the profile's GPU policy
+//!   ([`GpuShareArgs::scoring_strategy`], default `FGD`): FGD
+//!   (fragmentation gradient descent) or the FGD paper's baselines
+//!   `BestFit`, `GpuPacking`, `GpuClustering`, `DotProd`, `Random`
+//!   ([`flotilla_shared::gpu::policy`]); the policy also chooses the
+//!   devices at Reserve (FGD the device its score found, `Random` a random
+//!   fitting one, the others the tightest). PreScore is `Skip` for a pod
+//!   without GPUs when no feasible node has GPUs (CPU clusters pay
+//!   nothing); CPU-only pods are scored on GPU nodes, as in the paper (FGD
+//!   keeps them off the CPU that GPU tasks need).
+//!
+//! # Args (`GpuShareArgs`)
+//! ```yaml
+//! - name: GpuShare
+//!   args:
+//!     scoringStrategy:
+//!       type: FGD            # BestFit | GpuPacking | GpuClustering | DotProd | Random
+//!     targetWorkload:        # FGD's target workload
+//!       coverage: 0.95       # learned: the most common shapes covering 95 % of pods seen
+//!       shapes:              # or given: then nothing is learned
+//!       - {cpuMilli: 3152, gpuMilli: 810, gpuCount: 1, weight: 12.84}
+//!       - {cpuMilli: 12500, weight: 4.49}          # CPU-only
+//!     randomSeed: 42         # Random's draws (default: from the OS)
+//! ```
+//! The target workload, learned: every pod the profile scores is counted
+//! once (by uid) by its shape (CPU request, GPU count, share, models), and
+//! the most common shapes covering `coverage` of them, renormalised, are
+//! FGD's target (the paper's rule, from the pods seen rather than a trace
+//! read in advance); it is recomputed as pods are seen.
 //!
 //! Node GPU accounting ([`flotilla_shared::gpu::state::GpuState`]) lives
 //! in `NodeInfo`, so the worker's cache, `simulate` and the arbiter count
 //! the same way.
 
 use std::borrow::Cow;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use serde::Deserialize;
 
 use flotilla_shared::framework::{
     BindCheck, BindResult, BindView, ClusterEvent, CycleState, ExtensionPoint, FilterPlugin,
-    Plugin, PreFilterPlugin, PreFilterResult, SharedLister, Status,
+    Plugin, PreFilterPlugin, PreFilterResult, PreScorePlugin, ScorePlugin, SharedLister, Status,
 };
-use flotilla_shared::gpu::{self, DeviceSet, GpuRequest};
+use flotilla_shared::gpu::frag::{DEFAULT_COVERAGE, NodeFree, TargetWorkload, TaskShape};
+use flotilla_shared::gpu::policy::{self, GpuTag, NodeTags, Policy};
+use flotilla_shared::gpu::{self, DeviceSet, GpuRequest, MILLI_PER_GPU, NodeGpus};
 use flotilla_shared::{NodeInfo, PodInfo};
 
 use super::names;
+use crate::cycle::CycleRng;
+use crate::framework::decode_args;
+
+/// `kind` of the args.
+pub const ARGS_KIND: &str = "GpuShareArgs";
+
+/// CycleState key of PreScore's result.
+const PRE_SCORE_KEY: &str = "PreScoreGpuShare";
+
+/// How many new pods the learned target workload may lag: it is
+/// recomputed after this many (and while fewer than this many were seen,
+/// whenever their number doubles).
+const RELEARN_EVERY: u64 = 1000;
+
+/// Most pod uids remembered so that a retried pod is counted once; past
+/// it the memory starts over (a pod retried across it counts twice).
+const MAX_SEEN_UIDS: usize = 1 << 20;
+
+/// Most shapes one node's FGD cache keeps before starting over.
+const MAX_CACHED_SHAPES: usize = 128;
+
+/// `GpuShareArgs`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct GpuShareArgs {
+    /// The GPU policy.
+    pub scoring_strategy: ScoringStrategy,
+    /// FGD's target workload.
+    pub target_workload: TargetWorkloadArgs,
+    /// Seed of `Random`'s draws (`None`: from the OS).
+    pub random_seed: Option<u64>,
+}
+
+impl Default for GpuShareArgs {
+    fn default() -> Self {
+        GpuShareArgs {
+            scoring_strategy: ScoringStrategy {
+                kind: "FGD".to_owned(),
+            },
+            target_workload: TargetWorkloadArgs::default(),
+            random_seed: None,
+        }
+    }
+}
+
+/// `scoringStrategy`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScoringStrategy {
+    /// `type`: a [`Policy`] name (`FGD`, `BestFit`, `GpuPacking`,
+    /// `GpuClustering`, `DotProd`, `Random`; any case, or the paper's
+    /// `06-FGD` spelling).
+    #[serde(rename = "type")]
+    pub kind: String,
+}
+
+/// `targetWorkload`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct TargetWorkloadArgs {
+    /// Share of pods (0 < coverage ≤ 1) the learned shapes cover.
+    pub coverage: f64,
+    /// The target, given: nothing is learned. Weights are relative.
+    pub shapes: Vec<ShapeArgs>,
+}
+
+impl Default for TargetWorkloadArgs {
+    fn default() -> Self {
+        TargetWorkloadArgs {
+            coverage: DEFAULT_COVERAGE,
+            shapes: Vec::new(),
+        }
+    }
+}
+
+/// One shape of a given target workload.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ShapeArgs {
+    /// CPU request, millicores.
+    #[serde(default)]
+    pub cpu_milli: i64,
+    /// Share of each GPU, milli-GPU (0: a CPU-only shape).
+    #[serde(default)]
+    pub gpu_milli: u32,
+    /// GPUs (default 1 when `gpuMilli` > 0).
+    #[serde(default)]
+    pub gpu_count: Option<u32>,
+    /// Allowed GPU models (empty: any).
+    #[serde(default)]
+    pub models: Vec<String>,
+    /// Relative weight (> 0).
+    pub weight: f64,
+}
+
+impl ShapeArgs {
+    /// The shape, or what is wrong with it (after `shapes[i].`).
+    fn shape(&self) -> Result<TaskShape, String> {
+        if !(self.weight.is_finite() && self.weight > 0.0) {
+            return Err(format!("weight: {} must be a positive number", self.weight));
+        }
+        if self.cpu_milli < 0 {
+            return Err(format!("cpuMilli: {} must not be negative", self.cpu_milli));
+        }
+        if self.gpu_milli == 0 {
+            return Ok(TaskShape::cpu_only(self.cpu_milli));
+        }
+        if self.gpu_milli > MILLI_PER_GPU {
+            return Err(format!(
+                "gpuMilli: {} must be in the range 0-1000",
+                self.gpu_milli
+            ));
+        }
+        let count = self.gpu_count.unwrap_or(1);
+        if count == 0 || count as usize > gpu::MAX_DEVICES {
+            return Err(format!("gpuCount: {count} must be in the range 1-64"));
+        }
+        if count > 1 && self.gpu_milli < MILLI_PER_GPU {
+            return Err(format!(
+                "gpuMilli: a share of {} with gpuCount {count}: a share must be of one GPU",
+                self.gpu_milli
+            ));
+        }
+        let models: Vec<Arc<str>> = self.models.iter().map(|m| Arc::from(m.as_str())).collect();
+        Ok(TaskShape::with_gpu(
+            self.cpu_milli,
+            GpuRequest {
+                count,
+                milli: self.gpu_milli,
+                models: (!models.is_empty()).then(|| Arc::from(models)),
+            },
+        ))
+    }
+}
+
+/// The target workload FGD scores against: given, or learned from the
+/// pods seen.
+#[derive(Debug)]
+enum Target {
+    Given(Arc<TargetWorkload>),
+    Learned(Mutex<Learning>),
+}
+
+/// What the learned target is computed from.
+#[derive(Debug, Default)]
+struct Learning {
+    coverage: f64,
+    counts: HashMap<TaskShape, u64>,
+    seen: HashSet<Arc<str>>,
+    total: u64,
+    learned_at: u64,
+    target: Arc<TargetWorkload>,
+    /// Bumped whenever `target` changes (invalidates the FGD cache).
+    version: u64,
+}
+
+impl Learning {
+    /// Counts `pod` once; recomputes the target when it is due.
+    fn observe(&mut self, pod: &PodInfo, shape: &TaskShape) {
+        if self.seen.len() >= MAX_SEEN_UIDS {
+            self.seen.clear();
+        }
+        if !self.seen.insert(pod.uid.clone()) {
+            return;
+        }
+        *self.counts.entry(shape.clone()).or_insert(0) += 1;
+        self.total += 1;
+        let due = if self.learned_at < RELEARN_EVERY {
+            self.total >= 2 * self.learned_at.max(1)
+        } else {
+            self.total >= self.learned_at + RELEARN_EVERY
+        };
+        if due || self.version == 0 {
+            self.target = Arc::new(TargetWorkload::from_counts(
+                self.counts.iter().map(|(s, c)| (s.clone(), *c)),
+                self.coverage,
+            ));
+            self.learned_at = self.total;
+            self.version += 1;
+        }
+    }
+}
+
+/// One node's cached FGD results, valid while the node's free CPU and
+/// devices and the target stay as they were.
+#[derive(Debug)]
+struct FgdEntry {
+    cpu_milli: i64,
+    free: Vec<u32>,
+    version: u64,
+    /// F_n(M) of the node as it is.
+    base: f64,
+    results: Vec<(TaskShape, Option<(i64, DeviceSet)>)>,
+}
+
+/// What PreScore leaves for Score and Reserve.
+#[derive(Debug)]
+struct PreScoreState {
+    shape: TaskShape,
+    target: Arc<TargetWorkload>,
+    version: u64,
+    /// `Random`: the node drawn.
+    random_pick: Option<Arc<str>>,
+}
+
+/// A node without GPU devices, as the policies read it.
+static NO_GPUS: std::sync::LazyLock<NodeGpus> = std::sync::LazyLock::new(|| NodeGpus {
+    model: Arc::from(""),
+    free: Vec::new(),
+});
+
+/// Shards of the FGD cache (by node name), so parallel Score calls rarely
+/// wait on each other.
+const CACHE_SHARDS: usize = 16;
 
 /// Registry name.
 pub const NAME: &str = names::GPU_SHARE;
@@ -58,23 +308,193 @@ const EVENTS: &[ClusterEvent] = &[
 pub const POINTS: &[ExtensionPoint] = &[ExtensionPoint::Reserve];
 
 /// The plugin.
-#[derive(Debug, Default)]
-pub struct GpuShare {}
+#[derive(Debug)]
+pub struct GpuShare {
+    policy: Policy,
+    target: Target,
+    fgd_cache: [Mutex<HashMap<Arc<str>, FgdEntry>>; CACHE_SHARDS],
+    /// `Random`'s stream: each draw takes the next number.
+    draws: AtomicU64,
+}
+
+impl Default for GpuShare {
+    fn default() -> Self {
+        Self::with_args(GpuShareArgs::default()).unwrap_or_else(|_| unreachable!())
+    }
+}
 
 impl GpuShare {
-    /// The plugin with default args.
+    /// The plugin with default args (FGD, learned target).
     #[must_use]
     pub fn new() -> Self {
-        GpuShare {}
+        Self::default()
     }
 
-    /// The devices `pod` takes on `node` (Reserve): `None` for a pod
-    /// asking for no GPU, or when it does not fit.
+    /// Builds the plugin from its `pluginConfig` args.
+    ///
+    /// # Errors
+    /// Undecodable args, an unknown policy, a coverage outside (0, 1], a
+    /// bad shape; the message starts with the field's path.
+    pub fn from_args(args: Option<&serde_json::Value>) -> Result<Self, String> {
+        Self::with_args(decode_args(args, ARGS_KIND)?)
+    }
+
+    /// Builds the plugin from decoded args.
+    ///
+    /// # Errors
+    /// As [`GpuShare::from_args`].
+    pub fn with_args(args: GpuShareArgs) -> Result<Self, String> {
+        let policy: Policy = args
+            .scoring_strategy
+            .kind
+            .parse()
+            .map_err(|e| format!("scoringStrategy.type: {e}"))?;
+        let coverage = args.target_workload.coverage;
+        if !(coverage > 0.0 && coverage <= 1.0) {
+            return Err(format!(
+                "targetWorkload.coverage: {coverage} must be in the range (0, 1]"
+            ));
+        }
+        let target = if args.target_workload.shapes.is_empty() {
+            Target::Learned(Mutex::new(Learning {
+                coverage,
+                ..Learning::default()
+            }))
+        } else {
+            let mut shapes = Vec::new();
+            for (i, sh) in args.target_workload.shapes.iter().enumerate() {
+                let shape = sh
+                    .shape()
+                    .map_err(|e| format!("targetWorkload.shapes[{i}].{e}"))?;
+                shapes.push((shape, sh.weight));
+            }
+            let sum: f64 = shapes.iter().map(|(_, w)| w).sum();
+            for (_, w) in &mut shapes {
+                *w /= sum;
+            }
+            Target::Given(Arc::new(TargetWorkload::from_weights(shapes)))
+        };
+        Ok(GpuShare {
+            policy,
+            target,
+            fgd_cache: std::array::from_fn(|_| Mutex::new(HashMap::new())),
+            draws: AtomicU64::new(args.random_seed.unwrap_or_else(rand::random)),
+        })
+    }
+
+    /// The policy the plugin scores with.
+    #[must_use]
+    pub fn policy(&self) -> Policy {
+        self.policy
+    }
+
+    /// The target workload FGD scores against now, and its version.
+    fn current_target(&self) -> (Arc<TargetWorkload>, u64) {
+        match &self.target {
+            Target::Given(t) => (t.clone(), 0),
+            Target::Learned(l) => {
+                let l = l.lock().unwrap_or_else(PoisonError::into_inner);
+                (l.target.clone(), l.version)
+            }
+        }
+    }
+
+    /// The FGD target workload in use (given, or learned so far).
+    #[must_use]
+    pub fn target_workload(&self) -> Arc<TargetWorkload> {
+        self.current_target().0
+    }
+
+    /// A uniform draw in `0..n` from the plugin's stream.
+    fn draw(&self, n: usize) -> usize {
+        let seed = self.draws.fetch_add(1, Ordering::Relaxed);
+        CycleRng::from_seed(seed).below(n)
+    }
+
+    /// The devices `pod` takes on `node` (Reserve), as the policy chooses:
+    /// `None` for a pod asking for no GPU, or when it does not fit.
     #[must_use]
     pub fn choose_devices(&self, pod: &PodInfo, node: &NodeInfo) -> Option<DeviceSet> {
         let req = &pod.gpu.as_deref()?.request;
-        gpu::choose_best_fit(node.gpu.as_deref()?.gpus(), req)
+        let gpus = node.gpu.as_deref()?.gpus();
+        match self.policy {
+            Policy::Fgd => {
+                let (target, version) = self.current_target();
+                self.fgd_cached(node, &shape_of(pod), &target, version)
+                    .map(|(_, d)| d)
+                    .or_else(|| gpu::choose_best_fit(gpus, req))
+            }
+            Policy::Random => policy::choose_random(gpus, req, |n| self.draw(n)),
+            _ => gpu::choose_best_fit(gpus, req),
+        }
     }
+
+    /// FGD's score and devices for `shape` on `node`, from the cache when
+    /// the node and the target are as they were.
+    fn fgd_cached(
+        &self,
+        node: &NodeInfo,
+        shape: &TaskShape,
+        target: &TargetWorkload,
+        version: u64,
+    ) -> Option<(i64, DeviceSet)> {
+        let free = node_free(node);
+        let name = &node.spec.name;
+        let shard = flotilla_shared::stable_hash::fnv1a(name.as_bytes()) as usize % CACHE_SHARDS;
+        let mut cache = self.fgd_cache[shard]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let entry = cache.entry(name.clone()).or_insert_with(|| FgdEntry {
+            cpu_milli: i64::MIN,
+            free: Vec::new(),
+            version: u64::MAX,
+            base: 0.0,
+            results: Vec::new(),
+        });
+        if entry.cpu_milli != free.cpu_milli
+            || entry.free != free.gpus.free
+            || entry.version != version
+            || entry.results.len() >= MAX_CACHED_SHAPES
+        {
+            entry.cpu_milli = free.cpu_milli;
+            entry.free.clone_from(&free.gpus.free);
+            entry.version = version;
+            entry.base = flotilla_shared::gpu::frag::node_fragment(&free, target);
+            entry.results.clear();
+        }
+        if let Some((_, r)) = entry.results.iter().find(|(s, _)| s == shape) {
+            return *r;
+        }
+        let r = policy::fgd_with_base(&free, shape, target, entry.base);
+        entry.results.push((shape.clone(), r));
+        r
+    }
+}
+
+/// The pod's shape as FGD counts it: CPU request (millicores) and GPU
+/// request (memory is not part of it, as in the paper).
+#[must_use]
+pub fn shape_of(pod: &PodInfo) -> TaskShape {
+    TaskShape {
+        cpu_milli: pod.requests.milli_cpu,
+        gpu: pod.gpu.as_deref().map(|g| g.request.clone()),
+    }
+}
+
+/// What `node` has free: allocatable CPU minus requested, and its devices.
+fn node_free(node: &NodeInfo) -> NodeFree<'_> {
+    NodeFree {
+        cpu_milli: node.spec.allocatable.milli_cpu - node.requested.milli_cpu,
+        gpus: node.gpu.as_deref().map_or(&*NO_GPUS, |g| g.gpus()),
+    }
+}
+
+/// The GPU tags of the pods on `node` (GpuClustering).
+fn node_tags(node: &NodeInfo) -> NodeTags {
+    node.pods
+        .iter()
+        .filter_map(|p| p.gpu.as_deref().map(|g| GpuTag::of(&g.request)))
+        .collect()
 }
 
 impl Plugin for GpuShare {
@@ -125,7 +545,8 @@ pub fn misfit(
     let fits = match devices {
         Some(d) => {
             d.len() == req.count as usize
-                && d.iter().all(|i| gpus.free.get(i).is_some_and(|&f| f >= req.milli))
+                && d.iter()
+                    .all(|i| gpus.free.get(i).is_some_and(|&f| f >= req.milli))
         }
         None => gpu::fits(gpus, req),
     };
@@ -147,6 +568,69 @@ impl FilterPlugin for GpuShare {
             None => Status::success(),
             Some((reason, true)) => Status::unschedulable(reason).with_plugin(NAME),
             Some((reason, false)) => Status::unresolvable(reason).with_plugin(NAME),
+        }
+    }
+}
+
+impl PreScorePlugin for GpuShare {
+    fn pre_score(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        feasible: &[Arc<NodeInfo>],
+        _cluster: &dyn SharedLister,
+    ) -> Status {
+        if pod.gpu.is_none() && !feasible.iter().any(|n| n.gpu.is_some()) {
+            return Status::skip();
+        }
+        let shape = shape_of(pod);
+        if let Target::Learned(l) = &self.target {
+            l.lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .observe(pod, &shape);
+        }
+        let (target, version) = self.current_target();
+        let random_pick = (self.policy == Policy::Random && !feasible.is_empty())
+            .then(|| feasible[self.draw(feasible.len())].spec.name.clone());
+        state.write(
+            PRE_SCORE_KEY,
+            PreScoreState {
+                shape,
+                target,
+                version,
+                random_pick,
+            },
+        );
+        Status::success()
+    }
+}
+
+impl ScorePlugin for GpuShare {
+    fn score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        let Some(pre) = state.read::<PreScoreState>(PRE_SCORE_KEY) else {
+            return Err(Status::error(format!("{PRE_SCORE_KEY} not found")).with_plugin(NAME));
+        };
+        let free = node_free(node);
+        let score = match self.policy {
+            Policy::Fgd => self
+                .fgd_cached(node, &pre.shape, &pre.target, pre.version)
+                .map(|(s, _)| s),
+            Policy::BestFit => policy::best_fit_raw(&free, &pre.shape),
+            Policy::DotProd => policy::dot_prod(&free, &pre.shape),
+            Policy::GpuPacking => policy::gpu_packing(&free, &pre.shape),
+            Policy::GpuClustering => policy::gpu_clustering(&free, &pre.shape, &node_tags(node)),
+            Policy::Random => Some(policy::random_score(
+                pre.random_pick.as_deref() == Some(node.name()),
+            )),
+        };
+        Ok(score.unwrap_or(policy::MIN_NODE_SCORE))
+    }
+
+    /// BestFit's raw scores are min-max normalised over the feasible nodes
+    /// (upstream `NormalizeScore`); the other policies score in 0..=100.
+    fn normalize_score(&self, _state: &CycleState, _pod: &PodInfo, scores: &mut [i64]) {
+        if self.policy == Policy::BestFit {
+            policy::normalize_min_max(scores);
         }
     }
 }
@@ -173,7 +657,9 @@ mod tests {
 
     use super::*;
     use flotilla_shared::framework::Code;
-    use flotilla_shared::gpu::dialect::{ANNOTATION_GPU_COUNT, ANNOTATION_GPU_MILLI, GPU_CARD_MODEL};
+    use flotilla_shared::gpu::dialect::{
+        ANNOTATION_GPU_COUNT, ANNOTATION_GPU_MILLI, GPU_CARD_MODEL,
+    };
     use flotilla_shared::testing::{NodeBuilder, PodBuilder};
 
     fn gpu_node(name: &str, model: &str, count: usize) -> NodeInfo {
@@ -217,7 +703,10 @@ mod tests {
         let s = CycleState::default();
         let cpu_node = NodeInfo::new(Arc::new(NodeBuilder::new("c").build_spec()));
         let st = pl.filter(&s, &gpu_pod("p", 1000, 1), &cpu_node);
-        assert_eq!((st.code, st.reasons[0].as_ref()), (Code::UnschedulableAndUnresolvable, REASON_NO_GPU));
+        assert_eq!(
+            (st.code, st.reasons[0].as_ref()),
+            (Code::UnschedulableAndUnresolvable, REASON_NO_GPU)
+        );
         let st = pl.filter(&s, &gpu_pod("p", 1000, 4), &gpu_node("g", "T4", 2));
         assert_eq!(st.reasons, [REASON_TOO_FEW]);
         let p = PodBuilder::new("m")
@@ -225,7 +714,10 @@ mod tests {
             .annotation(GPU_CARD_MODEL, "A100|V100")
             .build_info();
         let st = pl.filter(&s, &p, &gpu_node("g", "T4", 2));
-        assert_eq!((st.code, st.reasons[0].as_ref()), (Code::UnschedulableAndUnresolvable, REASON_MODEL));
+        assert_eq!(
+            (st.code, st.reasons[0].as_ref()),
+            (Code::UnschedulableAndUnresolvable, REASON_MODEL)
+        );
         assert!(pl.filter(&s, &p, &gpu_node("g", "V100", 2)).is_success());
     }
 
@@ -245,9 +737,26 @@ mod tests {
         let first = gpu_pod("a", 600, 1).with_gpu_devices(DeviceSet::one(0));
         node.add_pod(Arc::new(first));
         let second = gpu_pod("b", 600, 1);
-        assert_eq!(misfit(&second.gpu.as_ref().unwrap().request, Some(DeviceSet::one(0)), &node), Some((REASON_NO_SHARE, true)));
-        assert_eq!(misfit(&second.gpu.as_ref().unwrap().request, Some(DeviceSet::one(1)), &node), None);
+        assert_eq!(
+            misfit(
+                &second.gpu.as_ref().unwrap().request,
+                Some(DeviceSet::one(0)),
+                &node
+            ),
+            Some((REASON_NO_SHARE, true))
+        );
+        assert_eq!(
+            misfit(
+                &second.gpu.as_ref().unwrap().request,
+                Some(DeviceSet::one(1)),
+                &node
+            ),
+            None
+        );
         // Without named devices any fit passes.
-        assert_eq!(misfit(&second.gpu.as_ref().unwrap().request, None, &node), None);
+        assert_eq!(
+            misfit(&second.gpu.as_ref().unwrap().request, None, &node),
+            None
+        );
     }
 }

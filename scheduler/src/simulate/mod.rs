@@ -79,6 +79,9 @@
 //! Permit.
 
 pub mod output;
+pub mod replay;
+
+pub use replay::Replay;
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -88,6 +91,7 @@ use k8s_openapi::api::core::v1::Pod;
 
 use flotilla_shared::extender::ExtenderConfig;
 use flotilla_shared::framework::{Code, Status};
+use flotilla_shared::gpu::DeviceSet;
 use flotilla_shared::node_info::NodeError;
 use flotilla_shared::objects::{ClusterObjects, DEFAULT_NAMESPACE};
 use flotilla_shared::pdb::PdbInfo;
@@ -463,7 +467,9 @@ pub fn simulate_with(
             Decision::Bind(r) => {
                 cluster.cache.forget(&pod.uid);
                 reserve_volumes(&cluster.cache, &pod, &r.node);
-                cluster.cache.add_bound_pod(Arc::new(bind(&pod, &r.node)?));
+                cluster
+                    .cache
+                    .add_bound_pod(Arc::new(bind(&pod, &r.node, r.gpu_devices)?));
             }
             Decision::Wait(_) => {
                 waiting.insert(pod.uid.clone(), index);
@@ -473,7 +479,11 @@ pub fn simulate_with(
                     waiting.remove(&m.uid);
                     cluster.cache.forget(&m.uid);
                     reserve_volumes(&cluster.cache, &m, &n);
-                    cluster.cache.add_bound_pod(Arc::new(bind(&m, &n)?));
+                    cluster.cache.add_bound_pod(Arc::new(bind(
+                        &m,
+                        &n,
+                        m.gpu.as_deref().and_then(|g| g.devices),
+                    )?));
                     scheduler.gangs.pod_bound(&m);
                 }
             }
@@ -1012,10 +1022,13 @@ fn node_results(detail: CycleDetail) -> BTreeMap<String, NodeResult> {
 }
 
 /// `pod` bound to `node` (`spec.nodeName` set), as the cache takes it.
-fn bind(pod: &PodInfo, node: &str) -> Result<PodInfo, SimulateError> {
+fn bind(pod: &PodInfo, node: &str, gpus: Option<DeviceSet>) -> Result<PodInfo, SimulateError> {
     let mut bound: Pod = (*pod.pod()).clone();
     if let Some(spec) = bound.spec.as_mut() {
         spec.node_name = Some(node.to_owned());
+    }
+    if let Some(d) = gpus {
+        flotilla_shared::gpu::dialect::record_devices(&mut bound, d);
     }
     Ok(PodInfo::from_pod(Arc::new(bound))?)
 }

@@ -146,7 +146,13 @@ pub fn pod_request(
         }
         let milli = u64::try_from(percent).unwrap_or(0) * 10;
         let models = models_of(annotation(HAMI_USE_GPUTYPE), ',');
-        return request(count, milli, models, &format!("resources {share_of}"), number);
+        return request(
+            count,
+            milli,
+            models,
+            &format!("resources {share_of}"),
+            number,
+        );
     }
     Ok(None)
 }
@@ -226,6 +232,16 @@ pub fn devices_annotation(devices: DeviceSet) -> String {
     s
 }
 
+/// Records on `pod` the devices it holds (the `gpu-index` annotation):
+/// what is written at bind, so that every scheduler counting the bound
+/// pod counts the same devices, and what a node agent reads to confine it.
+pub fn record_devices(pod: &mut k8s_openapi::api::core::v1::Pod, devices: DeviceSet) {
+    pod.metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new)
+        .insert(ANNOTATION_GPU_INDEX.to_owned(), devices_annotation(devices));
+}
+
 /// A node's GPU devices; `None` for a node without GPUs.
 ///
 /// # Errors
@@ -240,7 +256,9 @@ pub fn node_gpus(node: &Node, allocatable: &Resources) -> Result<Option<NodeGpuS
     let (field, count) = match capacity_count {
         Some((f, Ok(n))) => (f, n),
         Some((f, Err(_))) => {
-            return Err(format!("status.capacity[{f}]: not a whole number of devices"));
+            return Err(format!(
+                "status.capacity[{f}]: not a whole number of devices"
+            ));
         }
         None => (NVIDIA_GPU, allocatable.scalar(NVIDIA_GPU)),
     };
@@ -294,7 +312,9 @@ mod tests {
             (ANNOTATION_GPU_COUNT, "4"),
             (GPU_CARD_MODEL, "V100M16|V100M32||V100M16"),
         ]);
-        let r = pod_request(Some(&a), &Resources::default()).unwrap().unwrap();
+        let r = pod_request(Some(&a), &Resources::default())
+            .unwrap()
+            .unwrap();
         assert_eq!((r.count, r.milli), (4, 1000));
         assert!(r.allows_model("V100M32") && !r.allows_model("T4"));
         assert_eq!(r.models.as_ref().map(|m| m.len()), Some(2));
@@ -304,7 +324,10 @@ mod tests {
     fn a_share_of_several_gpus_is_refused_naming_the_field() {
         let a = ann(&[(ANNOTATION_GPU_MILLI, "500"), (ANNOTATION_GPU_COUNT, "2")]);
         let e = pod_request(Some(&a), &Resources::default()).unwrap_err();
-        assert!(e.starts_with("metadata.annotations[alibabacloud.com/gpu-milli]"), "{e}");
+        assert!(
+            e.starts_with("metadata.annotations[alibabacloud.com/gpu-milli]"),
+            "{e}"
+        );
         let e = pod_request(None, &res(&[(NVIDIA_GPU, 2), (HAMI_GPUCORES, 30)])).unwrap_err();
         assert!(e.starts_with("resources nvidia.com/gpucores"), "{e}");
     }
@@ -314,11 +337,17 @@ mod tests {
         let a = ann(&[(ANNOTATION_GPU_MILLI, "half")]);
         assert_eq!(
             pod_request(Some(&a), &Resources::default()),
-            Err("metadata.annotations[alibabacloud.com/gpu-milli]: \"half\" is not a whole number".into())
+            Err(
+                "metadata.annotations[alibabacloud.com/gpu-milli]: \"half\" is not a whole number"
+                    .into()
+            )
         );
         let a = ann(&[(ANNOTATION_GPU_MILLI, "1500")]);
         assert!(pod_request(Some(&a), &Resources::default()).is_err());
-        let e = pod_request(None, &res(&[(NVIDIA_GPU, 1), (HAMI_GPUMEM_PERCENTAGE, 150)]));
+        let e = pod_request(
+            None,
+            &res(&[(NVIDIA_GPU, 1), (HAMI_GPUMEM_PERCENTAGE, 150)]),
+        );
         assert!(e.unwrap_err().contains("1-100"));
     }
 
@@ -332,12 +361,19 @@ mod tests {
         assert_eq!(
             pod_request(
                 None,
-                &res(&[(NVIDIA_GPU, 1), (HAMI_GPUMEM_PERCENTAGE, 40), (HAMI_GPUCORES, 30)])
+                &res(&[
+                    (NVIDIA_GPU, 1),
+                    (HAMI_GPUMEM_PERCENTAGE, 40),
+                    (HAMI_GPUCORES, 30)
+                ])
             ),
             Ok(Some(GpuRequest::share(400)))
         );
         assert_eq!(
-            pod_request(None, &res(&[(VOLCANO_VGPU_NUMBER, 1), (VOLCANO_VGPU_CORES, 50)])),
+            pod_request(
+                None,
+                &res(&[(VOLCANO_VGPU_NUMBER, 1), (VOLCANO_VGPU_CORES, 50)])
+            ),
             Ok(Some(GpuRequest::share(500)))
         );
         assert_eq!(
@@ -345,7 +381,9 @@ mod tests {
             Ok(Some(GpuRequest::whole(2)))
         );
         let a = ann(&[(HAMI_USE_GPUTYPE, "A100, T4")]);
-        let r = pod_request(Some(&a), &res(&[(NVIDIA_GPU, 1)])).unwrap().unwrap();
+        let r = pod_request(Some(&a), &res(&[(NVIDIA_GPU, 1)]))
+            .unwrap()
+            .unwrap();
         assert!(r.allows_model("T4") && r.allows_model("A100") && !r.allows_model("V100"));
         assert_eq!(pod_request(None, &res(&[("cpu", 1000)])), Ok(None));
     }

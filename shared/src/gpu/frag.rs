@@ -115,13 +115,22 @@ impl TargetWorkload {
     #[must_use]
     pub fn learn(pods: impl IntoIterator<Item = TaskShape>, coverage: f64) -> TargetWorkload {
         let mut counts: HashMap<TaskShape, u64> = HashMap::new();
-        let mut total: u64 = 0;
         for shape in pods {
             *counts.entry(shape).or_insert(0) += 1;
-            total += 1;
         }
-        let distinct_shapes = counts.len();
-        let mut sorted: Vec<(TaskShape, u64)> = counts.into_iter().collect();
+        Self::from_counts(counts.into_iter(), coverage)
+    }
+
+    /// [`TargetWorkload::learn`] from the number of pods of each shape
+    /// (each shape once): what a scheduler counting the pods it sees keeps.
+    #[must_use]
+    pub fn from_counts(
+        counts: impl Iterator<Item = (TaskShape, u64)>,
+        coverage: f64,
+    ) -> TargetWorkload {
+        let mut sorted: Vec<(TaskShape, u64)> = counts.filter(|(_, c)| *c > 0).collect();
+        let distinct_shapes = sorted.len();
+        let total: u64 = sorted.iter().map(|(_, c)| c).sum();
         sorted.sort_by_cached_key(|(shape, count)| Reverse((*count, shape.order_key())));
 
         let total_f = total as f64;

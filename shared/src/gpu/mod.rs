@@ -254,16 +254,31 @@ mod tests {
         let n = node(&[1000, 999, 1000, 0]);
         assert!(fits(&n, &GpuRequest::whole(2)));
         assert!(!fits(&n, &GpuRequest::whole(3)));
-        assert_eq!(choose_best_fit(&n, &GpuRequest::whole(2)), Some(DeviceSet(0b101)));
+        assert_eq!(
+            choose_best_fit(&n, &GpuRequest::whole(2)),
+            Some(DeviceSet(0b101))
+        );
     }
 
     #[test]
     fn a_share_takes_the_tightest_device_lowest_index_first() {
         let n = node(&[1000, 600, 500, 500, 400]);
-        assert_eq!(choose_best_fit(&n, &GpuRequest::share(450)), Some(DeviceSet::one(2)));
-        assert_eq!(choose_best_fit(&n, &GpuRequest::share(550)), Some(DeviceSet::one(1)));
-        assert_eq!(choose_best_fit(&n, &GpuRequest::share(1000)), Some(DeviceSet::one(0)));
-        assert_eq!(choose_best_fit(&n, &GpuRequest::share(100)), Some(DeviceSet::one(4)));
+        assert_eq!(
+            choose_best_fit(&n, &GpuRequest::share(450)),
+            Some(DeviceSet::one(2))
+        );
+        assert_eq!(
+            choose_best_fit(&n, &GpuRequest::share(550)),
+            Some(DeviceSet::one(1))
+        );
+        assert_eq!(
+            choose_best_fit(&n, &GpuRequest::share(1000)),
+            Some(DeviceSet::one(0))
+        );
+        assert_eq!(
+            choose_best_fit(&n, &GpuRequest::share(100)),
+            Some(DeviceSet::one(4))
+        );
     }
 
     #[test]

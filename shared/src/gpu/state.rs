@@ -170,7 +170,10 @@ mod tests {
         s.add(&Arc::from("a"), &pod(600, 1, Some(0b1)));
         // 300 goes to the tightest device that holds it: device 0 (400 free).
         assert_eq!(s.add(&Arc::from("b"), &pod(300, 1, None)), DeviceSet(0b1));
-        assert_eq!(s.add(&Arc::from("c"), &pod(1000, 2, None)), DeviceSet(0b110));
+        assert_eq!(
+            s.add(&Arc::from("c"), &pod(1000, 2, None)),
+            DeviceSet(0b110)
+        );
         assert_eq!(s.gpus().free, [100, 0, 0]);
     }
 
