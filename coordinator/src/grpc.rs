@@ -375,7 +375,15 @@ async fn serve_bind_stream(
                     let node = p.node_name;
                     let span = arbitration_span(worker, &pod, &node, METHOD, &p.trace_context);
                     let arbitration = span
-                        .in_scope(|| coordinator.arbitrate(worker, &pod, &node, &p.alternatives));
+                        .in_scope(|| {
+                            coordinator.arbitrate_placement(
+                                worker,
+                                &pod,
+                                &node,
+                                &p.alternatives,
+                                gpu_devices(p.gpu_devices),
+                            )
+                        });
                     match arbitration {
                         Arbitration::Decided(d) => {
                             let (outcome, reason) = record_outcome(&span, d);
@@ -528,10 +536,11 @@ impl CoordinatorApi for CoordinatorService {
         );
         let c = self.coordinator.clone();
         let (proposed, alternatives) = (r.node_name.clone(), r.alternatives);
+        let gpus = gpu_devices(r.gpu_devices);
         let arbitrated = pod.clone();
         let (decision, node) = to_completion(
             async move {
-                c.propose_with_alternatives(id, &arbitrated, &proposed, &alternatives)
+                c.propose_placement(id, &arbitrated, &proposed, &alternatives, gpus)
                     .await
             }
             .instrument(span.clone()),
@@ -764,4 +773,9 @@ fn bind_outcome(decision: Decision) -> (pb::BindOutcome, &'static str, String) {
         Decision::PodGone(m) => (pb::BindOutcome::PodGone, "pod_gone", m),
         Decision::Error(m) => (pb::BindOutcome::Error, "error", m),
     }
+}
+
+/// The wire's GPU device set (bit i = device i; 0: none chosen).
+fn gpu_devices(bits: u64) -> Option<flotilla_shared::gpu::DeviceSet> {
+    (bits != 0).then_some(flotilla_shared::gpu::DeviceSet(bits))
 }

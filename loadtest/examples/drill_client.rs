@@ -189,6 +189,7 @@ async fn forged_credential(addr: &str, certs: &Path) -> Result<Attempt, String> 
                 }),
                 node_name: "node-00000".into(),
                 alternatives: Vec::new(),
+                gpu_devices: 0,
             })
             .await
         {
@@ -296,6 +297,7 @@ async fn forge_one(
             pod: Some(pod_ref(pod)),
             node_name: node.to_owned(),
             alternatives: Vec::new(),
+            gpu_devices: 0,
         })
         .await
     {

@@ -18,6 +18,7 @@ use flotilla_coordinator::cluster::EmbeddedCluster;
 use flotilla_scheduler::worker::WorkerStats;
 use flotilla_shared::extender::HttpExtender;
 use flotilla_shared::fit::IgnoredResources;
+use flotilla_shared::gpu;
 use flotilla_shared::max_instances;
 use flotilla_shared::node_info::{NodeInfo, NodeSpec};
 use flotilla_shared::pod_info::PodInfo;
@@ -254,15 +255,23 @@ struct NodeTally {
     /// Extended resources requested, each pod's counted only for the
     /// resources its profile checks (`ignoredResources` by `schedulerName`).
     checked_scalar: HashMap<Arc<str>, i64>,
+    /// Milli-GPU the bound pods hold on each device, by the devices written
+    /// on them (`gpu-index`): above 1000 is a GPU shared beyond it.
+    gpu_used: Vec<u64>,
+    /// GPU pods bound without devices written on them, or naming a device
+    /// the node does not have.
+    gpu_unrecorded: usize,
 }
 
 impl NodeTally {
     fn new(node: NodeInfo) -> Self {
         NodeTally {
+            gpu_used: vec![0; node.spec.gpus.as_ref().map_or(0, |g| g.count)],
             node,
             requested: Resources::default(),
             pods: 0,
             checked_scalar: HashMap::new(),
+            gpu_unrecorded: 0,
         }
     }
 
@@ -276,6 +285,16 @@ impl NodeTally {
         for (name, v) in &pod.requests.scalar {
             if !skip.is_some_and(|ig| ig.ignores(name)) {
                 *self.checked_scalar.entry(name.clone()).or_default() += v;
+            }
+        }
+        if let Some(g) = pod.gpu.as_deref() {
+            match g.devices {
+                Some(d) if d.iter().all(|i| i < self.gpu_used.len()) => {
+                    for i in d.iter() {
+                        self.gpu_used[i] += u64::from(g.request.milli);
+                    }
+                }
+                _ => self.gpu_unrecorded += 1,
             }
         }
         if pod.labels.contains_key(max_instances::DEFAULT_APP_LABEL) {
@@ -296,6 +315,29 @@ impl NodeTally {
                 .checked_scalar
                 .iter()
                 .any(|(name, v)| *v > a.scalar(name))
+            || self
+                .gpu_used
+                .iter()
+                .any(|&u| u > u64::from(gpu::MILLI_PER_GPU))
+    }
+
+    /// What is free on the node (CPU, each device) as FGD reads it.
+    fn gpus_free(&self) -> gpu::NodeGpus {
+        gpu::NodeGpus {
+            model: self
+                .node
+                .spec
+                .gpus
+                .as_ref()
+                .map_or_else(|| Arc::from(""), |g| g.model.clone()),
+            free: self
+                .gpu_used
+                .iter()
+                .map(|&u| {
+                    u32::try_from(u64::from(gpu::MILLI_PER_GPU).saturating_sub(u)).unwrap_or(0)
+                })
+                .collect(),
+        }
     }
 }
 
@@ -329,6 +371,15 @@ pub struct Allocation {
     /// GPU (milli-GPU when the nodes offer it, else whole GPUs), percent;
     /// `null` without GPUs.
     pub gpu_percent: Option<f64>,
+    /// Fragmented GPU, percent of all GPU devices: the FGD paper's
+    /// Frag/Total, Σ over nodes of the free milli-GPU no common task shape
+    /// can use (`shared::gpu::frag::node_fragment`, against the shapes of
+    /// this run's pods covering 95 %), over 1000 × devices; `null` without
+    /// GPU devices.
+    pub gpu_fragmented_percent: Option<f64>,
+    /// GPU pods bound without the devices they hold written on them
+    /// (bound by another scheduler, or before Flotilla wrote them).
+    pub gpu_pods_without_devices: usize,
 }
 
 /// Safety checks over the final cluster state.
@@ -585,14 +636,22 @@ pub fn build(i: &Inputs<'_>) -> Report {
     let mut pod_count = 0;
     let mut reasons: HashMap<String, usize> = HashMap::new();
     let mut errors: HashMap<String, usize> = HashMap::new();
+    // Every pod's shape, for the fragmentation's target workload.
+    let mut shapes: HashMap<gpu::frag::TaskShape, u64> = HashMap::new();
     // One pod decoded at a time: the report of a 100,000-pod run must not
     // hold 100,000 `Pod`s at once (each bound pod is kept as JSON).
     i.cluster.for_each_pod(|p| {
         pod_count += 1;
         let node = p.spec.as_ref().and_then(|s| s.node_name.clone());
+        let info = PodInfo::from_pod(p.clone());
+        if let Ok(info) = &info {
+            *shapes
+                .entry(flotilla_scheduler::plugins::gpu_share::shape_of(info))
+                .or_default() += 1;
+        }
         if let Some(node) = node {
             scheduled += 1;
-            if let (Some(n), Ok(info)) = (nodes.get_mut(&node), PodInfo::from_pod(p.clone())) {
+            if let (Some(n), Ok(info)) = (nodes.get_mut(&node), info) {
                 n.add(info, &i.ignored_resources);
             }
             return;
@@ -645,6 +704,22 @@ pub fn build(i: &Inputs<'_>) -> Report {
         None
     };
     let (mut gpu, mut gpu_alloc) = (0i64, 0i64);
+    let target =
+        gpu::frag::TargetWorkload::from_counts(shapes.into_iter(), gpu::frag::DEFAULT_COVERAGE);
+    let (mut frag, mut devices, mut unrecorded) = (0.0f64, 0usize, 0usize);
+    for n in nodes.values() {
+        if n.gpu_used.is_empty() {
+            continue;
+        }
+        devices += n.gpu_used.len();
+        unrecorded += n.gpu_unrecorded;
+        let gpus = n.gpus_free();
+        let free = gpu::frag::NodeFree {
+            cpu_milli: n.node.spec.allocatable.milli_cpu - n.requested.milli_cpu,
+            gpus: &gpus,
+        };
+        frag += gpu::frag::node_fragment(&free, &target);
+    }
     for n in nodes.values() {
         let (a, r) = (&n.node.spec.allocatable, &n.requested);
         if n.overcommitted() {
@@ -759,6 +834,9 @@ pub fn build(i: &Inputs<'_>) -> Report {
             cpu_percent: pct(cpu, cpu_alloc),
             memory_percent: pct(mem, mem_alloc),
             gpu_percent: gpu_res.map(|_| pct(gpu, gpu_alloc)),
+            gpu_fragmented_percent: (devices > 0)
+                .then(|| frag * 100.0 / (devices as f64 * f64::from(gpu::MILLI_PER_GPU))),
+            gpu_pods_without_devices: unrecorded,
         },
         checks: Checks {
             overcommitted_nodes: over,
@@ -857,9 +935,13 @@ impl Report {
             .allocation
             .gpu_percent
             .map_or_else(|| "n/a".to_owned(), |g| format!("{g:.1} %"));
+        let frag = self
+            .allocation
+            .gpu_fragmented_percent
+            .map_or_else(String::new, |f| format!(" allocated, {f:.1} % fragmented"));
         let _ = writeln!(
             s,
-            "  allocation     cpu {:.1} %, memory {:.1} %, gpu {gpu}",
+            "  allocation     cpu {:.1} %, memory {:.1} %, gpu {gpu}{frag}",
             self.allocation.cpu_percent, self.allocation.memory_percent
         );
         let _ = writeln!(s, "  workers");
@@ -944,8 +1026,22 @@ impl Report {
     }
 }
 
+/// The devices a bound GPU pod holds (as written on it) and its share of
+/// each, milli-GPU; `None` for a pod asking for no GPU or without devices
+/// written.
+fn gpu_placement(p: &k8s_openapi::api::core::v1::Pod) -> Option<(gpu::DeviceSet, u32)> {
+    let requests = flotilla_shared::resources::pod_requests(p.spec.as_ref()?).ok()?;
+    let annotations = p.metadata.annotations.as_ref();
+    let req = gpu::dialect::pod_request(annotations, &requests.requests).ok()??;
+    let devices = gpu::dialect::pod_devices(annotations).ok()??;
+    Some((devices, req.milli))
+}
+
 /// Writes every pod's outcome as JSON Lines, in submission order:
-/// `{"pod": "namespace/name", "node": "node-name"}` or `"node": null`.
+/// `{"pod": "namespace/name", "node": "node-name"}` or `"node": null`; a
+/// bound GPU pod adds the devices it holds and its share of each,
+/// `"gpus": [0, 3], "gpuMilli": 1000`, so that anyone can check that no
+/// device is shared beyond 1000 milli-GPU.
 ///
 /// # Errors
 /// I/O errors creating or writing `path`.
@@ -962,8 +1058,17 @@ pub fn write_placements(cluster: &EmbeddedCluster, path: &Path) -> std::io::Resu
             p.metadata.namespace.as_deref().unwrap_or("default"),
             p.metadata.name.as_deref().unwrap_or_default()
         ));
-        let node = serde_json::Value::from(p.spec.as_ref().and_then(|s| s.node_name.clone()));
-        written = writeln!(out, "{{\"pod\":{pod},\"node\":{node}}}");
+        let node_name = p.spec.as_ref().and_then(|s| s.node_name.clone());
+        let gpus = node_name.as_ref().and_then(|_| gpu_placement(&p));
+        let node = serde_json::Value::from(node_name);
+        written = match gpus {
+            Some((devices, milli)) => writeln!(
+                out,
+                "{{\"pod\":{pod},\"node\":{node},\"gpus\":{},\"gpuMilli\":{milli}}}",
+                serde_json::Value::from(devices.iter().collect::<Vec<_>>())
+            ),
+            None => writeln!(out, "{{\"pod\":{pod},\"node\":{node}}}"),
+        };
     });
     written?;
     // Pods preemption evicted: no node any more.

@@ -54,6 +54,16 @@ impl Cluster for Counted {
         self.inner.bind(pod, node).await
     }
 
+    async fn bind_annotated(
+        &self,
+        pod: &PodRef,
+        node: &str,
+        annotations: &[(&str, String)],
+    ) -> Result<(), ClusterError> {
+        self.count("binding");
+        self.inner.bind_annotated(pod, node, annotations).await
+    }
+
     async fn bound_by_extender(&self, pod: &PodRef, node: &str) -> Result<(), ClusterError> {
         // The extender wrote the Binding: one write, as through the API.
         self.count("binding");

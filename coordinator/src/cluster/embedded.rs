@@ -944,6 +944,17 @@ impl Cluster for EmbeddedCluster {
     }
 
     async fn bind(&self, pod: &PodRef, node: &str) -> Result<(), ClusterError> {
+        self.bind_annotated(pod, node, &[]).await
+    }
+
+    /// As the API server: the Binding's annotations are set on the pod
+    /// with `spec.nodeName`, in one write.
+    async fn bind_annotated(
+        &self,
+        pod: &PodRef,
+        node: &str,
+        annotations: &[(&str, String)],
+    ) -> Result<(), ClusterError> {
         let mut st = self.state.lock();
         if !st.nodes.contains_key(node) {
             return Err(ClusterError::NodeNotFound(node.to_owned()));
@@ -958,6 +969,12 @@ impl Cluster for EmbeddedCluster {
                 });
             }
             spec.node_name = Some(node.to_owned());
+            if !annotations.is_empty() {
+                let a = p.metadata.annotations.get_or_insert_with(Default::default);
+                for (k, v) in annotations {
+                    a.insert((*k).to_owned(), v.clone());
+                }
+            }
             set_condition(p, "True", None, None);
             Ok(())
         })?;

@@ -1128,6 +1128,17 @@ impl Cluster for KubeCluster {
     }
 
     async fn bind(&self, pod: &PodRef, node: &str) -> Result<(), ClusterError> {
+        self.bind_annotated(pod, node, &[]).await
+    }
+
+    /// The Binding carries the annotations in its `metadata`: the API
+    /// server sets them on the pod with `spec.nodeName` (one write).
+    async fn bind_annotated(
+        &self,
+        pod: &PodRef,
+        node: &str,
+        annotations: &[(&str, String)],
+    ) -> Result<(), ClusterError> {
         self.fence.check()?;
         let _in_flight = self.throttle().await;
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &pod.namespace);
@@ -1136,6 +1147,12 @@ impl Cluster for KubeCluster {
                 name: Some(pod.name.clone()),
                 namespace: Some(pod.namespace.clone()),
                 uid: (!pod.uid.is_empty()).then(|| pod.uid.clone()),
+                annotations: (!annotations.is_empty()).then(|| {
+                    annotations
+                        .iter()
+                        .map(|(k, v)| ((*k).to_owned(), v.clone()))
+                        .collect()
+                }),
                 ..ObjectMeta::default()
             },
             target: ObjectReference {

@@ -296,6 +296,24 @@ pub trait Cluster: Send + Sync + 'static {
     /// `PodNotFound`, `AlreadyBound`, `NodeNotFound`, `Unavailable`.
     async fn bind(&self, pod: &PodRef, node: &str) -> Result<(), ClusterError>;
 
+    /// [`Cluster::bind`] with `annotations` written on the pod by the same
+    /// Binding (the API server copies a Binding's `metadata.annotations`
+    /// onto the pod): the GPU devices a pod holds
+    /// ([`flotilla_shared::gpu::dialect::ANNOTATION_GPU_INDEX`]). The
+    /// default binds without them (for test doubles); every real backend
+    /// writes them.
+    ///
+    /// # Errors
+    /// As [`Cluster::bind`].
+    async fn bind_annotated(
+        &self,
+        pod: &PodRef,
+        node: &str,
+        _annotations: &[(&str, String)],
+    ) -> Result<(), ClusterError> {
+        self.bind(pod, node).await
+    }
+
     /// The scheduler extender with the bind verb wrote the Binding of
     /// `pod` to `node` (upstream `extendersBinding`). A real API server
     /// shows it through the watch, so the default does nothing; a backend

@@ -10,6 +10,7 @@ use tracing::{Instrument as _, debug, info_span, warn};
 
 use flotilla_shared::extender::{ExtenderConfig, FailureKind, HttpExtender};
 use flotilla_shared::framework::BindView;
+use flotilla_shared::gpu::{self, DeviceSet};
 use flotilla_shared::pod_info::PodInfo;
 use flotilla_shared::volumes::binding::{self, VolumePlan};
 
@@ -151,6 +152,33 @@ impl Inner {
         }
     }
 
+    /// `info` holding the GPU devices it takes on `node` (already known to
+    /// fit there): `proposed` (the worker's choice) when they still hold
+    /// its share on the arbiter's view, else the tightest that do
+    /// ([`flotilla_shared::gpu::choose_best_fit`]). What is placed, and
+    /// written on the pod with the Binding. `info` itself for a pod asking
+    /// for no GPU.
+    pub(super) fn with_devices(
+        &self,
+        info: &Arc<PodInfo>,
+        node: &str,
+        proposed: Option<DeviceSet>,
+    ) -> Arc<PodInfo> {
+        let (Some(g), Some(state)) = (
+            info.gpu.as_deref(),
+            self.nodes.get(node).and_then(|n| n.gpu.as_deref()),
+        ) else {
+            return info.clone();
+        };
+        let chosen = proposed
+            .filter(|&d| gpu::holds(state.gpus(), &g.request, d))
+            .or_else(|| gpu::choose_best_fit(state.gpus(), &g.request));
+        match chosen {
+            Some(d) => Arc::new(info.with_gpu_devices(d)),
+            None => info.clone(),
+        }
+    }
+
     /// The bind arbiter's check of one placement against the authoritative
     /// view: [`arbiter::check`] with the bind checks of the pod's profile
     /// and the pods nominated to the node. Returns the node's interned name
@@ -270,7 +298,16 @@ impl Coordinator {
                 Err(e) => return Err(ClusterError::BindRejected(e.to_string())),
             }
         }
-        self.cluster.bind(pod, node).await
+        match info.gpu.as_deref().and_then(|g| g.devices) {
+            Some(d) => {
+                let annotations = [(
+                    gpu::dialect::ANNOTATION_GPU_INDEX,
+                    gpu::dialect::devices_annotation(d),
+                )];
+                self.cluster.bind_annotated(pod, node, &annotations).await
+            }
+            None => self.cluster.bind(pod, node).await,
+        }
     }
 
     /// Bind arbitration. Checks the proposal against the authoritative view
@@ -295,7 +332,21 @@ impl Coordinator {
         node: &str,
         alternatives: &[String],
     ) -> (Decision, Arc<str>) {
-        match self.arbitrate(worker, pod, node, alternatives) {
+        self.propose_placement(worker, pod, node, alternatives, None)
+            .await
+    }
+
+    /// [`Coordinator::propose_with_alternatives`] with the worker's GPU
+    /// devices (see [`Coordinator::arbitrate_placement`]).
+    pub async fn propose_placement(
+        &self,
+        worker: WorkerId,
+        pod: &PodRef,
+        node: &str,
+        alternatives: &[String],
+        gpus: Option<DeviceSet>,
+    ) -> (Decision, Arc<str>) {
+        match self.arbitrate_placement(worker, pod, node, alternatives, gpus) {
             Arbitration::Decided(d) => (d, Arc::from(node)),
             Arbitration::Granted(grant) => {
                 let granted = grant.node.clone();
@@ -323,6 +374,21 @@ impl Coordinator {
         pod: &PodRef,
         node: &str,
         alternatives: &[String],
+    ) -> Arbitration {
+        self.arbitrate_placement(worker, pod, node, alternatives, None)
+    }
+
+    /// [`Coordinator::arbitrate`] with the GPU devices of `node` the
+    /// worker chose (`gpus`): granted on `node`, the pod holds them when
+    /// they still hold its share, else the tightest that do; granted on an
+    /// alternative, the tightest there.
+    pub fn arbitrate_placement(
+        &self,
+        worker: WorkerId,
+        pod: &PodRef,
+        node: &str,
+        alternatives: &[String],
+        gpus: Option<DeviceSet>,
     ) -> Arbitration {
         let mut inner = self.inner.lock();
         inner.counters.proposals += 1;
@@ -378,6 +444,7 @@ impl Coordinator {
             }
         };
         inner.counters.grants += 1;
+        let info = inner.with_devices(&info, &name, gpus.filter(|_| &*name == node));
         inner.place(&name, &info);
         inner.reserve_volumes(&info.uid, plan);
         if let Some(rec) = inner.pods.get_mut(&info.uid) {

@@ -771,6 +771,8 @@ fn reserve(
     let (name, plan) = inner
         .check_grant(&info, node)
         .map_err(|r| Decision::Conflict(format!("pod {pod}: {}", r.reason(node))))?;
+    // Gang members hold the tightest GPU devices on the arbiter's view.
+    let info = inner.with_devices(&info, &name, None);
     inner.place(&name, &info);
     inner.reserve_volumes(&info.uid, plan);
     Ok(Some((name, info)))

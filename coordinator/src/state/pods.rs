@@ -89,13 +89,17 @@ impl PodRecord {
 /// Whether `new` differs from `old` in what a node's view of its pods
 /// holds: labels (affinity, spread, instance caps), annotations (instance
 /// caps), the deletion timestamp (terminating pods do not count), requests
-/// and host ports (fit).
+/// and host ports (fit), the GPU devices held (written with the Binding:
+/// the worker whose grant it is gets the bound copy, not a confirmation,
+/// so it counts the devices the arbiter granted, which may not be the
+/// ones it chose).
 fn placement_changed(old: &PodInfo, new: &PodInfo) -> bool {
     old.labels != new.labels
         || old.max_instances_annotation != new.max_instances_annotation
         || old.requests != new.requests
         || old.host_ports != new.host_ports
         || old.terminating != new.terminating
+        || old.gpu != new.gpu
 }
 
 /// Whether the bound copy `new` of a pod differs from `old`, its copy

@@ -325,6 +325,7 @@ async fn malformed_requests_are_invalid_argument_and_strangers_are_unauthenticat
         pod,
         node_name: node.into(),
         alternatives: Vec::new(),
+        gpu_devices: 0,
     };
     // Not a session: the sequential id alone, a guessed secret, nothing.
     let forged = format!("{}.{}", w.id.split('.').next().expect("id"), "0".repeat(32));

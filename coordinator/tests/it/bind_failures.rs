@@ -135,6 +135,7 @@ fn propose_in_background(
         pod: Some(pod_ref(pod)),
         node_name: node.into(),
         alternatives: Vec::new(),
+        gpu_devices: 0,
     };
     tokio::spawn(async move {
         client

@@ -46,6 +46,7 @@ fn request(id: u64, pod: &str, node: &str) -> pb::BindRequest {
         node_name: node.into(),
         trace_context: HashMap::new(),
         alternatives: Vec::new(),
+        gpu_devices: 0,
     }
 }
 
@@ -233,10 +234,24 @@ async fn the_worker_side_hands_every_payload_back_once() {
     let (h, w) = one_room_two_pods().await;
     let (stream, mut done, reader) = worker_side(&w, &w.id).await;
     stream
-        .propose(pod_ref("a"), "n1".into(), Vec::new(), HashMap::new(), "a")
+        .propose(
+            pod_ref("a"),
+            "n1".into(),
+            Vec::new(),
+            0,
+            HashMap::new(),
+            "a",
+        )
         .expect("stream open");
     stream
-        .propose(pod_ref("b"), "n1".into(), Vec::new(), HashMap::new(), "b")
+        .propose(
+            pod_ref("b"),
+            "n1".into(),
+            Vec::new(),
+            0,
+            HashMap::new(),
+            "b",
+        )
         .expect("stream open");
     let got = payload_answers(&mut done, 2).await;
     assert_eq!(got["a"].outcome, pb::BindOutcome::Bound);
@@ -254,6 +269,7 @@ async fn the_worker_side_hands_every_payload_back_once() {
             pod_ref("b"),
             "n1".into(),
             Vec::new(),
+            0,
             HashMap::new(),
             "late"
         ),
@@ -269,7 +285,14 @@ async fn a_proposal_bound_to_an_alternative_says_where_and_is_confirmed_there() 
     let (stream, mut done, _reader) = worker_side(&w, &w.id).await;
     for (pod, alternatives) in [("a", vec![]), ("b", vec!["n2".to_owned()])] {
         stream
-            .propose(pod_ref(pod), "n1".into(), alternatives, HashMap::new(), pod)
+            .propose(
+                pod_ref(pod),
+                "n1".into(),
+                alternatives,
+                0,
+                HashMap::new(),
+                pod,
+            )
             .expect("stream open");
     }
     let got = payload_answers(&mut done, 2).await;
@@ -299,7 +322,14 @@ async fn proposals_in_flight_when_the_stream_breaks_come_back_as_errors() {
     // cannot read): the proposal in it is never answered.
     let (stream, mut done, reader) = worker_side(&w, "bogus").await;
     stream
-        .propose(pod_ref("a"), "n1".into(), Vec::new(), HashMap::new(), "a")
+        .propose(
+            pod_ref("a"),
+            "n1".into(),
+            Vec::new(),
+            0,
+            HashMap::new(),
+            "a",
+        )
         .expect("stream open");
     let (p, a) = within(STEP, "the payload back", done.recv())
         .await
@@ -313,7 +343,14 @@ async fn proposals_in_flight_when_the_stream_breaks_come_back_as_errors() {
         .expect("reader does not panic");
     assert_eq!(stream.in_flight(), 0);
     assert_eq!(
-        stream.propose(pod_ref("b"), "n1".into(), Vec::new(), HashMap::new(), "b"),
+        stream.propose(
+            pod_ref("b"),
+            "n1".into(),
+            Vec::new(),
+            0,
+            HashMap::new(),
+            "b"
+        ),
         Err("b"),
         "a broken stream refuses proposals"
     );

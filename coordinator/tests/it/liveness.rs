@@ -234,6 +234,7 @@ async fn a_frozen_worker_loses_its_session_and_its_pods() {
                     pod: Some(pod_ref("a")),
                     node_name: "n1".into(),
                     alternatives: Vec::new(),
+                    gpu_devices: 0,
                 })
                 .await;
             match late {

@@ -10,6 +10,7 @@ mod dispatch;
 mod extender_bind;
 mod failover;
 mod gang;
+mod gpu;
 mod liveness;
 mod node_checks;
 mod preemption;
@@ -331,6 +332,27 @@ impl FakeWorker {
                 pod: Some(pod_ref(pod)),
                 node_name: node.into(),
                 alternatives: alternatives.iter().map(ToString::to_string).collect(),
+                gpu_devices: 0,
+            }),
+        )
+        .await
+        .expect("ProposeBind answers")
+        .into_inner()
+    }
+
+    /// `ProposeBind` of `pod` on `node` holding the GPU devices `gpus`
+    /// (bit i = device i).
+    pub async fn propose_gpus(&self, pod: &str, node: &str, gpus: u64) -> pb::BindDecision {
+        let mut client = self.client.clone();
+        within(
+            STEP,
+            "ProposeBind",
+            client.propose_bind(pb::BindProposal {
+                worker_id: self.id.clone(),
+                pod: Some(pod_ref(pod)),
+                node_name: node.into(),
+                alternatives: Vec::new(),
+                gpu_devices: gpus,
             }),
         )
         .await

@@ -522,6 +522,7 @@ async fn a_worker_confirmed_a_binding_it_does_not_hold_registers_again_and_resyn
             pod: Some(crate::pod_ref("picky")),
             node_name: "n1".into(),
             alternatives: Vec::new(),
+            gpu_devices: 0,
         }),
     )
     .await

@@ -54,6 +54,11 @@
 //! - **`placementWebhook`** (Flotilla's extension): an optional profile
 //!   field delegating the choice of node to an HTTP service
 //!   ([`crate::webhook`]).
+//! - **`tieBreak`** (Flotilla's extension): an optional profile field,
+//!   `Random` (the default, upstream's `selectHost`) or `NodeName`: among
+//!   equally scored nodes the one with the smallest name wins, for
+//!   reproducible runs (the FGD paper's simulator patches kube-scheduler
+//!   the same way; `flotilla bench --scenario fgd` uses it).
 //! - Unknown plugin names in `disabled` are errors (upstream ignores them),
 //!   so a typo cannot leave a plugin enabled; upstream's own plugin names
 //!   are always accepted there.

@@ -123,7 +123,7 @@ impl TieBreak {
 /// Upstream's default `multiPoint` plugins (`getDefaultPlugins`, 1.35, and
 /// `GangScheduling` as with the `GenericWorkload` feature), in upstream
 /// order, restricted to the plugins Flotilla implements, with upstream's
-/// score weights.
+/// score weights; then Flotilla's `GpuShare`.
 #[must_use]
 pub fn default_multi_point() -> Vec<PluginRef> {
     [
@@ -148,6 +148,12 @@ pub fn default_multi_point() -> Vec<PluginRef> {
         // Upstream adds it with the `GenericWorkload` feature (the
         // `scheduling.k8s.io` PodGroup API): it acts only on pods naming one.
         (names::GANG_SCHEDULING, 0),
+        // Flotilla's: per-device GPU placement and the GPU policy (FGD by
+        // default). It acts only where GPUs are: PreFilter skips pods
+        // asking for none, PreScore skips them when no feasible node has
+        // GPUs. Weight 5 so that on GPU nodes the policy leads the
+        // spreading scores (1-3 each).
+        (names::GPU_SHARE, 5),
     ]
     .into_iter()
     .map(|(n, w)| PluginRef::new(n, w))

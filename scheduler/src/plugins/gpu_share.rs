@@ -543,11 +543,7 @@ pub fn misfit(
         return Some((REASON_TOO_FEW, false));
     }
     let fits = match devices {
-        Some(d) => {
-            d.len() == req.count as usize
-                && d.iter()
-                    .all(|i| gpus.free.get(i).is_some_and(|&f| f >= req.milli))
-        }
+        Some(d) => gpu::holds(gpus, req, d),
         None => gpu::fits(gpus, req),
     };
     if fits {

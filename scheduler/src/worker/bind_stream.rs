@@ -140,6 +140,7 @@ impl<T: Send + 'static> BindStream<T> {
         pod: pb::PodRef,
         node: String,
         alternatives: Vec<String>,
+        gpu_devices: u64,
         trace_context: std::collections::HashMap<String, String>,
         payload: T,
     ) -> Result<(), T> {
@@ -151,6 +152,7 @@ impl<T: Send + 'static> BindStream<T> {
             node_name: node,
             trace_context,
             alternatives,
+            gpu_devices,
         };
         let sent = inner.tx.as_ref().is_some_and(|tx| tx.send(request).is_ok());
         if !sent {

@@ -132,6 +132,15 @@ fn record_binding(
     }
 }
 
+/// The wire form of the GPU devices `pod` holds (bit i = device i; 0 for
+/// none).
+fn gpu_devices_of(pod: &PodInfo) -> u64 {
+    pod.gpu
+        .as_deref()
+        .and_then(|g| g.devices)
+        .map_or(0, |d| d.0)
+}
+
 /// A proposal sent on the bind stream, until its answer.
 pub(super) struct InFlightBind {
     pub(super) pod: Arc<PodInfo>,
@@ -177,7 +186,8 @@ pub(super) fn propose_bind(
                 .map(ToString::to_string)
                 .collect();
             let tc = trace::inject(&payload.span);
-            match b.propose(req, node, alternatives, tc, payload) {
+            let gpus = gpu_devices_of(&payload.pod);
+            match b.propose(req, node, alternatives, gpus, tc, payload) {
                 Ok(()) => return,
                 // The stream is gone (the session is ending): the unary
                 // call settles it like any other failure.
@@ -217,6 +227,7 @@ async fn bind(
         pod: Some(pb_ref(&pod)),
         node_name: node.to_string(),
         alternatives: alternatives.iter().map(ToString::to_string).collect(),
+        gpu_devices: gpu_devices_of(&pod),
     };
     let res = client.propose_bind(traced(req)).await;
     let answer = match res {

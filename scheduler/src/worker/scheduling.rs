@@ -209,15 +209,12 @@ fn apply(
     }
     match decision {
         Decision::Bind(r) => {
-            propose_bind(
-                s,
-                pod.clone(),
-                r.node,
-                r.alternatives,
-                &span,
-                cycle,
-                attempt,
-            );
+            // The pod as assumed: holding the GPU devices Reserve chose.
+            let pod = match r.gpu_devices {
+                Some(d) => Arc::new(pod.with_gpu_devices(d)),
+                None => pod.clone(),
+            };
+            propose_bind(s, pod, r.node, r.alternatives, &span, cycle, attempt);
         }
         Decision::Wait(r) => {
             debug!(node = %r.node, "waiting at Permit for the rest of the gang");

@@ -60,8 +60,8 @@ fn every_in_tree_filter_provides_a_bind_check() {
         }
     }
     assert_eq!(
-        filters, 13,
-        "the twelve default Filters and MaxInstancesPerNode"
+        filters, 14,
+        "the thirteen default Filters (GpuShare last) and MaxInstancesPerNode"
     );
 }
 
@@ -91,6 +91,7 @@ fn the_default_profile_is_served_with_its_filters_checks_in_filter_order() {
             "VolumeZone",
             "PodTopologySpread",
             "InterPodAffinity",
+            "GpuShare",
         ]
     );
     assert!(p.unchecked_filters.is_empty());
@@ -101,7 +102,7 @@ fn the_default_profile_is_served_with_its_filters_checks_in_filter_order() {
     assert_eq!(
         local,
         [
-            true, true, true, true, true, true, false, true, false, true, false, false
+            true, true, true, true, true, true, false, true, false, true, false, false, true
         ]
     );
 }
@@ -167,7 +168,7 @@ fn a_filter_without_a_check_is_listed_as_unchecked() {
     );
     assert_eq!(served[0].unchecked_filters, ["Unchecked"]);
     assert!(!names(&served[0].bind_checks).contains(&"Unchecked"));
-    assert_eq!(served[0].bind_checks.len(), 12, "the defaults still are");
+    assert_eq!(served[0].bind_checks.len(), 13, "the defaults still are");
 }
 
 #[test]

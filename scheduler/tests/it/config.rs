@@ -191,7 +191,8 @@ profiles:
             "VolumeBinding",
             "VolumeZone",
             "PodTopologySpread",
-            "InterPodAffinity"
+            "InterPodAffinity",
+            "GpuShare"
         ],
         "NodePorts disabled at filter only"
     );
@@ -206,9 +207,10 @@ profiles:
             "VolumeBinding",
             "VolumeZone",
             "PodTopologySpread",
-            "InterPodAffinity"
+            "InterPodAffinity",
+            "GpuShare"
         ],
-        "upstream's default PreFilter plugins"
+        "upstream's default PreFilter plugins, then Flotilla's GpuShare"
     );
     assert_eq!(
         fw.score_weights(),
@@ -218,7 +220,8 @@ profiles:
             ("NodeAffinity", 2),
             ("PodTopologySpread", 2),
             ("InterPodAffinity", 2),
-            ("ImageLocality", 1)
+            ("ImageLocality", 1),
+            ("GpuShare", 5)
         ],
         "the score entry comes first with its weight; BalancedAllocation disabled"
     );
@@ -341,7 +344,8 @@ fn disabling_a_default_score_plugin_removes_it_from_score_only() {
             ("NodeResourcesFit", 1),
             ("PodTopologySpread", 2),
             ("InterPodAffinity", 2),
-            ("ImageLocality", 1)
+            ("ImageLocality", 1),
+            ("GpuShare", 5)
         ]
     );
     assert!(
@@ -381,7 +385,8 @@ fn re_enabling_a_default_keeps_its_position_and_takes_the_new_weight() {
             ("PodTopologySpread", 2),
             ("InterPodAffinity", 2),
             ("NodeResourcesBalancedAllocation", 1),
-            ("ImageLocality", 1)
+            ("ImageLocality", 1),
+            ("GpuShare", 5)
         ]
     );
     // Upstream replaces the default entry by the user's: without a weight
@@ -434,7 +439,8 @@ fn a_weight_at_score_beats_multi_point_and_runs_first() {
             ("PodTopologySpread", 2),
             ("InterPodAffinity", 2),
             ("NodeResourcesBalancedAllocation", 1),
-            ("ImageLocality", 1)
+            ("ImageLocality", 1),
+            ("GpuShare", 5)
         ]
     );
     // multiPoint still places NodeAffinity at its other points.
@@ -1093,4 +1099,26 @@ fn the_profiles_fingerprint_tells_configurations_apart_and_not_their_spelling() 
     let two = "profiles:\n- schedulerName: a\n- schedulerName: b\n";
     let swapped = "profiles:\n- schedulerName: b\n- schedulerName: a\n";
     assert_eq!(fp(two), fp(swapped), "profile order does not");
+}
+
+#[test]
+fn tie_break_is_random_by_default_node_name_on_request_and_checked() {
+    use flotilla_scheduler::framework::profile::TieBreak;
+    let cfg = parse("profiles:\n- schedulerName: a\n- schedulerName: b\n  tieBreak: NodeName\n")
+        .expect("valid");
+    assert_eq!(cfg.profiles[0].tie_break, TieBreak::Random);
+    assert_eq!(cfg.profiles[1].tie_break, TieBreak::NodeName);
+    assert_ne!(
+        cfg.profiles[0].fingerprint(),
+        Profile {
+            scheduler_name: "a".into(),
+            tie_break: TieBreak::NodeName,
+            ..cfg.profiles[0].clone()
+        }
+        .fingerprint(),
+        "workers of both must not pass for the same profiles"
+    );
+    let e = refused("profiles:\n- tieBreak: Smallest\n");
+    assert_eq!(e.path(), "profiles[0].tieBreak");
+    assert!(e.to_string().contains("\"Random\", \"NodeName\""), "{e}");
 }

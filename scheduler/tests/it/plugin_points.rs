@@ -13,7 +13,8 @@ use flotilla_shared::testing::PodBuilder;
 use crate::{bind_in_cache, cache_with, info, node, snapshot_of};
 
 /// Upstream's points per plugin (kube-scheduler 1.35–1.37; the PreEnqueue
-/// of DefaultPreemption since 1.32). MaxInstancesPerNode is Flotilla's own.
+/// of DefaultPreemption since 1.32). MaxInstancesPerNode and GpuShare are
+/// Flotilla's own.
 /// The table of docs/plugins.md.
 const UPSTREAM_POINTS: &[(&str, &[E])] = &[
     ("PrioritySort", &[E::QueueSort]),
@@ -57,6 +58,10 @@ const UPSTREAM_POINTS: &[(&str, &[E])] = &[
     ("DefaultPreemption", &[E::PreEnqueue, E::PostFilter]),
     ("DefaultBinder", &[E::Bind]),
     ("MaxInstancesPerNode", &[E::PreFilter, E::Filter]),
+    (
+        "GpuShare",
+        &[E::PreFilter, E::Filter, E::PreScore, E::Score, E::Reserve],
+    ),
     // 1.36's GangScheduling (1.37 replaces Reserve and Permit with the pod
     // group cycle's PlacementFeasible, which has no configuration point).
     ("GangScheduling", &[E::PreEnqueue, E::Reserve, E::Permit]),

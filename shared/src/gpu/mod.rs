@@ -198,6 +198,17 @@ pub fn fits(gpus: &NodeGpus, req: &GpuRequest) -> bool {
     enough >= req.count as usize
 }
 
+/// Whether exactly `devices` can take `req`: `req.count` devices of
+/// `gpus`, each with `req.milli` free. The arbiter keeps a worker's choice
+/// when this holds on its view.
+#[must_use]
+pub fn holds(gpus: &NodeGpus, req: &GpuRequest, devices: DeviceSet) -> bool {
+    devices.len() == req.count as usize
+        && devices
+            .iter()
+            .all(|i| gpus.free.get(i).is_some_and(|&f| f >= req.milli))
+}
+
 /// The devices `req` takes on `gpus` by the default rule: for a share, the
 /// device with the *least* free share that still holds it (ties: lowest
 /// index); for whole GPUs, the `count` lowest-indexed wholly free devices.
