@@ -34,9 +34,9 @@ pub struct BenchArgs {
     /// project; give a variant's file, e.g. openb_pod_list_gpushare40.csv).
     #[arg(long, value_name = "FILE")]
     pub pods: Option<PathBuf>,
-    /// fgd: a GPU policy to run (repeat for several; default all six of
-    /// the paper): random, dotprod, clustering, packing, bestfit, fgd, or
-    /// the paper's names (01-Random ... 06-FGD).
+    /// fgd: a GPU policy to run (repeat for several; default the paper's
+    /// six and Flotilla's): random, dotprod, clustering, packing, bestfit,
+    /// fgd, flotilla, or the paper's names (01-Random ... 07-Flotilla).
     #[arg(long = "policy", value_name = "NAME")]
     pub policies: Vec<String>,
     /// fgd: the seeds, as "42-51" or "42,45,50-51".

@@ -19,9 +19,10 @@
 //! - PreScore / Score: the profile's GPU policy
 //!   ([`GpuShareArgs::scoring_strategy`], default `FGD`): FGD
 //!   (fragmentation gradient descent) or the FGD paper's baselines
-//!   `BestFit`, `GpuPacking`, `GpuClustering`, `DotProd`, `Random`
+//!   `BestFit`, `GpuPacking`, `GpuClustering`, `DotProd`, `Random`, or
+//!   Flotilla's own `Flotilla` (FGD's gradient, ties by least leftover)
 //!   ([`flotilla_shared::gpu::policy`]); the policy also chooses the
-//!   devices at Reserve (FGD the device its score found, `Random` a random
+//!   devices at Reserve (FGD and Flotilla the device their score found, `Random` a random
 //!   fitting one, the others the tightest). PreScore is `Skip` for a pod
 //!   without GPUs when no feasible node has GPUs (CPU clusters pay
 //!   nothing); CPU-only pods are scored on GPU nodes, as in the paper (FGD
@@ -32,7 +33,7 @@
 //! - name: GpuShare
 //!   args:
 //!     scoringStrategy:
-//!       type: FGD            # BestFit | GpuPacking | GpuClustering | DotProd | Random
+//!       type: FGD            # Flotilla | BestFit | GpuPacking | GpuClustering | DotProd | Random
 //!     targetWorkload:        # FGD's target workload
 //!       coverage: 0.95       # learned: the most common shapes covering 95 % of pods seen
 //!       shapes:              # or given: then nothing is learned
@@ -116,7 +117,7 @@ impl Default for GpuShareArgs {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ScoringStrategy {
-    /// `type`: a [`Policy`] name (`FGD`, `BestFit`, `GpuPacking`,
+    /// `type`: a [`Policy`] name (`FGD`, `Flotilla`, `BestFit`, `GpuPacking`,
     /// `GpuClustering`, `DotProd`, `Random`; any case, or the paper's
     /// `06-FGD` spelling).
     #[serde(rename = "type")]
@@ -315,6 +316,8 @@ pub struct GpuShare {
     fgd_cache: [Mutex<HashMap<Arc<str>, FgdEntry>>; CACHE_SHARDS],
     /// `Random`'s stream: each draw takes the next number.
     draws: AtomicU64,
+    /// `Flotilla`'s tuning.
+    flotilla: policy::FlotillaParams,
 }
 
 impl Default for GpuShare {
@@ -379,6 +382,7 @@ impl GpuShare {
             target,
             fgd_cache: std::array::from_fn(|_| Mutex::new(HashMap::new())),
             draws: AtomicU64::new(args.random_seed.unwrap_or_else(rand::random)),
+            flotilla: policy::FlotillaParams::default(),
         })
     }
 
@@ -418,7 +422,7 @@ impl GpuShare {
         let req = &pod.gpu.as_deref()?.request;
         let gpus = node.gpu.as_deref()?.gpus();
         match self.policy {
-            Policy::Fgd => {
+            Policy::Fgd | Policy::Flotilla => {
                 let (target, version) = self.current_target();
                 self.fgd_cached(node, &shape_of(pod), &target, version)
                     .map(|(_, d)| d)
@@ -465,7 +469,11 @@ impl GpuShare {
         if let Some((_, r)) = entry.results.iter().find(|(s, _)| s == shape) {
             return *r;
         }
-        let r = policy::fgd_with_base(&free, shape, target, entry.base);
+        let r = if self.policy == Policy::Flotilla {
+            policy::flotilla(&free, shape, target, entry.base, &self.flotilla)
+        } else {
+            policy::fgd_with_base(&free, shape, target, entry.base)
+        };
         entry.results.push((shape.clone(), r));
         r
     }
@@ -611,6 +619,11 @@ impl ScorePlugin for GpuShare {
             Policy::Fgd => self
                 .fgd_cached(node, &pre.shape, &pre.target, pre.version)
                 .map(|(s, _)| s),
+            Policy::Flotilla => {
+                return Ok(self
+                    .fgd_cached(node, &pre.shape, &pre.target, pre.version)
+                    .map_or(policy::FLOTILLA_NO_FIT, |(s, _)| s));
+            }
             Policy::BestFit => policy::best_fit_raw(&free, &pre.shape),
             Policy::DotProd => policy::dot_prod(&free, &pre.shape),
             Policy::GpuPacking => policy::gpu_packing(&free, &pre.shape),
@@ -625,8 +638,10 @@ impl ScorePlugin for GpuShare {
     /// BestFit's raw scores are min-max normalised over the feasible nodes
     /// (upstream `NormalizeScore`); the other policies score in 0..=100.
     fn normalize_score(&self, _state: &CycleState, _pod: &PodInfo, scores: &mut [i64]) {
-        if self.policy == Policy::BestFit {
-            policy::normalize_min_max(scores);
+        match self.policy {
+            Policy::BestFit => policy::normalize_min_max(scores),
+            Policy::Flotilla => policy::normalize_flotilla(scores),
+            _ => {}
         }
     }
 }
