@@ -254,12 +254,8 @@ pub fn leftover(node: &NodeFree, pod: &TaskShape) -> f64 {
 /// least BestFit [`leftover`] (FGD leaves those ties to the node name).
 /// The raw score is a fine-grained integer (higher is better) that
 /// [`normalize_flotilla`] maps onto `0..=100`, the single best raw score
-/// alone reaching 100. `None` if the pod does not fit.
-///
-/// Measured (`flotilla bench --scenario fgd`, default trace, 10 seeds):
-/// float Δ alone (1-milli buckets) is much worse than FGD (≈ 6.1 % vs
-/// 4.9 % unallocated): the coarse sigmoid buckets plus a consistent tie
-/// rule pack better; the leftover tie rule gains ≈ 0.1 point.
+/// alone reaching 100. `None` if the pod does not fit. Why the buckets are
+/// kept coarse: `docs/benchmarks.md`, item 27.
 #[must_use]
 pub fn flotilla(
     node: &NodeFree,
