@@ -159,6 +159,10 @@ pub struct PodInfo {
     /// ([`crate::gpu::dialect`] says how both are read); `None` for a pod
     /// that asks for no GPU (most pods).
     pub gpu: Option<Arc<PodGpu>>,
+    /// Why the pod's GPU request cannot be read (the field and the
+    /// problem), when it cannot: GpuShare refuses to place the pod; bound,
+    /// it holds no device.
+    pub gpu_error: Option<Arc<str>>,
 }
 
 /// A pod that cannot be read; names the object and the field.
@@ -265,13 +269,16 @@ impl PodInfo {
             .ok_or_else(|| err("spec: required".into()))?;
         let reqs = resources::pod_requests(spec).map_err(|e| err(e.to_string()))?;
         let class = workload::classify(&pod).map_err(err)?;
+        // A GPU request Flotilla cannot read does not make the pod
+        // unreadable: a bound one still holds its CPU and memory, and a
+        // pending one is refused by GpuShare with the error.
         let annotations = pod.metadata.annotations.as_ref();
-        let gpu = match gpu::dialect::pod_request(annotations, &reqs.requests).map_err(err)? {
-            Some(request) => Some(Arc::new(PodGpu {
-                request,
-                devices: gpu::dialect::pod_devices(annotations).map_err(err)?,
-            })),
-            None => None,
+        let (gpu, gpu_error) = match gpu::dialect::pod_request(annotations, &reqs.requests)
+            .and_then(|r| Ok((r, gpu::dialect::pod_devices(annotations)?)))
+        {
+            Ok((Some(request), devices)) => (Some(Arc::new(PodGpu { request, devices })), None),
+            Ok((None, _)) => (None, None),
+            Err(e) => (None, Some(Arc::from(e.as_str()))),
         };
 
         let mut required_affinity = None;
@@ -445,6 +452,7 @@ impl PodInfo {
             scheduling_gates,
             nominated_node_name,
             gpu,
+            gpu_error,
         })
     }
 

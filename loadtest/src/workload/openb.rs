@@ -59,7 +59,10 @@
 //!
 //! # Validation
 //!
-//! The header must have exactly the expected columns (any order). Fields are
+//! The header must have exactly the expected columns (any order), or
+//! exactly the five of the `multigpu*` variants' pod files (`name`,
+//! `cpu_milli`, `memory_mib`, `num_gpu`, `gpu_milli`: their pods get no
+//! model constraint, QoS `BE`, creation time 0). Fields are
 //! trimmed of surrounding whitespace. Numbers
 //! must be non-negative integers; `qos` one of `LS`, `Guaranteed`,
 //! `Burstable`, `BE`; `gpu_milli` must be 0 when `num_gpu = 0`, 1..=1000 when
@@ -114,6 +117,10 @@ pub const PRIORITY_BATCH: i32 = 0;
 const MILLI_PER_GPU: u64 = 1000;
 
 const NODE_COLUMNS: &[&str] = &["sn", "cpu_milli", "memory_mib", "gpu", "model"];
+/// The columns of the `multigpu20/30/40/50` variants' pod files: no
+/// `gpu_spec`, QoS, phase or times. Their pods get no model constraint,
+/// class `batch` with priority 0 and creation time 0.
+const POD_COLUMNS_MULTIGPU: &[&str] = &["name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli"];
 const POD_COLUMNS: &[&str] = &[
     "name",
     "cpu_milli",
@@ -146,8 +153,12 @@ struct PodRow<'a> {
     memory_mib: &'a str,
     num_gpu: &'a str,
     gpu_milli: &'a str,
+    /// Absent from the multi-GPU variants' files ([`POD_COLUMNS_MULTIGPU`]).
+    #[serde(default)]
     gpu_spec: &'a str,
+    #[serde(default)]
     qos: &'a str,
+    #[serde(default)]
     creation_time: &'a str,
 }
 
@@ -228,13 +239,22 @@ fn load_nodes(
 fn load_pods(path: &Path, on_bad: OnBadInput, warnings: &mut Vec<LoadWarning>) -> Result<Vec<Pod>> {
     let mut pods = Vec::new();
     let mut seen: HashMap<String, u64> = HashMap::new();
+    let short = header_is(path, POD_COLUMNS_MULTIGPU);
     for_each_row(
         path,
-        POD_COLUMNS,
+        if short {
+            POD_COLUMNS_MULTIGPU
+        } else {
+            POD_COLUMNS
+        },
         on_bad,
         warnings,
         |ctx, record, headers| {
-            let row: PodRow<'_> = ctx.deserialize(record, headers)?;
+            let mut row: PodRow<'_> = ctx.deserialize(record, headers)?;
+            if short {
+                row.qos = "BE";
+                row.creation_time = "0";
+            }
             let pod = pod_from_row(&ctx, &row)?;
             ctx.check_unique(&mut seen, "name", row.name)?;
             pods.push(pod);
@@ -242,6 +262,25 @@ fn load_pods(path: &Path, on_bad: OnBadInput, warnings: &mut Vec<LoadWarning>) -
         },
     )?;
     Ok(pods)
+}
+
+/// Whether the file's header has exactly `columns` (any order); `false`
+/// when it cannot be read (the load then reports why).
+fn header_is(path: &Path, columns: &[&str]) -> bool {
+    let Ok(file) = File::open(path) else {
+        return false;
+    };
+    let mut reader = csv::ReaderBuilder::new()
+        .trim(csv::Trim::All)
+        .from_reader(file);
+    let Ok(headers) = reader.headers() else {
+        return false;
+    };
+    let mut found: Vec<&str> = headers.iter().collect();
+    let mut expected = columns.to_vec();
+    found.sort_unstable();
+    expected.sort_unstable();
+    found == expected
 }
 
 fn node_from_row(ctx: &RowCtx<'_>, row: &NodeRow<'_>) -> Result<Node> {
@@ -1027,6 +1066,34 @@ p-6,1000,0,1,1000,,LS,Pending,5,9,\n"
         let empty = TempFile::new("empty.csv", "");
         let err = load_openb(empty.path(), nodes.path(), OnBadInput::Fail).expect_err("empty file");
         assert!(matches!(err, LoadError::CsvHeader { .. }), "{err}");
+    }
+
+    #[test]
+    fn the_multi_gpu_variants_five_columns_load_as_batch_pods_without_models() {
+        let nodes = TempFile::new(
+            "nodes.csv",
+            "sn,cpu_milli,memory_mib,gpu,model\nn-0,8000,1024,8,V100\n",
+        );
+        let pods = TempFile::new(
+            "pods.csv",
+            "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np-0,4000,512,4,1000\np-1,1000,128,0,0\n",
+        );
+        let w = load_openb(nodes.path(), pods.path(), OnBadInput::Fail).expect("loads");
+        assert_eq!(w.pods.len(), 2);
+        let p0 = by_name(&w.pods, "p-0");
+        let ann = p0.metadata.annotations.as_ref().expect("annotations");
+        assert_eq!(ann.get(ANNOTATION_GPU_COUNT).map(String::as_str), Some("4"));
+        assert!(!ann.contains_key(ANNOTATION_GPU_CARD_MODEL));
+        assert_eq!(
+            p0.spec.as_ref().and_then(|s| s.priority),
+            Some(PRIORITY_BATCH)
+        );
+        // A header with some of the long layout's columns is still refused.
+        let partial = TempFile::new(
+            "bad.csv",
+            "name,cpu_milli,memory_mib,num_gpu,gpu_milli,qos\n",
+        );
+        assert!(load_openb(nodes.path(), partial.path(), OnBadInput::Fail).is_err());
     }
 
     #[test]

@@ -522,7 +522,10 @@ impl PreFilterPlugin for GpuShare {
         pod: &PodInfo,
         _cluster: &dyn SharedLister,
     ) -> (PreFilterResult, Status) {
-        let status = if pod.gpu.is_some() {
+        let status = if let Some(e) = &pod.gpu_error {
+            // Nothing on any node can fix the pod's own request.
+            Status::unresolvable(format!("pod {}: {e}", pod.key)).with_plugin(NAME)
+        } else if pod.gpu.is_some() {
             Status::success()
         } else {
             Status::skip()
@@ -730,6 +733,26 @@ mod tests {
             (Code::UnschedulableAndUnresolvable, REASON_MODEL)
         );
         assert!(pl.filter(&s, &p, &gpu_node("g", "V100", 2)).is_success());
+    }
+
+    #[test]
+    fn an_unreadable_gpu_request_is_unresolvable_and_names_the_field() {
+        let p = PodBuilder::new("bad")
+            .annotation(ANNOTATION_GPU_MILLI, "500")
+            .annotation(ANNOTATION_GPU_COUNT, "2")
+            .build_info();
+        assert!(p.gpu.is_none(), "the pod itself still compiles");
+        let (_, st) = GpuShare::new().pre_filter(
+            &mut CycleState::default(),
+            &p,
+            &flotilla_shared::testing::FakeLister::default(),
+        );
+        assert_eq!(st.code, Code::UnschedulableAndUnresolvable);
+        let m = st.message();
+        assert!(
+            m.starts_with("pod default/bad: metadata.annotations[alibabacloud.com/gpu-milli]"),
+            "{m}"
+        );
     }
 
     #[test]
