@@ -22,6 +22,8 @@
 use std::sync::Arc;
 
 pub mod dialect;
+#[cfg(test)]
+mod fixtures;
 pub mod frag;
 pub mod policy;
 pub mod state;

@@ -808,38 +808,10 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-
-    fn gpus(free: &[u32]) -> NodeGpus {
-        NodeGpus {
-            model: Arc::from("V100"),
-            free: free.to_vec(),
-        }
-    }
+    use crate::gpu::fixtures::{approx, example_target, gpus, share, whole};
 
     fn node(cpu_milli: i64, g: &NodeGpus) -> NodeFree<'_> {
         NodeFree { cpu_milli, gpus: g }
-    }
-
-    fn share(cpu: i64, milli: u32) -> TaskShape {
-        TaskShape::with_gpu(cpu, GpuRequest::share(milli))
-    }
-
-    fn whole(cpu: i64, count: u32) -> TaskShape {
-        TaskShape::with_gpu(cpu, GpuRequest::whole(count))
-    }
-
-    /// §1.7 of the reference: A = 4000 m + 1 × 500 (0.5), B = 8000 m +
-    /// 1 × 1000 (0.3), C = 2000 m CPU-only (0.2).
-    fn example_target() -> TargetWorkload {
-        TargetWorkload::from_weights(vec![
-            (share(4000, 500), 0.5),
-            (whole(8000, 1), 0.3),
-            (TaskShape::cpu_only(2000), 0.2),
-        ])
-    }
-
-    fn approx(a: f64, b: f64) -> bool {
-        (a - b).abs() < 1e-9
     }
 
     // ---- FGD ----
