@@ -19,7 +19,9 @@
 //! beside it when `$K8S_BIN/kube-scheduler` exists). A fourth runs
 //! VolumeBinding end to end (static PVs bound, claims provisioned) with a
 //! stand-in for the PV controller and a provisioner, which the lab does
-//! not run. The tests run one at a time.
+//! not run. A fifth places GPU shares per device and checks the devices
+//! reach each pod, with its Binding, as `alibabacloud.com/gpu-index`. The
+//! tests run one at a time.
 //!
 //! Runs only when `KUBECONFIG` is set (otherwise it says why and passes):
 //! `.ci/e2e-kube` starts a throwaway kube-apiserver + etcd and runs it; see
@@ -1155,6 +1157,57 @@ async fn bench_scenario(kubeconfig: &Path) {
 /// class allows, and its PV reaches that node; the pod left without a
 /// local PV and the pod with an unbound `Immediate` claim stay
 /// `PodScheduled=False` with upstream's reasons.
+/// One coordinator (no leader election) and two workers, `online` and
+/// `batch`, over mutual TLS with certificates made in `procs.dir`, all
+/// running `config_file`.
+fn spawn_coordinator_and_workers(procs: &mut Procs, kubeconfig: &Path, config_file: &str) {
+    let port = free_port();
+    let tls = tls_files(&procs.dir);
+    let tls_file = |name: &str| tls.join(name).display().to_string();
+    procs.spawn(
+        "coordinator",
+        &[
+            "coordinator".into(),
+            "--tls-cert".into(),
+            tls_file("coordinator.crt"),
+            "--tls-key".into(),
+            tls_file("coordinator.key"),
+            "--tls-client-ca".into(),
+            tls_file("ca.crt"),
+            "--kubeconfig".into(),
+            kubeconfig.display().to_string(),
+            "--listen".into(),
+            format!("127.0.0.1:{port}"),
+            "--config".into(),
+            config_file.into(),
+        ],
+    );
+    for (name, class) in [("worker-online", "online"), ("worker-batch", "batch")] {
+        procs.spawn(
+            name,
+            &[
+                "worker".into(),
+                "--coordinator".into(),
+                format!("https://127.0.0.1:{port}"),
+                "--tls-ca".into(),
+                tls_file("ca.crt"),
+                "--tls-cert".into(),
+                tls_file(&format!("worker-{class}.crt")),
+                "--tls-key".into(),
+                tls_file(&format!("worker-{class}.key")),
+                "--class".into(),
+                class.into(),
+                "--config".into(),
+                config_file.into(),
+                "--name".into(),
+                name.into(),
+                "--connect-timeout".into(),
+                "120".into(),
+            ],
+        );
+    }
+}
+
 #[test]
 fn volumes_are_bound_and_provisioned_on_a_real_api_server() {
     in_lab("volumes", |kubeconfig| async move {
@@ -1469,52 +1522,7 @@ async fn volumes_scenario(kubeconfig: &Path) {
     })
     .await;
 
-    // One coordinator and two workers over mutual TLS.
-    let port = free_port();
-    let tls = tls_files(&dir);
-    let tls_file = |name: &str| tls.join(name).display().to_string();
-    procs.spawn(
-        "coordinator",
-        &[
-            "coordinator".into(),
-            "--tls-cert".into(),
-            tls_file("coordinator.crt"),
-            "--tls-key".into(),
-            tls_file("coordinator.key"),
-            "--tls-client-ca".into(),
-            tls_file("ca.crt"),
-            "--kubeconfig".into(),
-            kubeconfig.display().to_string(),
-            "--listen".into(),
-            format!("127.0.0.1:{port}"),
-            "--config".into(),
-            config_file.clone(),
-        ],
-    );
-    for (name, class) in [("worker-online", "online"), ("worker-batch", "batch")] {
-        procs.spawn(
-            name,
-            &[
-                "worker".into(),
-                "--coordinator".into(),
-                format!("https://127.0.0.1:{port}"),
-                "--tls-ca".into(),
-                tls_file("ca.crt"),
-                "--tls-cert".into(),
-                tls_file(&format!("worker-{class}.crt")),
-                "--tls-key".into(),
-                tls_file(&format!("worker-{class}.key")),
-                "--class".into(),
-                class.into(),
-                "--config".into(),
-                config_file.clone(),
-                "--name".into(),
-                name.into(),
-                "--connect-timeout".into(),
-                "120".into(),
-            ],
-        );
-    }
+    spawn_coordinator_and_workers(&mut procs, kubeconfig, &config_file);
 
     // Pod → its claims.
     let pods: Api<Pod> = Api::namespaced(c.clone(), &ns);
@@ -1789,6 +1797,190 @@ async fn volumes_scenario(kubeconfig: &Path) {
         let _ = classes.delete(class, &DeleteParams::default()).await;
     }
     for n in &node_names {
+        let _ = nodes.delete(n, &DeleteParams::default()).await;
+    }
+    let _ = namespaces.delete(&ns, &DeleteParams::default()).await;
+}
+
+#[test]
+fn gpu_shares_are_placed_per_device_and_written_on_the_pod() {
+    in_lab("gpu", |kubeconfig| async move {
+        gpu_scenario(&kubeconfig).await
+    });
+}
+
+/// The devices a bound pod holds, from the `alibabacloud.com/gpu-index`
+/// annotation the API server copied from the Binding (`None`: absent).
+fn gpu_index(p: &Pod) -> Option<Vec<usize>> {
+    use flotilla_shared::gpu::dialect::ANNOTATION_GPU_INDEX;
+    let text = p.metadata.annotations.as_ref()?.get(ANNOTATION_GPU_INDEX)?;
+    Some(
+        text.split('-')
+            .map(|i| i.parse().unwrap_or_else(|_| panic!("gpu-index {text:?}")))
+            .collect(),
+    )
+}
+
+/// GpuShare against a real API server: two nodes of two GPUs each (plain
+/// device plugin `nvidia.com/gpu`, models from `nvidia.com/gpu.product`);
+/// pods created one after the other, each waited for:
+/// - `whole`, two whole GPUs of model A100 (`nvidia.com/gpu: 2`,
+///   `nvidia.com/use-gputype`) → the A100 node, devices 0 and 1;
+/// - shares (trace annotations) of 600, 600, 400, 400 milli → the other
+///   node, the two 600s on different devices and each 400 beside a 600;
+/// - a 300 share → unschedulable, `PodScheduled=False` with the FitError
+///   naming the share on both nodes;
+/// - one 600 deleted → the 300 placed on the device it freed.
+///
+/// Each bound pod's `gpu-index` annotation must have come with its Binding
+/// (checked when `spec.nodeName` is first seen), and no device holds more
+/// than 1000 milli.
+#[allow(clippy::too_many_lines)]
+async fn gpu_scenario(kubeconfig: &Path) {
+    use flotilla_shared::gpu::dialect::{
+        ANNOTATION_GPU_MILLI, HAMI_USE_GPUTYPE, LABEL_GPU_PRODUCT,
+    };
+    let RunSetup {
+        run,
+        ns,
+        scheduler,
+        dir,
+        config_file,
+    } = RunSetup::new("g", "e2e_kube gpu");
+    let c = client(kubeconfig).await;
+    let pp = PostParams::default();
+    let namespaces: Api<Namespace> = Api::all(c.clone());
+    namespaces
+        .create(
+            &pp,
+            &serde_json::from_value(json!({"metadata": {"name": ns}})).expect("namespace"),
+        )
+        .await
+        .expect("creating the test namespace");
+
+    let nodes: Api<Node> = Api::all(c.clone());
+    let (t4, a100) = (format!("e2e-{run}-t4"), format!("e2e-{run}-a100"));
+    for (name, model) in [(&t4, "Tesla-T4"), (&a100, "A100")] {
+        let mut obj = node(name, &run);
+        obj.metadata
+            .labels
+            .get_or_insert_with(Default::default)
+            .insert(LABEL_GPU_PRODUCT.into(), model.into());
+        let status = obj.status.as_mut().expect("status");
+        for list in [&mut status.capacity, &mut status.allocatable] {
+            list.get_or_insert_with(Default::default).insert(
+                "nvidia.com/gpu".into(),
+                k8s_openapi::apimachinery::pkg::api::resource::Quantity("2".into()),
+            );
+        }
+        nodes.create(&pp, &obj).await.expect("creating a node");
+    }
+
+    let mut procs = Procs {
+        dir: dir.clone(),
+        children: Vec::new(),
+    };
+    spawn_coordinator_and_workers(&mut procs, kubeconfig, &config_file);
+
+    let pods: Api<Pod> = Api::namespaced(c.clone(), &ns);
+    // Creates `p` and waits until it is bound; its node and devices.
+    let place = |p: Pod| {
+        let (pods, procs, pp) = (pods.clone(), &procs, &pp);
+        async move {
+            let name = p.metadata.name.clone().expect("name");
+            pods.create(&pp, &p).await.expect("creating a pod");
+            eventually(procs, OUTCOME, &format!("{name} bound"), || {
+                let (pods, name) = (pods.clone(), name.clone());
+                async move {
+                    let p = pods.get(&name).await.ok()?;
+                    let node = node_of(&p)?;
+                    let devices = gpu_index(&p).unwrap_or_else(|| {
+                        panic!("{name} bound to {node} without its gpu-index: {p:?}")
+                    });
+                    Some((node, devices))
+                }
+            })
+            .await
+        }
+    };
+    let share = |name: &str, milli: u32| {
+        let mut p = pod(name, &run, &scheduler, 100);
+        p.metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(ANNOTATION_GPU_MILLI.into(), milli.to_string());
+        p
+    };
+
+    let mut whole = pod("whole", &run, &scheduler, 100);
+    whole
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(HAMI_USE_GPUTYPE.into(), "A100".into());
+    let gpus = json!({"nvidia.com/gpu": "2"});
+    whole.spec.as_mut().expect("spec").containers[0].resources =
+        Some(serde_json::from_value(json!({"requests": gpus, "limits": gpus})).expect("resources"));
+    assert_eq!(place(whole).await, (a100.clone(), vec![0, 1]), "whole");
+
+    let (n, a) = place(share("share-a", 600)).await;
+    assert_eq!(n, t4, "share-a");
+    let (n, b) = place(share("share-b", 600)).await;
+    assert_eq!(n, t4, "share-b");
+    assert_ne!(a, b, "the two 600 shares on one device");
+    let mut small = Vec::new();
+    for name in ["share-c", "share-d"] {
+        let (n, d) = place(share(name, 400)).await;
+        assert_eq!(n, t4, "{name}");
+        small.push(d);
+    }
+    small.sort();
+    let mut big = vec![a.clone(), b];
+    big.sort();
+    assert_eq!(small, big, "each 400 beside a 600");
+
+    pods.create(&pp, &share("share-e", 300))
+        .await
+        .expect("creating share-e");
+    let message = eventually(&procs, OUTCOME, "share-e unschedulable", || {
+        let pods = pods.clone();
+        async move {
+            let p = pods.get("share-e").await.ok()?;
+            assert_eq!(node_of(&p), None, "share-e bound over a full GPU: {p:?}");
+            pod_scheduled(&p)
+                .filter(|(s, _, _)| s == "False")
+                .and_then(|(_, _, m)| m)
+        }
+    })
+    .await;
+    assert!(
+        message.contains("2 node(s) had no GPU with enough free share"),
+        "{message}"
+    );
+
+    // At once (no kubelet here to finish a graceful deletion): a
+    // terminating pod still holds its devices.
+    let force = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..DeleteParams::default()
+    };
+    pods.delete("share-a", &force)
+        .await
+        .expect("deleting share-a");
+    let e = eventually(&procs, OUTCOME, "share-e bound once share-a left", || {
+        let pods = pods.clone();
+        async move {
+            let p = pods.get("share-e").await.ok()?;
+            let node = node_of(&p)?;
+            Some((node, gpu_index(&p).expect("share-e's gpu-index")))
+        }
+    })
+    .await;
+    assert_eq!(e, (t4.clone(), a), "share-e on the device share-a freed");
+
+    drop(procs);
+    let _ = pods.delete_collection(&force, &ListParams::default()).await;
+    for n in [&t4, &a100] {
         let _ = nodes.delete(n, &DeleteParams::default()).await;
     }
     let _ = namespaces.delete(&ns, &DeleteParams::default()).await;
