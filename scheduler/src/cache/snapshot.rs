@@ -46,6 +46,8 @@ pub struct Snapshot {
     /// Positions of the nodes with pods whose terms can score other pods
     /// ([`has_scoring_affinity`]), ascending.
     with_scoring_affinity: Vec<usize>,
+    /// How many nodes have GPU devices.
+    gpu_nodes: usize,
     /// Pods nominated to nodes (shared with the cache, copied on write).
     pub(super) nominated: Arc<NominatedPods>,
     /// Hard spread counts per selector, kept current by
@@ -123,6 +125,7 @@ impl Snapshot {
         self.with_scoring_affinity = (0..self.nodes.len())
             .filter(|&i| has_scoring_affinity(&self.nodes[i]))
             .collect();
+        self.gpu_nodes = self.nodes.iter().filter(|n| n.gpu.is_some()).count();
         self.spread.0.get_mut().invalidate();
         self.affinity.0.get_mut().invalidate();
         self.claim_users = ClaimUsers::count_nodes(self.nodes.iter().map(|n| &**n));
@@ -140,6 +143,8 @@ impl Snapshot {
                 .get_mut()
                 .node_replaced(&self.nodes[i], info);
             self.claim_users.node_replaced(&self.nodes[i], info);
+            self.gpu_nodes = self.gpu_nodes + usize::from(info.gpu.is_some())
+                - usize::from(self.nodes[i].gpu.is_some());
             self.nodes[i] = info.clone();
             self.hot[i] = NodeHot::of(info);
             set_membership(
@@ -261,6 +266,11 @@ impl SharedLister for Snapshot {
         self.with_affinity.iter().map(|&i| &self.nodes[i]).collect()
     }
 
+    /// O(1): kept by [`Snapshot::rebuild`] and [`Snapshot::replace`].
+    fn has_gpu_nodes(&self) -> bool {
+        self.gpu_nodes > 0
+    }
+
     fn volumes(&self) -> Arc<VolumeState> {
         Arc::clone(&self.volumes)
     }
@@ -344,6 +354,39 @@ mod tests {
         cache.update_snapshot(&mut snap);
         assert!(!snap.claim_used_by_other_pod("default", "data", "uid-x"));
         assert!(snap.volumes().claim("default", "data").found().is_some());
+    }
+
+    #[test]
+    fn gpu_node_count_follows_node_updates() {
+        let gpu = |name: &str, count: &str| {
+            NodeBuilder::new(name)
+                .cpu("8")
+                .resource("nvidia.com/gpu", count)
+                .build_spec()
+        };
+        let cache = NodeCache::new(Duration::from_secs(30));
+        for n in ["n1", "n2"] {
+            cache.upsert_node(NodeBuilder::new(n).cpu("8").build_spec());
+        }
+        let mut snap = Snapshot::default();
+        cache.update_snapshot(&mut snap);
+        assert!(!snap.has_gpu_nodes());
+        // A node gains GPUs (an in-place update: replace, not rebuild).
+        cache.upsert_node(gpu("n2", "4"));
+        cache.update_snapshot(&mut snap);
+        assert!(snap.has_gpu_nodes());
+        cache.upsert_node(gpu("n1", "2"));
+        cache.upsert_node(NodeBuilder::new("n2").cpu("8").build_spec());
+        cache.update_snapshot(&mut snap);
+        assert!(snap.has_gpu_nodes(), "n1 still has GPUs");
+        cache.upsert_node(NodeBuilder::new("n1").cpu("8").build_spec());
+        cache.update_snapshot(&mut snap);
+        assert!(!snap.has_gpu_nodes());
+        // A new node (a rebuild) with GPUs.
+        cache.upsert_node(gpu("n0", "1"));
+        cache.update_snapshot(&mut snap);
+        assert!(snap.has_gpu_nodes());
+        assert_eq!(snap.gpu_nodes, 1);
     }
 
     #[test]

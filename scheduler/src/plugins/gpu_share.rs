@@ -585,9 +585,14 @@ impl PreScorePlugin for GpuShare {
         state: &mut CycleState,
         pod: &PodInfo,
         feasible: &[Arc<NodeInfo>],
-        _cluster: &dyn SharedLister,
+        cluster: &dyn SharedLister,
     ) -> Status {
-        if pod.gpu.is_none() && !feasible.iter().any(|n| n.gpu.is_some()) {
+        // A pod without GPUs is still scored where GPUs are (it takes CPU
+        // a GPU pod may need); with no GPU node among the feasible there
+        // is nothing to rank. The cluster-wide check first: O(1).
+        if pod.gpu.is_none()
+            && (!cluster.has_gpu_nodes() || !feasible.iter().any(|n| n.gpu.is_some()))
+        {
             return Status::skip();
         }
         let shape = shape_of(pod);

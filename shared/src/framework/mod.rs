@@ -281,6 +281,14 @@ pub trait SharedLister: Sync {
             .collect()
     }
 
+    /// Whether any node of the snapshot has GPU devices
+    /// ([`NodeInfo::gpu`]). GpuShare's PreScore skips pods without GPUs
+    /// when none has. This default scans every node, O(nodes); the
+    /// scheduler's snapshot keeps a count, O(1).
+    fn has_gpu_nodes(&self) -> bool {
+        self.nodes().iter().any(|n| n.gpu.is_some())
+    }
+
     /// Nodes with at least one pod that has a required anti-affinity term
     /// (upstream `HavePodsWithRequiredAntiAffinityList`), in
     /// [`SharedLister::nodes`] order. The default filters `nodes()`.
