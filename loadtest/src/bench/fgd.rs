@@ -61,9 +61,9 @@ use flotilla_scheduler::Registry;
 use flotilla_scheduler::plugins::gpu_share;
 use flotilla_scheduler::plugins::names::GPU_SHARE;
 use flotilla_scheduler::simulate::Replay;
-use flotilla_shared::gpu::dialect;
 use flotilla_shared::gpu::frag::{DEFAULT_COVERAGE, TargetWorkload};
 use flotilla_shared::gpu::policy::Policy;
+use flotilla_shared::gpu::{GpuRequest, dialect};
 use flotilla_shared::{NodeSpec, PodInfo};
 
 use crate::workload::pod_from_template;
@@ -149,34 +149,21 @@ pub enum FgdError {
 // Requests and capacity
 // ---------------------------------------------------------------------------
 
-/// A pod's GPU request in the trace dialect: `count` GPUs of `milli_per_gpu`
-/// each (the annotations `alibabacloud.com/gpu-count` and
-/// `alibabacloud.com/gpu-milli`). `0 × 0` for a CPU-only pod.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct GpuRequest {
-    /// GPUs requested (`k`).
-    pub count: u64,
-    /// Share of each GPU, milli-GPU (`d`; 1000 = whole GPU).
-    pub milli_per_gpu: u64,
-}
-
-impl GpuRequest {
-    /// `k · d`, milli-GPU: what the pod adds to the arrived demand (the
-    /// authors' `TotalMilliGpu`).
-    #[must_use]
-    pub fn total_milli(self) -> u64 {
-        self.count.saturating_mul(self.milli_per_gpu)
-    }
+/// Milli-GPU `request` asks for in all, `count × milli` (0 for a pod
+/// without GPUs): what the pod adds to the arrived demand (the authors'
+/// `TotalMilliGpu`).
+fn total_milli(request: Option<&GpuRequest>) -> u64 {
+    request.map_or(0, GpuRequest::total_milli)
 }
 
 /// The GPU request of `pod`, read as the scheduler reads it
 /// ([`flotilla_shared::gpu::dialect::pod_request`]: the trace's
 /// annotations, or HAMi / Volcano resources, or bare `nvidia.com/gpu`);
-/// `0 × 0` for a CPU-only pod.
+/// `None` for a CPU-only pod.
 ///
 /// # Errors
 /// [`FgdError::BadPod`] naming the field, as the scheduler would refuse it.
-pub fn gpu_request(pod: &Pod) -> Result<GpuRequest, FgdError> {
+pub fn gpu_request(pod: &Pod) -> Result<Option<GpuRequest>, FgdError> {
     let bad = |message: String| FgdError::BadPod {
         pod: pod_name(pod).to_owned(),
         message,
@@ -189,15 +176,7 @@ pub fn gpu_request(pod: &Pod) -> Result<GpuRequest, FgdError> {
         }
         None => flotilla_shared::resources::Resources::default(),
     };
-    Ok(
-        match dialect::pod_request(pod.metadata.annotations.as_ref(), &requests).map_err(bad)? {
-            Some(r) => GpuRequest {
-                count: u64::from(r.count),
-                milli_per_gpu: u64::from(r.milli),
-            },
-            None => GpuRequest::default(),
-        },
-    )
+    dialect::pod_request(pod.metadata.annotations.as_ref(), &requests).map_err(bad)
 }
 
 /// GPU devices over `nodes`, as the scheduler counts them
@@ -275,7 +254,7 @@ pub fn stream(pods: &[Pod], total_gpus: u64, seed: u64, tune: f64) -> Result<Vec
 
     #[allow(clippy::cast_precision_loss)] // capacities far below 2^52 milli-GPU
     let target = tune * (total_gpus.saturating_mul(MILLI_PER_GPU)) as f64;
-    let mut total: u64 = order.iter().map(|(_, r)| r.total_milli()).sum();
+    let mut total: u64 = order.iter().map(|(_, r)| total_milli(r.as_ref())).sum();
     #[allow(clippy::cast_precision_loss)]
     let above = |total: u64| total as f64 > target;
 
@@ -284,7 +263,7 @@ pub fn stream(pods: &[Pod], total_gpus: u64, seed: u64, tune: f64) -> Result<Vec
             // Σ > target > 0, so some pod with GPU is left.
             let idx = rng.random_range(0..order.len());
             let (_, removed) = order.remove(idx);
-            total -= removed.total_milli();
+            total -= total_milli(removed.as_ref());
         }
         out.extend(order.iter().map(|(p, _)| (*p).clone()));
         return Ok(out);
@@ -295,16 +274,17 @@ pub fn stream(pods: &[Pod], total_gpus: u64, seed: u64, tune: f64) -> Result<Vec
     if total as f64 == target {
         return Ok(out);
     }
-    if sorted.iter().all(|(_, r)| r.total_milli() == 0) {
+    if sorted.iter().all(|(_, r)| total_milli(r.as_ref()) == 0) {
         return Err(FgdError::NoGpuDemand(tune));
     }
     let mut i = 0u64;
     loop {
-        let (template, request) = sorted[rng.random_range(0..sorted.len())];
-        if above(total.saturating_add(request.milli_per_gpu)) {
+        let (template, request) = &sorted[rng.random_range(0..sorted.len())];
+        let per_gpu = request.as_ref().map_or(0, |r| u64::from(r.milli));
+        if above(total.saturating_add(per_gpu)) {
             break;
         }
-        total = total.saturating_add(request.total_milli());
+        total = total.saturating_add(total_milli(request.as_ref()));
         let name = format!("{}{TUNED_SUFFIX}{i}", pod_name(template));
         out.push(pod_from_template(template, name));
         i += 1;
@@ -387,7 +367,7 @@ pub fn run_seed(
     let mut latencies = Vec::with_capacity(stream.len());
     let (mut arrived, mut placed, mut failed) = (0u64, 0usize, 0usize);
     for (pod, request) in stream.iter().zip(requests) {
-        arrived = arrived.saturating_add(request.total_milli());
+        arrived = arrived.saturating_add(total_milli(request.as_ref()));
         let start = Instant::now();
         let bound = placer.place(pod);
         latencies.push(start.elapsed());
@@ -1322,7 +1302,7 @@ mod tests {
 
     fn demand(pods: &[Pod]) -> u64 {
         pods.iter()
-            .map(|p| gpu_request(p).unwrap().total_milli())
+            .map(|p| total_milli(gpu_request(p).unwrap().as_ref()))
             .sum()
     }
 
@@ -1335,7 +1315,7 @@ mod tests {
 
     impl Placer for FirstFit {
         fn place(&mut self, pod: &Pod) -> bool {
-            let need = gpu_request(pod).unwrap().total_milli();
+            let need = total_milli(gpu_request(pod).unwrap().as_ref());
             match self.free.iter_mut().find(|f| **f >= need) {
                 Some(f) => {
                     *f -= need;
@@ -1374,13 +1354,13 @@ mod tests {
     fn gpu_request_reads_the_two_annotations() {
         assert_eq!(
             gpu_request(&pod("a", 2, 1000)).unwrap(),
-            GpuRequest {
-                count: 2,
-                milli_per_gpu: 1000
-            }
+            Some(GpuRequest::whole(2))
         );
-        assert_eq!(gpu_request(&pod("a", 2, 1000)).unwrap().total_milli(), 2000);
-        assert_eq!(gpu_request(&pod("c", 0, 0)).unwrap(), GpuRequest::default());
+        assert_eq!(
+            gpu_request(&pod("s", 1, 300)).unwrap(),
+            Some(GpuRequest::share(300))
+        );
+        assert_eq!(gpu_request(&pod("c", 0, 0)).unwrap(), None);
         let mut bad = pod("b", 1, 500);
         bad.metadata
             .annotations
