@@ -49,19 +49,14 @@ impl Cluster for Counted {
         self.inner.clone().changes()
     }
 
-    async fn bind(&self, pod: &PodRef, node: &str) -> Result<(), ClusterError> {
-        self.count("binding");
-        self.inner.bind(pod, node).await
-    }
-
-    async fn bind_annotated(
+    async fn bind(
         &self,
         pod: &PodRef,
         node: &str,
         annotations: &[(&str, String)],
     ) -> Result<(), ClusterError> {
         self.count("binding");
-        self.inner.bind_annotated(pod, node, annotations).await
+        self.inner.bind(pod, node, annotations).await
     }
 
     async fn bound_by_extender(&self, pod: &PodRef, node: &str) -> Result<(), ClusterError> {

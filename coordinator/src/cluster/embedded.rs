@@ -943,13 +943,9 @@ impl Cluster for EmbeddedCluster {
         list_watch(self)
     }
 
-    async fn bind(&self, pod: &PodRef, node: &str) -> Result<(), ClusterError> {
-        self.bind_annotated(pod, node, &[]).await
-    }
-
     /// As the API server: the Binding's annotations are set on the pod
     /// with `spec.nodeName`, in one write.
-    async fn bind_annotated(
+    async fn bind(
         &self,
         pod: &PodRef,
         node: &str,
@@ -995,7 +991,7 @@ impl Cluster for EmbeddedCluster {
     /// is applied here, as the extender's own write would be on a real
     /// server (it counts as a Binding written).
     async fn bound_by_extender(&self, pod: &PodRef, node: &str) -> Result<(), ClusterError> {
-        self.bind(pod, node).await
+        self.bind(pod, node, &[]).await
     }
 
     /// Sets the PV's `claimRef` and, standing in for the PV controller,
@@ -1331,11 +1327,11 @@ mod tests {
         let c = EmbeddedCluster::new();
         c.apply_node(NodeBuilder::new("n1").build()).unwrap();
         c.create_pod(PodBuilder::new("a").build()).unwrap();
-        c.bind(&pref("a"), "n1").await.unwrap();
+        c.bind(&pref("a"), "n1", &[]).await.unwrap();
         let p = c.pod("default", "a").unwrap();
         assert_eq!(p.spec.as_ref().unwrap().node_name.as_deref(), Some("n1"));
         assert_eq!(
-            c.bind(&pref("a"), "n1").await,
+            c.bind(&pref("a"), "n1", &[]).await,
             Err(ClusterError::AlreadyBound {
                 pod: "default/a".into(),
                 node: "n1".into()
@@ -1343,18 +1339,18 @@ mod tests {
         );
         c.create_pod(PodBuilder::new("b").build()).unwrap();
         assert_eq!(
-            c.bind(&pref("b"), "nx").await,
+            c.bind(&pref("b"), "nx", &[]).await,
             Err(ClusterError::NodeNotFound("nx".into()))
         );
         c.delete_pod("default", "b").unwrap();
         assert!(matches!(
-            c.bind(&pref("b"), "n1").await,
+            c.bind(&pref("b"), "n1", &[]).await,
             Err(ClusterError::PodNotFound(_))
         ));
         let mut stale = pref("a");
         stale.uid = "other".into();
         assert!(matches!(
-            c.bind(&stale, "n1").await,
+            c.bind(&stale, "n1", &[]).await,
             Err(ClusterError::PodNotFound(_))
         ));
         assert_eq!(c.write_counts().0, 1);
@@ -1376,7 +1372,7 @@ mod tests {
         };
         assert!(!stored_as_json("a"), "pending: kept decoded");
         let mut w = c.watch(c.list().await.unwrap().resource_version);
-        c.bind(&pref("a"), "n1").await.unwrap();
+        c.bind(&pref("a"), "n1", &[]).await.unwrap();
         let Some(Ok(WatchEvent::PodApplied(sent))) = w.next().await else {
             panic!("the Binding is watched");
         };

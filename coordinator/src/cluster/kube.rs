@@ -1127,13 +1127,9 @@ impl Cluster for KubeCluster {
         futures::stream::select_all(streams).boxed()
     }
 
-    async fn bind(&self, pod: &PodRef, node: &str) -> Result<(), ClusterError> {
-        self.bind_annotated(pod, node, &[]).await
-    }
-
     /// The Binding carries the annotations in its `metadata`: the API
     /// server sets them on the pod with `spec.nodeName` (one write).
-    async fn bind_annotated(
+    async fn bind(
         &self,
         pod: &PodRef,
         node: &str,

@@ -290,29 +290,21 @@ pub trait Cluster: Send + Sync + 'static {
     /// the backend loses track. See the module docs.
     fn changes(self: Arc<Self>) -> BoxStream<'static, Result<WatchEvent, ClusterError>>;
 
-    /// Binds the pod to the node (the `pods/binding` subresource).
+    /// Binds the pod to the node (the `pods/binding` subresource), with
+    /// `annotations` written on the pod by the same Binding (the API server
+    /// copies a Binding's `metadata.annotations` onto the pod with
+    /// `spec.nodeName`): the GPU devices a pod holds
+    /// ([`flotilla_shared::gpu::dialect::ANNOTATION_GPU_INDEX`]); usually
+    /// none.
     ///
     /// # Errors
     /// `PodNotFound`, `AlreadyBound`, `NodeNotFound`, `Unavailable`.
-    async fn bind(&self, pod: &PodRef, node: &str) -> Result<(), ClusterError>;
-
-    /// [`Cluster::bind`] with `annotations` written on the pod by the same
-    /// Binding (the API server copies a Binding's `metadata.annotations`
-    /// onto the pod): the GPU devices a pod holds
-    /// ([`flotilla_shared::gpu::dialect::ANNOTATION_GPU_INDEX`]). The
-    /// default binds without them (for test doubles); every real backend
-    /// writes them.
-    ///
-    /// # Errors
-    /// As [`Cluster::bind`].
-    async fn bind_annotated(
+    async fn bind(
         &self,
         pod: &PodRef,
         node: &str,
-        _annotations: &[(&str, String)],
-    ) -> Result<(), ClusterError> {
-        self.bind(pod, node).await
-    }
+        annotations: &[(&str, String)],
+    ) -> Result<(), ClusterError>;
 
     /// The scheduler extender with the bind verb wrote the Binding of
     /// `pod` to `node` (upstream `extendersBinding`). A real API server

@@ -298,16 +298,19 @@ impl Coordinator {
                 Err(e) => return Err(ClusterError::BindRejected(e.to_string())),
             }
         }
-        match info.gpu.as_deref().and_then(|g| g.devices) {
-            Some(d) => {
-                let annotations = [(
+        let annotations: Vec<(&str, String)> = info
+            .gpu
+            .as_deref()
+            .and_then(|g| g.devices)
+            .map(|d| {
+                (
                     gpu::dialect::ANNOTATION_GPU_INDEX,
                     gpu::dialect::devices_annotation(d),
-                )];
-                self.cluster.bind_annotated(pod, node, &annotations).await
-            }
-            None => self.cluster.bind(pod, node).await,
-        }
+                )
+            })
+            .into_iter()
+            .collect();
+        self.cluster.bind(pod, node, &annotations).await
     }
 
     /// Bind arbitration. Checks the proposal against the authoritative view

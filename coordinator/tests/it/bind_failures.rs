@@ -56,18 +56,23 @@ impl Cluster for GatedCluster {
         list_watch(self)
     }
 
-    async fn bind(&self, pod: &PodRef, node: &str) -> Result<(), ClusterError> {
+    async fn bind(
+        &self,
+        pod: &PodRef,
+        node: &str,
+        annotations: &[(&str, String)],
+    ) -> Result<(), ClusterError> {
         let gate = self.gate.lock().take();
         if let Some(rx) = gate {
             let injected = rx
                 .await
                 .unwrap_or_else(|_| Err(ClusterError::Unavailable("gate dropped".into())));
             if injected.is_err() && self.lands.load(std::sync::atomic::Ordering::SeqCst) {
-                self.inner.bind(pod, node).await?;
+                self.inner.bind(pod, node, annotations).await?;
             }
             injected?;
         }
-        self.inner.bind(pod, node).await
+        self.inner.bind(pod, node, annotations).await
     }
 
     async fn bind_pv(&self, pv: &str, claim: &ClaimTarget<'_>) -> Result<(), ClusterError> {
@@ -317,7 +322,7 @@ async fn a_binding_given_up_at_shutdown_keeps_its_room() {
     }
     // The first Binding lands late.
     h.cluster
-        .bind(&crate::pod_ref_of("a"), "n1")
+        .bind(&crate::pod_ref_of("a"), "n1", &[])
         .await
         .expect("a's Binding lands");
     let on_n1 = ["a", "b"]
@@ -419,7 +424,12 @@ impl Cluster for FailingBinds {
         self.inner.clone().changes()
     }
 
-    async fn bind(&self, pod: &PodRef, node: &str) -> Result<(), ClusterError> {
+    async fn bind(
+        &self,
+        pod: &PodRef,
+        node: &str,
+        annotations: &[(&str, String)],
+    ) -> Result<(), ClusterError> {
         use std::sync::atomic::Ordering::SeqCst;
         self.attempts.fetch_add(1, SeqCst);
         let failing = self
@@ -431,7 +441,7 @@ impl Cluster for FailingBinds {
                 "connection refused (injected)".into(),
             ));
         }
-        self.inner.bind(pod, node).await
+        self.inner.bind(pod, node, annotations).await
     }
 
     async fn bind_pv(&self, pv: &str, claim: &ClaimTarget<'_>) -> Result<(), ClusterError> {

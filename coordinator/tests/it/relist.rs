@@ -51,8 +51,13 @@ impl Cluster for FlakyWatch {
         list_watch(self)
     }
 
-    async fn bind(&self, pod: &PodRef, node: &str) -> Result<(), ClusterError> {
-        self.inner.bind(pod, node).await
+    async fn bind(
+        &self,
+        pod: &PodRef,
+        node: &str,
+        annotations: &[(&str, String)],
+    ) -> Result<(), ClusterError> {
+        self.inner.bind(pod, node, annotations).await
     }
 
     async fn bind_pv(&self, pv: &str, claim: &ClaimTarget<'_>) -> Result<(), ClusterError> {

@@ -372,7 +372,7 @@ async fn a_pod_bound_by_another_binding_while_prebind_waits_drops_its_volume_res
     // Another Binding of the pod to the granted node lands (a previous
     // leader's, say): the pod is seen bound where it was granted.
     h.cluster
-        .bind(&crate::pod_ref_of("p"), "n1")
+        .bind(&crate::pod_ref_of("p"), "n1", &[])
         .await
         .expect("the other Binding");
     let d = within(STEP, "PreBind sees the pod bound", answer)

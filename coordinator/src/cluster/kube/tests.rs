@@ -110,7 +110,7 @@ async fn bind_posts_a_binding_to_the_subresource() {
             })
         );
     });
-    c.bind(&pod_ref(), "n1").await.expect("bound");
+    c.bind(&pod_ref(), "n1", &[]).await.expect("bound");
     server.await.expect("server checks pass");
 }
 
@@ -128,7 +128,7 @@ async fn writes_in_flight_are_bounded_and_each_waits_its_turn() {
                     name: format!("p{i}"),
                     ..pod_ref()
                 };
-                c.bind(&pod, "n1").await
+                c.bind(&pod, "n1", &[]).await
             })
         })
         .collect();
@@ -217,7 +217,7 @@ async fn bind_errors_map_by_status_code() {
     for (code, reason, message, want) in cases {
         let (c, handle) = mock_cluster(true, WriteFence::new());
         let server = serve_one(handle, code, status(code, reason, message), |_, _| {});
-        let got = c.bind(&pod_ref(), "n1").await;
+        let got = c.bind(&pod_ref(), "n1", &[]).await;
         server.await.expect("served");
         assert_eq!(got, Err(want), "HTTP {code}: {message}");
     }
@@ -235,7 +235,7 @@ async fn a_binding_without_an_answer_has_an_unknown_outcome() {
         std::future::pending::<()>().await;
         drop(send);
     });
-    let got = c.bind(&pod_ref(), "n1").await;
+    let got = c.bind(&pod_ref(), "n1", &[]).await;
     assert!(
         matches!(&got, Err(ClusterError::OutcomeUnknown(m)) if m.contains("no answer within 5s")),
         "{got:?}"
@@ -249,7 +249,7 @@ async fn an_unreachable_server_is_unavailable() {
     let config = Config::new("https://127.0.0.1:1".parse().expect("url"));
     let client = Client::try_from(config).expect("client");
     let c = KubeCluster::new(client, info(true), KubeOptions::default());
-    match c.bind(&pod_ref(), "n1").await {
+    match c.bind(&pod_ref(), "n1", &[]).await {
         Err(ClusterError::Unavailable(m)) => {
             assert!(m.starts_with("binding ns/p to n1: "), "{m}");
         }
@@ -267,7 +267,7 @@ async fn a_closed_fence_stops_writes_before_they_leave() {
     let fence = WriteFence::new();
     let (c, handle) = mock_cluster(true, fence.clone());
     fence.set(false);
-    let got = c.bind(&pod_ref(), "n1").await;
+    let got = c.bind(&pod_ref(), "n1", &[]).await;
     assert!(
         matches!(&got, Err(ClusterError::Unavailable(m)) if m.contains("not the leader")),
         "{got:?}"
@@ -292,7 +292,7 @@ async fn a_fence_past_its_deadline_stops_writes_until_confirmed_again() {
     // The whole process "sleeps" past the deadline.
     tokio::time::advance(Duration::from_secs(11)).await;
     assert!(!fence.is_open());
-    let got = c.bind(&pod_ref(), "n1").await;
+    let got = c.bind(&pod_ref(), "n1", &[]).await;
     assert!(
         matches!(&got, Err(ClusterError::Unavailable(m)) if m.contains("not confirmed in time")),
         "{got:?}"
