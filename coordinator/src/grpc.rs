@@ -376,7 +376,7 @@ async fn serve_bind_stream(
                     let span = arbitration_span(worker, &pod, &node, METHOD, &p.trace_context);
                     let arbitration = span
                         .in_scope(|| {
-                            coordinator.arbitrate_placement(
+                            coordinator.arbitrate(
                                 worker,
                                 &pod,
                                 &node,

@@ -317,30 +317,15 @@ impl Coordinator {
     /// (every grant counted, even those the cluster has not reflected yet)
     /// with the bind checks of the pod's profile ([`crate::arbiter`]); on
     /// success records the grant, writes the Binding, and settles.
-    /// Idempotent: re-proposing a bound placement answers `Bound`. The same as [`Coordinator::arbitrate`] followed by
-    /// [`Coordinator::settle`].
+    /// Idempotent: re-proposing a bound placement answers `Bound`. The same
+    /// as [`Coordinator::arbitrate`] followed by [`Coordinator::settle`].
     pub async fn propose(&self, worker: WorkerId, pod: &PodRef, node: &str) -> Decision {
-        self.propose_with_alternatives(worker, pod, node, &[])
-            .await
-            .0
+        self.propose_placement(worker, pod, node, &[], None).await.0
     }
 
-    /// [`Coordinator::propose`] with the worker's next best nodes (see
-    /// [`Coordinator::arbitrate`]); also returns the node decided on (the
-    /// granted alternative, else `node`).
-    pub async fn propose_with_alternatives(
-        &self,
-        worker: WorkerId,
-        pod: &PodRef,
-        node: &str,
-        alternatives: &[String],
-    ) -> (Decision, Arc<str>) {
-        self.propose_placement(worker, pod, node, alternatives, None)
-            .await
-    }
-
-    /// [`Coordinator::propose_with_alternatives`] with the worker's GPU
-    /// devices (see [`Coordinator::arbitrate_placement`]).
+    /// [`Coordinator::propose`] with the worker's next best nodes and its
+    /// GPU devices (see [`Coordinator::arbitrate`]); also returns the node
+    /// decided on (the granted alternative, else `node`).
     pub async fn propose_placement(
         &self,
         worker: WorkerId,
@@ -349,7 +334,7 @@ impl Coordinator {
         alternatives: &[String],
         gpus: Option<DeviceSet>,
     ) -> (Decision, Arc<str>) {
-        match self.arbitrate_placement(worker, pod, node, alternatives, gpus) {
+        match self.arbitrate(worker, pod, node, alternatives, gpus) {
             Arbitration::Decided(d) => (d, Arc::from(node)),
             Arbitration::Granted(grant) => {
                 let granted = grant.node.clone();
@@ -371,21 +356,11 @@ impl Coordinator {
     /// check is granted instead, as a scheduler whose view had been
     /// current would have chosen its next best node; only when none does is
     /// the answer a conflict. The grant's node says which it was.
+    ///
+    /// `gpus`: the GPU devices of `node` the worker chose. Granted on
+    /// `node`, the pod holds them when they still hold its share, else the
+    /// tightest that do; granted on an alternative, the tightest there.
     pub fn arbitrate(
-        &self,
-        worker: WorkerId,
-        pod: &PodRef,
-        node: &str,
-        alternatives: &[String],
-    ) -> Arbitration {
-        self.arbitrate_placement(worker, pod, node, alternatives, None)
-    }
-
-    /// [`Coordinator::arbitrate`] with the GPU devices of `node` the
-    /// worker chose (`gpus`): granted on `node`, the pod holds them when
-    /// they still hold its share, else the tightest that do; granted on an
-    /// alternative, the tightest there.
-    pub fn arbitrate_placement(
         &self,
         worker: WorkerId,
         pod: &PodRef,
