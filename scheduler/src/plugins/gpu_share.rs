@@ -257,6 +257,9 @@ impl Learning {
 struct FgdEntry {
     cpu_milli: i64,
     free: Vec<u32>,
+    /// The node's GPU model (a model constraint in the target or the pod
+    /// depends on it).
+    model: Arc<str>,
     version: u64,
     /// F_n(M) of the node as it is.
     base: f64,
@@ -451,17 +454,20 @@ impl GpuShare {
         let entry = cache.entry(name.clone()).or_insert_with(|| FgdEntry {
             cpu_milli: i64::MIN,
             free: Vec::new(),
+            model: Arc::from(""),
             version: u64::MAX,
             base: 0.0,
             results: Vec::new(),
         });
         if entry.cpu_milli != free.cpu_milli
             || entry.free != free.gpus.free
+            || entry.model != free.gpus.model
             || entry.version != version
             || entry.results.len() >= MAX_CACHED_SHAPES
         {
             entry.cpu_milli = free.cpu_milli;
             entry.free.clone_from(&free.gpus.free);
+            entry.model = free.gpus.model.clone();
             entry.version = version;
             entry.base = flotilla_shared::gpu::frag::node_fragment(&free, target);
             entry.results.clear();
@@ -768,6 +774,32 @@ mod tests {
             &flotilla_shared::testing::FakeLister::default(),
         );
         assert_eq!(st.code, Code::Skip);
+    }
+
+    /// The FGD cache is keyed on the node's model too: a node relabelled
+    /// with the model a pod asks for scores as a fit, not as the misfit
+    /// cached under its old model.
+    #[test]
+    fn a_relabelled_node_is_rescored() {
+        let pl = GpuShare::new();
+        let p = PodBuilder::new("m")
+            .annotation(ANNOTATION_GPU_MILLI, "500")
+            .annotation(GPU_CARD_MODEL, "A100")
+            .build_info();
+        let score_on = |node: NodeInfo| {
+            let node = Arc::new(node);
+            let mut state = CycleState::default();
+            let st = pl.pre_score(
+                &mut state,
+                &p,
+                std::slice::from_ref(&node),
+                &flotilla_shared::testing::FakeLister::default(),
+            );
+            assert!(st.is_success(), "{st:?}");
+            pl.score(&state, &p, &node).unwrap()
+        };
+        assert_eq!(score_on(gpu_node("g", "T4", 2)), policy::MIN_NODE_SCORE);
+        assert!(score_on(gpu_node("g", "A100", 2)) > policy::MIN_NODE_SCORE);
     }
 
     #[test]
