@@ -59,6 +59,15 @@ impl Cluster for Counted {
         self.inner.bind(pod, node, annotations).await
     }
 
+    async fn annotate_pod(
+        &self,
+        pod: &PodRef,
+        annotations: &[(&str, String)],
+    ) -> Result<(), ClusterError> {
+        self.count("pod");
+        self.inner.annotate_pod(pod, annotations).await
+    }
+
     async fn bound_by_extender(&self, pod: &PodRef, node: &str) -> Result<(), ClusterError> {
         // The extender wrote the Binding: one write, as through the API.
         self.count("binding");

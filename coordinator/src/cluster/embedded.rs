@@ -990,6 +990,21 @@ impl Cluster for EmbeddedCluster {
     /// No extender can reach the embedded cluster: the Binding it reports
     /// is applied here, as the extender's own write would be on a real
     /// server (it counts as a Binding written).
+    async fn annotate_pod(
+        &self,
+        pod: &PodRef,
+        annotations: &[(&str, String)],
+    ) -> Result<(), ClusterError> {
+        let mut st = self.state.lock();
+        Self::update_pod(&mut st, pod, |p| {
+            let a = p.metadata.annotations.get_or_insert_with(Default::default);
+            for (k, v) in annotations {
+                a.insert((*k).to_owned(), v.clone());
+            }
+            Ok(())
+        })
+    }
+
     async fn bound_by_extender(&self, pod: &PodRef, node: &str) -> Result<(), ClusterError> {
         self.bind(pod, node, &[]).await
     }

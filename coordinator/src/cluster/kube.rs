@@ -1339,6 +1339,39 @@ impl Cluster for KubeCluster {
         .map_err(|e| write_error("patching the status of", pod, &e))
     }
 
+    /// A merge patch of `metadata.annotations`; the patch's
+    /// `metadata.uid` makes the API server refuse it (409) for another pod
+    /// of the same name.
+    async fn annotate_pod(
+        &self,
+        pod: &PodRef,
+        annotations: &[(&str, String)],
+    ) -> Result<(), ClusterError> {
+        self.fence.check()?;
+        let _in_flight = self.throttle().await;
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &pod.namespace);
+        let values: serde_json::Map<String, serde_json::Value> = annotations
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), serde_json::Value::from(v.as_str())))
+            .collect();
+        let mut metadata = serde_json::json!({ "annotations": values });
+        if !pod.uid.is_empty() {
+            metadata["uid"] = serde_json::Value::from(pod.uid.as_str());
+        }
+        let patch = serde_json::json!({ "metadata": metadata });
+        self.timed(
+            || format!("annotating {pod}"),
+            api.patch(&pod.name, &PatchParams::default(), &Patch::Merge(&patch)),
+        )
+        .await?
+        .map(|_| ())
+        .map_err(|e| match &e {
+            // The uid in the patch is not the pod's: a namesake.
+            ::kube::Error::Api(s) if s.code == 409 => ClusterError::PodNotFound(pod.to_string()),
+            _ => write_error("annotating", pod, &e),
+        })
+    }
+
     async fn delete_pod(&self, pod: &PodRef, grace: Option<i64>) -> Result<(), ClusterError> {
         self.fence.check()?;
         let _in_flight = self.throttle().await;

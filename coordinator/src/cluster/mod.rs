@@ -306,6 +306,21 @@ pub trait Cluster: Send + Sync + 'static {
         annotations: &[(&str, String)],
     ) -> Result<(), ClusterError>;
 
+    /// Merges `annotations` into the pod's `metadata.annotations` (a merge
+    /// patch of the pod, guarded by its uid). Written just before a binder
+    /// extender is asked to bind the pod, since the extender protocol's
+    /// `ExtenderBindingArgs` carries no annotations: the GPU devices the
+    /// pod holds reach it before it is bound, as through
+    /// [`Cluster::bind`].
+    ///
+    /// # Errors
+    /// `PodNotFound` (gone, or another uid), `Unavailable`.
+    async fn annotate_pod(
+        &self,
+        pod: &PodRef,
+        annotations: &[(&str, String)],
+    ) -> Result<(), ClusterError>;
+
     /// The scheduler extender with the bind verb wrote the Binding of
     /// `pod` to `node` (upstream `extendersBinding`). A real API server
     /// shows it through the watch, so the default does nothing; a backend

@@ -284,7 +284,23 @@ impl Coordinator {
             .read()
             .clone()
             .filter(|b| b.is_interested(&info.pod()));
+        let annotations: Vec<(&str, String)> = info
+            .gpu
+            .as_deref()
+            .and_then(|g| g.devices)
+            .map(|d| {
+                (
+                    gpu::dialect::ANNOTATION_GPU_INDEX,
+                    gpu::dialect::devices_annotation(d),
+                )
+            })
+            .into_iter()
+            .collect();
         if let Some(b) = binder {
+            // The extender's Binding carries no annotations: written first.
+            if !annotations.is_empty() {
+                self.cluster.annotate_pod(pod, &annotations).await?;
+            }
             match b.bind(&pod.namespace, &pod.name, &pod.uid, node).await {
                 Ok(()) => return self.cluster.bound_by_extender(pod, node).await,
                 Err(e) if b.is_ignorable() => {
@@ -298,18 +314,6 @@ impl Coordinator {
                 Err(e) => return Err(ClusterError::BindRejected(e.to_string())),
             }
         }
-        let annotations: Vec<(&str, String)> = info
-            .gpu
-            .as_deref()
-            .and_then(|g| g.devices)
-            .map(|d| {
-                (
-                    gpu::dialect::ANNOTATION_GPU_INDEX,
-                    gpu::dialect::devices_annotation(d),
-                )
-            })
-            .into_iter()
-            .collect();
         self.cluster.bind(pod, node, &annotations).await
     }
 

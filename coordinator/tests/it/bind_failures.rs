@@ -56,6 +56,14 @@ impl Cluster for GatedCluster {
         list_watch(self)
     }
 
+    async fn annotate_pod(
+        &self,
+        pod: &PodRef,
+        annotations: &[(&str, String)],
+    ) -> Result<(), ClusterError> {
+        self.inner.annotate_pod(pod, annotations).await
+    }
+
     async fn bind(
         &self,
         pod: &PodRef,
@@ -422,6 +430,14 @@ struct FailingBinds {
 impl Cluster for FailingBinds {
     fn changes(self: Arc<Self>) -> BoxStream<'static, Result<WatchEvent, ClusterError>> {
         self.inner.clone().changes()
+    }
+
+    async fn annotate_pod(
+        &self,
+        pod: &PodRef,
+        annotations: &[(&str, String)],
+    ) -> Result<(), ClusterError> {
+        self.inner.annotate_pod(pod, annotations).await
     }
 
     async fn bind(

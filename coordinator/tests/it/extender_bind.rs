@@ -169,3 +169,56 @@ async fn a_failing_binder_frees_the_room_unless_it_is_ignorable() {
         1
     );
 }
+
+/// The extender's Binding carries no annotations (upstream's
+/// `ExtenderBindingArgs` has no field for them), so the GPU devices a pod
+/// was granted are written on it first: a share bound by the extender
+/// still has its `gpu-index`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gpu_pod_bound_by_the_extender_has_its_devices_written_first() {
+    use flotilla_shared::gpu::dialect::{ANNOTATION_GPU_INDEX, ANNOTATION_GPU_MILLI};
+    let server = MockServer::start(|_| Canned::ok(r#"{"Error": ""}"#));
+    let cluster = EmbeddedCluster::new();
+    cluster
+        .apply_node(
+            NodeBuilder::new("n1")
+                .cpu("2")
+                .pods(110)
+                .resource("nvidia.com/gpu", "2")
+                .build(),
+        )
+        .expect("node");
+    let h = Harness::start(cluster).await;
+    h.coordinator
+        .set_extenders(&[binder(&server.url(""))])
+        .expect("binder client");
+    let mut w = FakeWorker::join(&h, "online-0", Online).await;
+    w.until_synced().await;
+    h.cluster
+        .create_pod(
+            PodBuilder::new("share")
+                .cpu("100m")
+                .annotation(ANNOTATION_GPU_MILLI, "500")
+                .build(),
+        )
+        .expect("pod");
+    w.read_until(|e| assigned_names(e).contains(&"share".to_owned()))
+        .await;
+    let d = w.propose_gpus("share", "n1", 0b10).await;
+    assert_eq!(outcome(&d), pb::BindOutcome::Bound, "{d:?}");
+    assert_eq!(
+        server.requests_to("/bind").len(),
+        1,
+        "the extender bound it"
+    );
+    let p = h.cluster.pod("default", "share").expect("pod");
+    assert_eq!(node_of(&p), Some("n1"));
+    assert_eq!(
+        p.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ANNOTATION_GPU_INDEX))
+            .map(String::as_str),
+        Some("1")
+    );
+}

@@ -51,6 +51,14 @@ impl Cluster for FlakyWatch {
         list_watch(self)
     }
 
+    async fn annotate_pod(
+        &self,
+        pod: &PodRef,
+        annotations: &[(&str, String)],
+    ) -> Result<(), ClusterError> {
+        self.inner.annotate_pod(pod, annotations).await
+    }
+
     async fn bind(
         &self,
         pod: &PodRef,

@@ -39,6 +39,14 @@ impl Cluster for Scripted {
         ReceiverStream::new(rx).boxed()
     }
 
+    async fn annotate_pod(
+        &self,
+        pod: &PodRef,
+        annotations: &[(&str, String)],
+    ) -> Result<(), ClusterError> {
+        self.inner.annotate_pod(pod, annotations).await
+    }
+
     async fn bind(
         &self,
         pod: &PodRef,

@@ -769,3 +769,43 @@ async fn a_volume_kind_not_served_is_listed_empty_and_a_served_one_maps_its_obje
     drop(classes);
     let _ = server.await;
 }
+
+/// `annotate_pod`: a merge patch of the pod's annotations carrying its uid
+/// (so a namesake is refused: 409 → `PodNotFound`).
+#[tokio::test]
+async fn annotate_pod_merge_patches_the_annotations_guarded_by_uid() {
+    let (c, handle) = mock_cluster(true, WriteFence::new());
+    let server = serve_one(handle, 200, json!({}), |req, body| {
+        assert_eq!(req.method, http::Method::PATCH);
+        assert_eq!(req.uri.path(), "/api/v1/namespaces/ns/pods/p");
+        assert_eq!(
+            req.headers.get("content-type").map(|v| v.to_str().unwrap()),
+            Some("application/merge-patch+json")
+        );
+        assert_eq!(
+            body,
+            json!({"metadata": {"uid": "u-1", "annotations": {"alibabacloud.com/gpu-index": "0-3"}}})
+        );
+    });
+    c.annotate_pod(&pod_ref(), &[("alibabacloud.com/gpu-index", "0-3".into())])
+        .await
+        .expect("annotated");
+    server.await.expect("server checks pass");
+
+    let (c, handle) = mock_cluster(true, WriteFence::new());
+    let server = serve_one(
+        handle,
+        409,
+        status(
+            409,
+            "Conflict",
+            "Precondition failed: UID in precondition: u-1",
+        ),
+        |_, _| {},
+    );
+    assert!(matches!(
+        c.annotate_pod(&pod_ref(), &[("k", "v".into())]).await,
+        Err(ClusterError::PodNotFound(_))
+    ));
+    server.await.expect("server checks pass");
+}
