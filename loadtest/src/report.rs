@@ -288,10 +288,16 @@ impl NodeTally {
             }
         }
         if let Some(g) = pod.gpu.as_deref() {
+            // A share the node cannot size counts as whole devices, as the
+            // scheduler's accounting does.
+            let milli = g
+                .request
+                .milli_with(self.node.spec.gpus.as_ref().and_then(|s| s.memory_mib))
+                .unwrap_or(gpu::MILLI_PER_GPU);
             match g.devices {
                 Some(d) if d.iter().all(|i| i < self.gpu_used.len()) => {
                     for i in d.iter() {
-                        self.gpu_used[i] += u64::from(g.request.milli);
+                        self.gpu_used[i] += u64::from(milli);
                     }
                 }
                 _ => self.gpu_unrecorded += 1,
@@ -324,6 +330,7 @@ impl NodeTally {
     /// What is free on the node (CPU, each device) as FGD reads it.
     fn gpus_free(&self) -> gpu::NodeGpus {
         gpu::NodeGpus {
+            memory_mib: self.node.spec.gpus.as_ref().and_then(|s| s.memory_mib),
             model: self
                 .node
                 .spec
@@ -1027,14 +1034,21 @@ impl Report {
 }
 
 /// The devices a bound GPU pod holds (as written on it) and its share of
-/// each, milli-GPU; `None` for a pod asking for no GPU or without devices
-/// written.
-fn gpu_placement(p: &k8s_openapi::api::core::v1::Pod) -> Option<(gpu::DeviceSet, u32)> {
+/// each, milli-GPU, on devices of `device_memory_mib` (a share sized by
+/// memory the node cannot size: 1000); `None` for a pod asking for no GPU
+/// or without devices written.
+fn gpu_placement(
+    p: &k8s_openapi::api::core::v1::Pod,
+    device_memory_mib: Option<u32>,
+) -> Option<(gpu::DeviceSet, u32)> {
     let requests = flotilla_shared::resources::pod_requests(p.spec.as_ref()?).ok()?;
     let annotations = p.metadata.annotations.as_ref();
     let req = gpu::dialect::pod_request(annotations, &requests.requests).ok()??;
     let devices = gpu::dialect::pod_devices(annotations).ok()??;
-    Some((devices, req.milli))
+    let milli = req
+        .milli_with(device_memory_mib)
+        .unwrap_or(gpu::MILLI_PER_GPU);
+    Some((devices, milli))
 }
 
 /// Writes every pod's outcome as JSON Lines, in submission order:
@@ -1048,6 +1062,15 @@ fn gpu_placement(p: &k8s_openapi::api::core::v1::Pod) -> Option<(gpu::DeviceSet,
 pub fn write_placements(cluster: &EmbeddedCluster, path: &Path) -> std::io::Result<()> {
     let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
     let mut written = Ok(());
+    // Each GPU node's device memory (label `nvidia.com/gpu.memory`).
+    let device_memory: std::collections::HashMap<String, u32> = cluster
+        .nodes()
+        .iter()
+        .filter_map(|n| {
+            let m = gpu::dialect::node_gpu_memory(n.metadata.labels.as_ref()).ok()??;
+            Some((n.metadata.name.clone()?, m))
+        })
+        .collect();
     cluster.for_each_pod(|p| {
         if written.is_err() {
             return;
@@ -1059,7 +1082,9 @@ pub fn write_placements(cluster: &EmbeddedCluster, path: &Path) -> std::io::Resu
             p.metadata.name.as_deref().unwrap_or_default()
         ));
         let node_name = p.spec.as_ref().and_then(|s| s.node_name.clone());
-        let gpus = node_name.as_ref().and_then(|_| gpu_placement(&p));
+        let gpus = node_name
+            .as_ref()
+            .and_then(|n| gpu_placement(&p, device_memory.get(n).copied()));
         let node = serde_json::Value::from(node_name);
         written = match gpus {
             Some((devices, milli)) => writeln!(

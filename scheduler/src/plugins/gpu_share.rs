@@ -197,6 +197,7 @@ impl ShapeArgs {
             GpuRequest {
                 count,
                 milli: self.gpu_milli,
+                memory_mib: None,
                 models: (!models.is_empty()).then(|| Arc::from(models)),
             },
         ))
@@ -278,6 +279,7 @@ struct PreScoreState {
 
 /// A node without GPU devices, as the policies read it.
 static NO_GPUS: std::sync::LazyLock<NodeGpus> = std::sync::LazyLock::new(|| NodeGpus {
+    memory_mib: None,
     model: Arc::from(""),
     free: Vec::new(),
 });
@@ -295,6 +297,9 @@ pub const REASON_NO_GPU: &str = "node(s) had no GPU";
 pub const REASON_MODEL: &str = "node(s) didn't have the requested GPU model";
 /// The node has fewer devices than the pod asks for.
 pub const REASON_TOO_FEW: &str = "node(s) had fewer GPUs than requested";
+/// The pod asks for GPU memory and the node's devices have less, or the
+/// node does not report their memory (label `nvidia.com/gpu.memory`).
+pub const REASON_MEMORY: &str = "node(s) didn't have GPUs with the requested memory";
 /// No device has the pod's share free.
 pub const REASON_NO_SHARE: &str = "node(s) had no GPU with enough free share";
 /// Too few devices are wholly free.
@@ -559,6 +564,9 @@ pub fn misfit(
     if gpus.free.len() < req.count as usize {
         return Some((REASON_TOO_FEW, false));
     }
+    if req.milli_on(gpus).is_none() {
+        return Some((REASON_MEMORY, false));
+    }
     let fits = match devices {
         Some(d) => gpu::holds(gpus, req, d),
         None => gpu::fits(gpus, req),
@@ -720,6 +728,50 @@ mod tests {
                 .filter(&CycleState::default(), &gpu_pod("y", 300, 1), &node)
                 .is_success()
         );
+    }
+
+    /// HAMi's `nvidia.com/gpumem` (MiB): placed by the devices' memory
+    /// (label `nvidia.com/gpu.memory`); refused, unresolvably, on nodes
+    /// whose devices have too little or do not say.
+    #[test]
+    fn gpu_memory_requests_need_devices_with_the_memory() {
+        use flotilla_shared::gpu::dialect::{HAMI_GPUMEM, LABEL_GPU_MEMORY};
+        let pl = GpuShare::new();
+        let s = CycleState::default();
+        let p = PodBuilder::new("m")
+            .request("nvidia.com/gpu", "1")
+            .request(HAMI_GPUMEM, "6000")
+            .build_info();
+        let with_memory = |mib: &str| {
+            NodeInfo::new(Arc::new(
+                NodeBuilder::new("g")
+                    .resource("nvidia.com/gpu", "2")
+                    .label(LABEL_GPU_MEMORY, mib)
+                    .build_spec(),
+            ))
+        };
+        for node in [gpu_node("g", "T4", 2), with_memory("4096")] {
+            let st = pl.filter(&s, &p, &node);
+            assert_eq!(
+                (st.code, st.reasons[0].as_ref()),
+                (Code::UnschedulableAndUnresolvable, REASON_MEMORY)
+            );
+        }
+        // 6000 of 16000 MiB: a 375 milli share; two fit one device, not
+        // three.
+        let mut node = with_memory("16000");
+        for i in 0..2 {
+            assert!(pl.filter(&s, &p, &node).is_success());
+            let d = pl.choose_devices(&p, &node).unwrap();
+            let placed = PodBuilder::new(&format!("p{i}"))
+                .request("nvidia.com/gpu", "1")
+                .request(HAMI_GPUMEM, "6000")
+                .build_info()
+                .with_gpu_devices(d);
+            assert!(node.add_pod(Arc::new(placed)));
+        }
+        let free = node.gpu.as_deref().unwrap().gpus().free.clone();
+        assert_eq!(free.iter().map(|&f| 1000 - f).sum::<u32>(), 750, "{free:?}");
     }
 
     #[test]

@@ -68,6 +68,10 @@ pub const HAMI_GPUMEM_PERCENTAGE: &str = "nvidia.com/gpumem-percentage";
 pub const HAMI_GPUCORES: &str = "nvidia.com/gpucores";
 /// HAMi pod annotation: allowed GPU models, `,`-separated.
 pub const HAMI_USE_GPUTYPE: &str = "nvidia.com/use-gputype";
+/// HAMi: memory of each GPU, MiB.
+pub const HAMI_GPUMEM: &str = "nvidia.com/gpumem";
+/// Volcano's alias of `nvidia.com/gpumem`.
+pub const VOLCANO_VGPU_MEMORY: &str = "volcano.sh/vgpu-memory";
 /// Volcano's alias of `nvidia.com/gpu`.
 pub const VOLCANO_VGPU_NUMBER: &str = "volcano.sh/vgpu-number";
 /// Volcano's alias of `nvidia.com/gpumem-percentage`.
@@ -76,6 +80,8 @@ pub const VOLCANO_VGPU_MEMORY_PERCENTAGE: &str = "volcano.sh/vgpu-memory-percent
 pub const VOLCANO_VGPU_CORES: &str = "volcano.sh/vgpu-cores";
 /// Node label set by NVIDIA GPU feature discovery: the GPU product.
 pub const LABEL_GPU_PRODUCT: &str = "nvidia.com/gpu.product";
+/// Node label set by NVIDIA GPU feature discovery: each GPU's memory, MiB.
+pub const LABEL_GPU_MEMORY: &str = "nvidia.com/gpu.memory";
 
 /// A node's GPU devices as its object describes them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,6 +90,8 @@ pub struct NodeGpuSpec {
     pub model: Arc<str>,
     /// How many devices (`1..=64`).
     pub count: usize,
+    /// Memory of each device, MiB (`None` when the node does not say).
+    pub memory_mib: Option<u32>,
 }
 
 /// The GPU request of a pod from its annotations and summed requests
@@ -116,12 +124,18 @@ pub fn pod_request(
         let models = models_of(annotation(GPU_CARD_MODEL), '|');
         return request(count, milli, models, &field, ANNOTATION_GPU_COUNT);
     }
-    for (number, percentage, cores) in [
-        (NVIDIA_GPU, HAMI_GPUMEM_PERCENTAGE, HAMI_GPUCORES),
+    for (number, percentage, cores, memory) in [
+        (
+            NVIDIA_GPU,
+            HAMI_GPUMEM_PERCENTAGE,
+            HAMI_GPUCORES,
+            HAMI_GPUMEM,
+        ),
         (
             VOLCANO_VGPU_NUMBER,
             VOLCANO_VGPU_MEMORY_PERCENTAGE,
             VOLCANO_VGPU_CORES,
+            VOLCANO_VGPU_MEMORY,
         ),
     ] {
         let count = requests.scalar(number);
@@ -134,9 +148,18 @@ pub fn pod_request(
                 "resources {number}: {count} is more GPUs than a node can have ({MAX_DEVICES})"
             ));
         }
+        let memory_mib = match requests.scalar(memory) {
+            m if m <= 0 => None,
+            m => Some(u32::try_from(m).map_err(|_| {
+                format!("resources {memory}: {m} MiB is more memory than a GPU can have")
+            })?),
+        };
         let (share_of, percent) = match (requests.scalar(percentage), requests.scalar(cores)) {
             (p, _) if p > 0 => (percentage, p),
             (_, c) if c > 0 => (cores, c),
+            // Memory alone sizes the share (on each node, by its devices'
+            // memory).
+            _ if memory_mib.is_some() => (memory, 0),
             _ => (number, 100),
         };
         if percent > 100 {
@@ -152,7 +175,8 @@ pub fn pod_request(
             models,
             &format!("resources {share_of}"),
             number,
-        );
+        )
+        .map(|r| r.map(|r| GpuRequest { memory_mib, ..r }));
     }
     Ok(None)
 }
@@ -174,6 +198,7 @@ fn request(
     Ok(Some(GpuRequest {
         count: u32::try_from(count).unwrap_or(u32::MAX),
         milli: u32::try_from(milli).unwrap_or(MILLI_PER_GPU),
+        memory_mib: None,
         models,
     }))
 }
@@ -278,7 +303,22 @@ pub fn node_gpus(node: &Node, allocatable: &Resources) -> Result<Option<NodeGpuS
     Ok(Some(NodeGpuSpec {
         model: Arc::from(model),
         count: usize::try_from(count).unwrap_or(0),
+        memory_mib: node_gpu_memory(labels)?,
     }))
+}
+
+/// Each GPU's memory in MiB from a node's labels
+/// ([`LABEL_GPU_MEMORY`]); `None` without the label.
+///
+/// # Errors
+/// The label, when it is not a whole number of MiB from 1.
+pub fn node_gpu_memory(labels: Option<&BTreeMap<String, String>>) -> Result<Option<u32>, String> {
+    let Some(v) = labels.and_then(|l| l.get(LABEL_GPU_MEMORY)) else {
+        return Ok(None);
+    };
+    let field = format!("metadata.labels[{LABEL_GPU_MEMORY}]");
+    let mib = parse_in(v, &field, 1, u64::from(u32::MAX))?;
+    Ok(Some(u32::try_from(mib).unwrap_or(u32::MAX)))
 }
 
 #[cfg(test)]
@@ -386,6 +426,58 @@ mod tests {
             .unwrap();
         assert!(r.allows_model("T4") && r.allows_model("A100") && !r.allows_model("V100"));
         assert_eq!(pod_request(None, &res(&[("cpu", 1000)])), Ok(None));
+    }
+
+    #[test]
+    fn hami_memory_in_mib() {
+        let mem = |m: Option<u32>, milli: u32| GpuRequest {
+            memory_mib: m,
+            ..GpuRequest::share(milli)
+        };
+        // Memory alone: the share is sized on each node by its memory.
+        assert_eq!(
+            pod_request(None, &res(&[(NVIDIA_GPU, 1), (HAMI_GPUMEM, 4096)])),
+            Ok(Some(mem(Some(4096), 0)))
+        );
+        // With cores: both (the larger share wins on a node).
+        assert_eq!(
+            pod_request(
+                None,
+                &res(&[(NVIDIA_GPU, 1), (HAMI_GPUMEM, 8000), (HAMI_GPUCORES, 30)])
+            ),
+            Ok(Some(mem(Some(8000), 300)))
+        );
+        assert_eq!(
+            pod_request(
+                None,
+                &res(&[(VOLCANO_VGPU_NUMBER, 1), (VOLCANO_VGPU_MEMORY, 2048)])
+            ),
+            Ok(Some(mem(Some(2048), 0)))
+        );
+        // Whole GPUs with memory: whole devices that have it.
+        let r = pod_request(
+            None,
+            &res(&[(NVIDIA_GPU, 2), (HAMI_GPUMEM, 30000), (HAMI_GPUCORES, 100)]),
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!((r.count, r.milli, r.memory_mib), (2, 1000, Some(30000)));
+        // Memory alone on several GPUs is a share of several: refused.
+        let e = pod_request(None, &res(&[(NVIDIA_GPU, 2), (HAMI_GPUMEM, 4096)])).unwrap_err();
+        assert!(e.starts_with("resources nvidia.com/gpumem:"), "{e}");
+    }
+
+    #[test]
+    fn node_gpu_memory_label() {
+        let l = ann(&[(LABEL_GPU_MEMORY, "15360")]);
+        assert_eq!(node_gpu_memory(Some(&l)), Ok(Some(15360)));
+        assert_eq!(node_gpu_memory(None), Ok(None));
+        let l = ann(&[(LABEL_GPU_MEMORY, "16GB")]);
+        assert_eq!(
+            node_gpu_memory(Some(&l)),
+            Err("metadata.labels[nvidia.com/gpu.memory]: \"16GB\" is not a whole number".into())
+        );
+        assert!(node_gpu_memory(Some(&ann(&[(LABEL_GPU_MEMORY, "0")]))).is_err());
     }
 
     #[test]

@@ -9,6 +9,7 @@ use super::{GpuRequest, NodeGpus};
 pub(crate) fn gpus(free: &[u32]) -> NodeGpus {
     NodeGpus {
         model: Arc::from("V100"),
+        memory_mib: None,
         free: free.to_vec(),
     }
 }

@@ -65,7 +65,9 @@ impl TaskShape {
     /// CPU-only, as upstream (`MilliGpu == 0`).
     #[must_use]
     pub fn gpu_request(&self) -> Option<&GpuRequest> {
-        self.gpu.as_ref().filter(|r| r.count > 0 && r.milli > 0)
+        self.gpu
+            .as_ref()
+            .filter(|r| r.count > 0 && (r.milli > 0 || r.memory_mib.is_some()))
     }
 
     /// The simulator's ordering key for equal counts: (CPU, per-GPU milli,
@@ -261,7 +263,7 @@ impl FragClass {
 /// The class of `node` for task `m` (see [`FragClass`]).
 #[must_use]
 pub fn classify(node: &NodeFree, m: &TaskShape) -> FragClass {
-    classify_parts(node.cpu_milli, &node.gpus.model, &node.gpus.free, m).0
+    classify_parts(node.cpu_milli, node.gpus, &node.gpus.free, m).0
 }
 
 /// F_n(m): the free milli-GPU of `node` that task `m` cannot use (§1.1 of
@@ -274,7 +276,7 @@ pub fn classify(node: &NodeFree, m: &TaskShape) -> FragClass {
 #[must_use]
 pub fn task_fragment(node: &NodeFree, m: &TaskShape) -> f64 {
     let free = &node.gpus.free;
-    let (class, frag) = classify_parts(node.cpu_milli, &node.gpus.model, free, m);
+    let (class, frag) = classify_parts(node.cpu_milli, node.gpus, free, m);
     match class {
         FragClass::Satisfied => frag as f64,
         _ => total_free(free) as f64,
@@ -289,17 +291,23 @@ pub fn task_fragment(node: &NodeFree, m: &TaskShape) -> f64 {
 /// ties fall as upstream.
 #[must_use]
 pub fn node_fragment(node: &NodeFree, target: &TargetWorkload) -> f64 {
-    fragment_of(node.cpu_milli, &node.gpus.model, &node.gpus.free, target)
+    fragment_of(node.cpu_milli, node.gpus, &node.gpus.free, target)
 }
 
-/// F_n(M) of a node given as parts (free CPU, GPU model, free milli per
-/// device); the hot path of [`node_fragment`] and of FGD's hypothetical
-/// nodes.
-pub(crate) fn fragment_of(cpu: i64, model: &str, free: &[u32], target: &TargetWorkload) -> f64 {
+/// F_n(M) of a node given as parts (free CPU, its devices' model and
+/// memory from `kind`, free milli per device from `free`, which may be a
+/// hypothetical state of `kind`'s devices); the hot path of
+/// [`node_fragment`] and of FGD's hypothetical nodes.
+pub(crate) fn fragment_of(
+    cpu: i64,
+    kind: &NodeGpus,
+    free: &[u32],
+    target: &TargetWorkload,
+) -> f64 {
     let total = total_free(free) as f64;
     let mut buckets = [0.0f64; 7];
     for (m, p) in &target.shapes {
-        let (class, frag) = classify_parts(cpu, model, free, m);
+        let (class, frag) = classify_parts(cpu, kind, free, m);
         match class {
             // The usable part goes to q3, which is not a fragment; only the
             // too-small devices count, in the q2 bucket as upstream.
@@ -319,7 +327,7 @@ pub(crate) fn fragment_of(cpu: i64, model: &str, free: &[u32], target: &TargetWo
 /// The class of a node (as parts) for `m`, and for a fitting GPU task the
 /// free milli of its devices with less than `m`'s per-GPU share (0
 /// otherwise).
-fn classify_parts(cpu: i64, model: &str, free: &[u32], m: &TaskShape) -> (FragClass, u64) {
+fn classify_parts(cpu: i64, kind: &NodeGpus, free: &[u32], m: &TaskShape) -> (FragClass, u64) {
     let cpu_ok = m.cpu_milli <= cpu;
     let Some(req) = m.gpu_request() else {
         let class = if cpu_ok {
@@ -329,13 +337,17 @@ fn classify_parts(cpu: i64, model: &str, free: &[u32], m: &TaskShape) -> (FragCl
         };
         return (class, 0);
     };
-    if !req.allows_model(model) {
+    if !req.allows_model(&kind.model) {
         return (FragClass::NoAccess, 0);
     }
+    // A share the node cannot size (memory): no device can take it.
+    let Some(milli) = req.milli_on(kind) else {
+        return (FragClass::NoAccess, 0);
+    };
     let mut enough = 0u32;
     let mut too_small = 0u64;
     for &f in free {
-        if f >= req.milli {
+        if f >= milli {
             enough += 1;
         } else {
             too_small += u64::from(f);
@@ -541,6 +553,7 @@ mod tests {
                     GpuRequest {
                         count,
                         milli: f[milli].parse().unwrap(),
+                        memory_mib: None,
                         models,
                     },
                 )

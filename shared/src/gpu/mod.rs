@@ -40,8 +40,14 @@ pub struct GpuRequest {
     /// How many devices (`k ≥ 1`).
     pub count: u32,
     /// Share of each device in milli-GPU: `1..=1000` when `count == 1`,
-    /// exactly 1000 (whole devices) when `count > 1`.
+    /// exactly 1000 (whole devices) when `count > 1`; `0` when only
+    /// `memory_mib` sizes the share.
     pub milli: u32,
+    /// Device memory asked of each GPU, MiB (HAMi's `nvidia.com/gpumem`);
+    /// `None`: not asked. On a node whose devices report their memory the
+    /// share becomes at least that fraction of a device
+    /// ([`GpuRequest::milli_on`]).
+    pub memory_mib: Option<u32>,
     /// Allowed GPU models (`None`: any). Never empty when `Some`.
     pub models: Option<Arc<[Arc<str>]>>,
 }
@@ -53,6 +59,7 @@ impl GpuRequest {
         GpuRequest {
             count,
             milli: MILLI_PER_GPU,
+            memory_mib: None,
             models: None,
         }
     }
@@ -64,6 +71,7 @@ impl GpuRequest {
         GpuRequest {
             count: 1,
             milli,
+            memory_mib: None,
             models: None,
         }
     }
@@ -78,6 +86,31 @@ impl GpuRequest {
     #[must_use]
     pub fn is_share(&self) -> bool {
         self.milli < MILLI_PER_GPU
+    }
+
+    /// The share of each device this request takes on `gpus`: `milli`, or
+    /// with a memory request at least ⌈1000 · memory / device memory⌉
+    /// (the larger of the two). `None` when it cannot be placed there: the
+    /// memory is more than a device has, or the node does not report its
+    /// devices' memory. Every fit test and every count of a held share
+    /// goes through here.
+    #[must_use]
+    pub fn milli_on(&self, gpus: &NodeGpus) -> Option<u32> {
+        self.milli_with(gpus.memory_mib)
+    }
+
+    /// [`GpuRequest::milli_on`] on devices of `device_memory_mib` each.
+    #[must_use]
+    pub fn milli_with(&self, device_memory_mib: Option<u32>) -> Option<u32> {
+        let Some(mem) = self.memory_mib else {
+            return Some(self.milli);
+        };
+        let device = u64::from(device_memory_mib.filter(|&m| m > 0)?);
+        let of_memory = (u64::from(mem) * u64::from(MILLI_PER_GPU)).div_ceil(device);
+        let share = of_memory.max(u64::from(self.milli));
+        u32::try_from(share)
+            .ok()
+            .filter(|&s| s <= MILLI_PER_GPU)
     }
 
     /// Whether `model` is allowed.
@@ -134,6 +167,8 @@ impl DeviceSet {
 pub struct NodeGpus {
     /// The GPU model of every device (`""` when the node does not say).
     pub model: Arc<str>,
+    /// Memory of each device, MiB (`None`: the node does not say).
+    pub memory_mib: Option<u32>,
     /// Free milli-GPU of each device, by index (`0..=1000`).
     pub free: Vec<u32>,
 }
@@ -144,6 +179,7 @@ impl NodeGpus {
     pub fn idle(model: &str, count: usize) -> Self {
         NodeGpus {
             model: Arc::from(model),
+            memory_mib: None,
             free: vec![MILLI_PER_GPU; count],
         }
     }
@@ -196,7 +232,10 @@ pub fn fits(gpus: &NodeGpus, req: &GpuRequest) -> bool {
     if !req.allows_model(&gpus.model) {
         return false;
     }
-    let enough = gpus.free.iter().filter(|&&f| f >= req.milli).count();
+    let Some(milli) = req.milli_on(gpus) else {
+        return false;
+    };
+    let enough = gpus.free.iter().filter(|&&f| f >= milli).count();
     enough >= req.count as usize
 }
 
@@ -205,10 +244,13 @@ pub fn fits(gpus: &NodeGpus, req: &GpuRequest) -> bool {
 /// when this holds on its view.
 #[must_use]
 pub fn holds(gpus: &NodeGpus, req: &GpuRequest, devices: DeviceSet) -> bool {
+    let Some(milli) = req.milli_on(gpus) else {
+        return false;
+    };
     devices.len() == req.count as usize
         && devices
             .iter()
-            .all(|i| gpus.free.get(i).is_some_and(|&f| f >= req.milli))
+            .all(|i| gpus.free.get(i).is_some_and(|&f| f >= milli))
 }
 
 /// The devices `req` takes on `gpus` by the default rule: for a share, the
@@ -220,13 +262,14 @@ pub fn choose_best_fit(gpus: &NodeGpus, req: &GpuRequest) -> Option<DeviceSet> {
     if !fits(gpus, req) {
         return None;
     }
+    let milli = req.milli_on(gpus)?;
     let mut set = DeviceSet::default();
     if req.is_share() {
         let (i, _) = gpus
             .free
             .iter()
             .enumerate()
-            .filter(|(_, f)| **f >= req.milli)
+            .filter(|(_, f)| **f >= milli)
             .min_by_key(|(i, f)| (**f, *i))?;
         set.insert(i);
     } else {
@@ -250,6 +293,7 @@ mod tests {
     fn node(free: &[u32]) -> NodeGpus {
         NodeGpus {
             model: Arc::from("V100"),
+            memory_mib: None,
             free: free.to_vec(),
         }
     }
@@ -292,6 +336,51 @@ mod tests {
             choose_best_fit(&n, &GpuRequest::share(100)),
             Some(DeviceSet::one(4))
         );
+    }
+
+    /// A memory request sizes the share on each node: ⌈1000 · memory /
+    /// device memory⌉, at least the compute share; nothing fits where the
+    /// devices have too little memory or do not say.
+    #[test]
+    fn memory_sizes_the_share_on_each_node() {
+        let req = GpuRequest {
+            memory_mib: Some(4096),
+            ..GpuRequest::share(0)
+        };
+        let mut n16 = node(&[1000, 300]);
+        n16.memory_mib = Some(16384);
+        assert_eq!(req.milli_on(&n16), Some(250));
+        assert!(fits(&n16, &req));
+        assert_eq!(choose_best_fit(&n16, &req), Some(DeviceSet::one(1)));
+        let mut n8 = node(&[1000, 300]);
+        n8.memory_mib = Some(8192);
+        assert_eq!(req.milli_on(&n8), Some(500));
+        assert_eq!(choose_best_fit(&n8, &req), Some(DeviceSet::one(0)));
+        assert!(!holds(&n8, &req, DeviceSet::one(1)));
+        // Rounded up; the compute share when larger.
+        assert_eq!(
+            GpuRequest {
+                memory_mib: Some(1),
+                ..GpuRequest::share(0)
+            }
+            .milli_with(Some(16384)),
+            Some(1)
+        );
+        assert_eq!(
+            GpuRequest {
+                memory_mib: Some(4096),
+                ..GpuRequest::share(600)
+            }
+            .milli_on(&n16),
+            Some(600)
+        );
+        let mut n2 = node(&[1000]);
+        n2.memory_mib = Some(2048);
+        assert_eq!(req.milli_on(&n2), None, "more than a device has");
+        assert!(!fits(&n2, &req));
+        assert_eq!(req.milli_on(&node(&[1000])), None, "memory not reported");
+        assert!(!fits(&node(&[1000]), &req));
+        assert_eq!(GpuRequest::share(300).milli_on(&node(&[1000])), Some(300));
     }
 
     #[test]

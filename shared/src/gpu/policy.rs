@@ -153,15 +153,16 @@ fn for_each_placement(
     free[..src.len()].copy_from_slice(src);
     let free = &mut free[..src.len()];
     let cpu = node.cpu_milli - pod.cpu_milli;
-    let model = &*node.gpus.model;
+    let kind = node.gpus;
     match pod.gpu_request() {
         Some(req) if req.is_share() => {
+            let milli = req.milli_on(kind)?;
             for (i, &f) in src.iter().enumerate() {
-                if f < req.milli || src[..i].contains(&f) {
+                if f < milli || src[..i].contains(&f) {
                     continue;
                 }
-                free[i] = f - req.milli;
-                let delta = fragment_of(cpu, model, free, target) - base;
+                free[i] = f - milli;
+                let delta = fragment_of(cpu, kind, free, target) - base;
                 free[i] = f;
                 visit(delta, DeviceSet::one(i));
             }
@@ -177,10 +178,10 @@ fn for_each_placement(
                     devices.insert(i);
                 }
             }
-            visit(fragment_of(cpu, model, free, target) - base, devices);
+            visit(fragment_of(cpu, kind, free, target) - base, devices);
         }
         None => visit(
-            fragment_of(cpu, model, free, target) - base,
+            fragment_of(cpu, kind, free, target) - base,
             DeviceSet::default(),
         ),
     }
@@ -449,9 +450,10 @@ pub fn gpu_packing(node: &NodeFree, pod: &TaskShape) -> Option<i64> {
     if gpus.len() > MAX_DEVICES {
         return None;
     }
+    let milli = req.milli_on(node.gpus)?;
     let mut buf = [0u32; MAX_DEVICES];
     let mut n = 0;
-    for &f in gpus.iter().filter(|&&f| f >= req.milli) {
+    for &f in gpus.iter().filter(|&&f| f >= milli) {
         buf[n] = f;
         n += 1;
     }
@@ -691,11 +693,12 @@ pub fn choose_random(
     if !fits(gpus, req) {
         return None;
     }
+    let milli = req.milli_on(gpus)?;
     let fitting = || {
         gpus.free
             .iter()
             .enumerate()
-            .filter(|(_, f)| **f >= req.milli)
+            .filter(move |(_, f)| **f >= milli)
     };
     let n = fitting().count();
     let pick = draw(n);

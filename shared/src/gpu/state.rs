@@ -45,6 +45,7 @@ impl GpuState {
         GpuState {
             gpus: NodeGpus {
                 model: spec.model.clone(),
+                memory_mib: spec.memory_mib,
                 free: vec![MILLI_PER_GPU; spec.count],
             },
             used: vec![0; spec.count],
@@ -77,19 +78,22 @@ impl GpuState {
             return held;
         }
         let n = self.used.len();
+        // A share this node cannot size (memory it does not report, or
+        // more than a device has): counted as whole devices.
+        let milli = gpu.request.milli_on(&self.gpus).unwrap_or(MILLI_PER_GPU);
         let devices = gpu
             .devices
             .filter(|d| !d.is_empty() && d.iter().all(|i| i < n))
             .or_else(|| choose_best_fit(&self.gpus, &without_models(&gpu.request)))
             .unwrap_or_else(|| self.most_free(gpu.request.count as usize));
         for i in devices.iter() {
-            self.used[i] += gpu.request.milli;
+            self.used[i] += milli;
             self.gpus.free[i] = MILLI_PER_GPU.saturating_sub(self.used[i]);
         }
         self.holds.push(Hold {
             uid: uid.clone(),
             devices,
-            milli: gpu.request.milli,
+            milli,
         });
         devices
     }
@@ -136,6 +140,7 @@ mod tests {
         GpuState::new(&NodeGpuSpec {
             model: Arc::from("T4"),
             count,
+            memory_mib: None,
         })
     }
 
@@ -144,10 +149,38 @@ mod tests {
             request: GpuRequest {
                 count,
                 milli,
+                memory_mib: None,
                 models: None,
             },
             devices: devices.map(DeviceSet),
         }
+    }
+
+    /// A memory-sized share is held as that node's share, and given back
+    /// the same; one the node cannot size counts as a whole device.
+    #[test]
+    fn memory_sized_shares_are_held_as_the_node_sizes_them() {
+        let req = GpuRequest {
+            memory_mib: Some(4000),
+            ..GpuRequest::share(0)
+        };
+        let pod = PodGpu {
+            request: req,
+            devices: Some(DeviceSet::one(1)),
+        };
+        let mut s = GpuState::new(&NodeGpuSpec {
+            model: Arc::from("T4"),
+            count: 2,
+            memory_mib: Some(16000),
+        });
+        let a: Arc<str> = Arc::from("a");
+        s.add(&a, &pod);
+        assert_eq!(s.gpus().free, [1000, 750]);
+        assert!(s.remove("a"));
+        assert_eq!(s.gpus().free, [1000, 1000]);
+        let mut no_memory = state(2);
+        no_memory.add(&a, &pod);
+        assert_eq!(no_memory.gpus().free, [1000, 0]);
     }
 
     #[test]
