@@ -162,6 +162,19 @@ fn listening(port: u16) -> bool {
     std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
 }
 
+/// Creates the run's namespace `ns`; the Namespaces API, for its deletion.
+async fn create_namespace(c: &Client, ns: &str) -> Api<Namespace> {
+    let namespaces: Api<Namespace> = Api::all(c.clone());
+    namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": ns}})).expect("namespace"),
+        )
+        .await
+        .expect("creating the test namespace");
+    namespaces
+}
+
 async fn client(kubeconfig: &Path) -> Client {
     let kc = Kubeconfig::read_from(kubeconfig).expect("KUBECONFIG readable");
     let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
@@ -340,14 +353,7 @@ async fn scenario(kubeconfig: &Path) {
     let lease = format!("flotilla-e2e-{run}");
 
     let c = client(kubeconfig).await;
-    let namespaces: Api<Namespace> = Api::all(c.clone());
-    namespaces
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": ns}})).expect("namespace"),
-        )
-        .await
-        .expect("creating the test namespace");
+    let namespaces = create_namespace(&c, &ns).await;
     let nodes: Api<Node> = Api::all(c.clone());
     let node_names: Vec<String> = (0..NODES).map(|i| format!("e2e-{run}-n{i}")).collect();
     for n in &node_names {
@@ -830,14 +836,7 @@ async fn explain_scenario(kubeconfig: &Path) {
     } = RunSetup::new("x", "e2e_kube explain");
 
     let c = client(kubeconfig).await;
-    let namespaces: Api<Namespace> = Api::all(c.clone());
-    namespaces
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": ns}})).expect("namespace"),
-        )
-        .await
-        .expect("creating the test namespace");
+    let namespaces = create_namespace(&c, &ns).await;
     let nodes: Api<Node> = Api::all(c.clone());
     let node_names: Vec<String> = (0..2).map(|i| format!("e2e-{run}-n{i}")).collect();
     for n in &node_names {
@@ -1399,14 +1398,7 @@ async fn volumes_scenario(kubeconfig: &Path) {
 
     let c = client(kubeconfig).await;
     let pp = PostParams::default();
-    let namespaces: Api<Namespace> = Api::all(c.clone());
-    namespaces
-        .create(
-            &pp,
-            &serde_json::from_value(json!({"metadata": {"name": ns}})).expect("namespace"),
-        )
-        .await
-        .expect("creating the test namespace");
+    let namespaces = create_namespace(&c, &ns).await;
 
     // n0, n1 in zone a; n2, n3 in zone b.
     let nodes: Api<Node> = Api::all(c.clone());
@@ -1849,14 +1841,7 @@ async fn gpu_scenario(kubeconfig: &Path) {
     } = RunSetup::new("g", "e2e_kube gpu");
     let c = client(kubeconfig).await;
     let pp = PostParams::default();
-    let namespaces: Api<Namespace> = Api::all(c.clone());
-    namespaces
-        .create(
-            &pp,
-            &serde_json::from_value(json!({"metadata": {"name": ns}})).expect("namespace"),
-        )
-        .await
-        .expect("creating the test namespace");
+    let namespaces = create_namespace(&c, &ns).await;
 
     let nodes: Api<Node> = Api::all(c.clone());
     let (t4, a100) = (format!("e2e-{run}-t4"), format!("e2e-{run}-a100"));

@@ -298,12 +298,7 @@ pub fn node_fragment(node: &NodeFree, target: &TargetWorkload) -> f64 {
 /// memory from `kind`, free milli per device from `free`, which may be a
 /// hypothetical state of `kind`'s devices); the hot path of
 /// [`node_fragment`] and of FGD's hypothetical nodes.
-pub(crate) fn fragment_of(
-    cpu: i64,
-    kind: &NodeGpus,
-    free: &[u32],
-    target: &TargetWorkload,
-) -> f64 {
+pub(crate) fn fragment_of(cpu: i64, kind: &NodeGpus, free: &[u32], target: &TargetWorkload) -> f64 {
     let total = total_free(free) as f64;
     let mut buckets = [0.0f64; 7];
     for (m, p) in &target.shapes {

@@ -108,9 +108,7 @@ impl GpuRequest {
         let device = u64::from(device_memory_mib.filter(|&m| m > 0)?);
         let of_memory = (u64::from(mem) * u64::from(MILLI_PER_GPU)).div_ceil(device);
         let share = of_memory.max(u64::from(self.milli));
-        u32::try_from(share)
-            .ok()
-            .filter(|&s| s <= MILLI_PER_GPU)
+        u32::try_from(share).ok().filter(|&s| s <= MILLI_PER_GPU)
     }
 
     /// Whether `model` is allowed.
