@@ -41,6 +41,11 @@ pub struct NodeSpec {
     /// Its GPU devices ([`crate::gpu::dialect::node_gpus`]); `None` for a
     /// node without GPUs.
     pub gpus: Option<NodeGpuSpec>,
+    /// Why its GPU devices cannot be counted, when they cannot (the field
+    /// and the problem: e.g. more than 64 devices, which is what HAMi's
+    /// vGPU slots or time-slicing replicas look like). The node stays a
+    /// node: only GPU pods are refused there (GpuShare names this).
+    pub gpu_error: Option<Arc<str>>,
     /// The original object, whole or as JSON ([`NodeSpec::node`]).
     source: ObjectSource<Node>,
 }
@@ -111,9 +116,13 @@ impl NodeSpec {
                 )));
             }
         }
-        let gpus = crate::gpu::dialect::node_gpus(&node, &allocatable).map_err(err)?;
+        let (gpus, gpu_error) = match crate::gpu::dialect::node_gpus(&node, &allocatable) {
+            Ok(g) => (g, None),
+            Err(e) => (None, Some(Arc::from(e.as_str()))),
+        };
         Ok(NodeSpec {
             gpus,
+            gpu_error,
             name: Arc::from(name),
             labels: node.metadata.labels.clone().unwrap_or_default(),
             taints: spec

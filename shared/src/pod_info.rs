@@ -155,9 +155,10 @@ pub struct PodInfo {
     /// disks, CSI inline volumes); `None` when the pod has none of those
     /// (most pods: configMap, secret and emptyDir volumes are not kept).
     pub volumes: Option<Arc<PodVolumes>>,
-    /// What the pod asks of GPUs and the devices it holds
-    /// ([`crate::gpu::dialect`] says how both are read); `None` for a pod
-    /// that asks for no GPU (most pods).
+    /// What the pod asks of GPUs and, bound, the devices it holds
+    /// ([`crate::gpu::dialect`] says how both are read; a pending pod's
+    /// `gpu-index` is not read); `None` for a pod that asks for no GPU
+    /// (most pods).
     pub gpu: Option<Arc<PodGpu>>,
     /// Why the pod's GPU request cannot be read (the field and the
     /// problem), when it cannot: GpuShare refuses to place the pod; bound,
@@ -273,11 +274,22 @@ impl PodInfo {
         // unreadable: a bound one still holds its CPU and memory, and a
         // pending one is refused by GpuShare with the error.
         let annotations = pod.metadata.annotations.as_ref();
-        let (gpu, gpu_error) = match gpu::dialect::pod_request(annotations, &reqs.requests)
-            .and_then(|r| Ok((r, gpu::dialect::pod_devices(annotations)?)))
-        {
-            Ok((Some(request), devices)) => (Some(Arc::new(PodGpu { request, devices })), None),
-            Ok((None, _)) => (None, None),
+        let (gpu, gpu_error) = match gpu::dialect::pod_request(annotations, &reqs.requests) {
+            Ok(Some(request)) => {
+                // The devices only of a bound pod: on a pending one the
+                // annotation is a copy (a manifest taken from a bound
+                // pod), which the scheduler's choice replaces. One that
+                // cannot be read is as none written: the pod is counted
+                // on the tightest devices that hold it.
+                let bound = spec.node_name.as_deref().is_some_and(|n| !n.is_empty());
+                let devices = if bound {
+                    gpu::dialect::pod_devices(annotations).ok().flatten()
+                } else {
+                    None
+                };
+                (Some(Arc::new(PodGpu { request, devices })), None)
+            }
+            Ok(None) => (None, None),
             Err(e) => (None, Some(Arc::from(e.as_str()))),
         };
 

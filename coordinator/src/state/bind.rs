@@ -154,7 +154,8 @@ impl Inner {
 
     /// `info` holding the GPU devices it takes on `node` (already known to
     /// fit there): `proposed` (the worker's choice) when they still hold
-    /// its share on the arbiter's view, else the tightest that do
+    /// its share on the arbiter's view with the pods nominated there
+    /// counted, else the tightest that do
     /// ([`flotilla_shared::gpu::choose_best_fit`]). What is placed, and
     /// written on the pod with the Binding. `info` itself for a pod asking
     /// for no GPU.
@@ -170,8 +171,27 @@ impl Inner {
         ) else {
             return info.clone();
         };
+        // The devices the pods nominated here (at least the pod's
+        // priority) will need are theirs, as the check counted them: the
+        // choice is made with them counted, on a copy.
+        let nominated = if self.unarbitrated {
+            Vec::new()
+        } else {
+            self.nominated_on(node, info)
+        };
+        let reserved = nominated.iter().any(|p| p.gpu.is_some()).then(|| {
+            let mut copy = state.clone();
+            for p in &nominated {
+                if let Some(pg) = p.gpu.as_deref() {
+                    copy.add(&p.uid, pg);
+                }
+            }
+            copy
+        });
+        let view = reserved.as_ref().unwrap_or(state).gpus();
         let chosen = proposed
-            .filter(|&d| gpu::holds(state.gpus(), &g.request, d))
+            .filter(|&d| gpu::holds(view, &g.request, d))
+            .or_else(|| gpu::choose_best_fit(view, &g.request))
             .or_else(|| gpu::choose_best_fit(state.gpus(), &g.request));
         match chosen {
             Some(d) => Arc::new(info.with_gpu_devices(d)),

@@ -117,6 +117,12 @@ impl Inner {
             }
         };
         let name = spec.name.clone();
+        // Said once, not at every status update of the node.
+        if let Some(e) = &spec.gpu_error
+            && self.nodes.get(&name).map(|n| &n.spec.gpu_error) != Some(&spec.gpu_error)
+        {
+            warn!(node = %name, error = %e, "GPU pods are refused on this node: its GPUs cannot be counted");
+        }
         match self.nodes.get_mut(&name) {
             Some(n) => {
                 if n.spec.labels != spec.labels {

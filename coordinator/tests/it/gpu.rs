@@ -155,3 +155,100 @@ async fn the_workers_devices_are_kept_while_they_hold_the_share_else_the_tightes
     assert_eq!(outcome(&w.propose("c", "n1").await), pb::BindOutcome::Bound);
     assert_eq!(devices_written(&h.cluster, "c").as_deref(), Some("1"));
 }
+
+/// A pending pod that already carries a `gpu-index` annotation (created
+/// from a bound pod's manifest, or by a controller copying annotations)
+/// names a device that is full. Only a bound pod's annotation is read: the
+/// worker's choice is checked and written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stale_gpu_index_on_a_pending_pod_does_not_block_its_bind() {
+    let h = Harness::start(cluster(2)).await;
+    let mut w = FakeWorker::join(&h, "online-0", Online).await;
+    w.until_synced().await;
+    h.cluster
+        .create_pod(share_pod("full", 1000, "online"))
+        .expect("pod");
+    w.read_until(|e| assigned_names(e).contains(&"full".to_owned()))
+        .await;
+    assert_eq!(
+        outcome(&w.propose_gpus("full", "n1", 0b01).await),
+        pb::BindOutcome::Bound
+    );
+    let copied = PodBuilder::new("copied")
+        .cpu("100m")
+        .label(CLASS_LABEL, "online")
+        .annotation(ANNOTATION_GPU_MILLI, "500")
+        .annotation(ANNOTATION_GPU_INDEX, "0")
+        .build();
+    h.cluster.create_pod(copied).expect("pod");
+    w.read_until(|e| assigned_names(e).contains(&"copied".to_owned()))
+        .await;
+    // Device 1 is idle: the worker proposes it.
+    let d = w.propose_gpus("copied", "n1", 0b10).await;
+    assert_eq!(outcome(&d), pb::BindOutcome::Bound, "{d:?}");
+    assert_eq!(devices_written(&h.cluster, "copied").as_deref(), Some("1"));
+}
+
+/// A nominated GPU pod's room at the arbiter: a lower priority share
+/// granted on the node is given devices with the nominee counted, so it
+/// does not take the one idle device the nominee needs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lower_priority_share_leaves_the_nominated_gpu_pods_device() {
+    let h = Harness::start(cluster(2)).await;
+    let mut w = FakeWorker::join(&h, "online-0", Online).await;
+    w.until_synced().await;
+    h.cluster
+        .create_pod(
+            PodBuilder::new("half")
+                .cpu("100m")
+                .node_name("n1")
+                .annotation(ANNOTATION_GPU_MILLI, "500")
+                .annotation(ANNOTATION_GPU_INDEX, "1")
+                .build(),
+        )
+        .expect("pod");
+    let pod = |name: &str, milli: &str, prio: i32| {
+        PodBuilder::new(name)
+            .cpu("100m")
+            .priority(prio)
+            .label(CLASS_LABEL, "online")
+            .annotation(ANNOTATION_GPU_MILLI, milli)
+            .build()
+    };
+    h.cluster
+        .create_pod(pod("nominee", "1000", 100))
+        .expect("pod");
+    h.cluster.create_pod(pod("low", "400", 10)).expect("pod");
+    w.read_until(|e| {
+        let a = assigned_names(e);
+        a.contains(&"nominee".to_owned()) && a.contains(&"low".to_owned())
+    })
+    .await;
+    let mut client = w.client.clone();
+    let d = client
+        .propose_preemption(pb::PreemptionProposal {
+            worker_id: w.id.clone(),
+            pod: Some(crate::pod_ref("nominee")),
+            node_name: "n1".into(),
+            victims: vec![],
+        })
+        .await
+        .expect("ProposePreemption")
+        .into_inner();
+    assert_eq!(
+        pb::PreemptionOutcome::try_from(d.outcome).unwrap(),
+        pb::PreemptionOutcome::Granted,
+        "{d:?}"
+    );
+    // low's worker (stale FGD choice) proposes device 0: the nominee's.
+    let d = w.propose_gpus("low", "n1", 0b01).await;
+    if outcome(&d) == pb::BindOutcome::Bound {
+        assert_eq!(
+            devices_written(&h.cluster, "low").as_deref(),
+            Some("1"),
+            "low took the nominee's only idle device"
+        );
+    }
+    let d = w.propose("nominee", "n1").await;
+    assert_eq!(outcome(&d), pb::BindOutcome::Bound, "{d:?}");
+}

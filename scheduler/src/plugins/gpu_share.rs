@@ -293,6 +293,9 @@ pub const NAME: &str = names::GPU_SHARE;
 
 /// The node has no GPU devices.
 pub const REASON_NO_GPU: &str = "node(s) had no GPU";
+/// The node's GPU devices cannot be counted (`NodeSpec::gpu_error`: e.g.
+/// more than 64 `nvidia.com/gpu`, HAMi's vGPU slots).
+pub const REASON_GPUS_UNREADABLE: &str = "node(s) had GPUs Flotilla cannot count";
 /// The node's GPU model is not one the pod allows.
 pub const REASON_MODEL: &str = "node(s) didn't have the requested GPU model";
 /// The node has fewer devices than the pod asks for.
@@ -536,6 +539,18 @@ impl PreFilterPlugin for GpuShare {
         let status = if let Some(e) = &pod.gpu_error {
             // Nothing on any node can fix the pod's own request.
             Status::unresolvable(format!("pod {}: {e}", pod.key)).with_plugin(NAME)
+        } else if let Some(r) = pod
+            .gpu
+            .as_deref()
+            .map(|g| &g.request)
+            .filter(|r| r.spans_devices())
+        {
+            Status::unresolvable(format!(
+                "pod {}: a share of {} milli-GPU on each of {} GPUs (its GPU resources, summed \
+                 over its containers): Flotilla places a share of one GPU, or whole GPUs",
+                pod.key, r.milli, r.count
+            ))
+            .with_plugin(NAME)
         } else if pod.gpu.is_some() {
             Status::success()
         } else {
@@ -555,6 +570,9 @@ pub fn misfit(
     node: &NodeInfo,
 ) -> Option<(&'static str, bool)> {
     let Some(state) = node.gpu.as_deref() else {
+        if node.spec.gpu_error.is_some() {
+            return Some((REASON_GPUS_UNREADABLE, false));
+        }
         return Some((REASON_NO_GPU, false));
     };
     let gpus = state.gpus();
@@ -801,10 +819,10 @@ mod tests {
     #[test]
     fn an_unreadable_gpu_request_is_unresolvable_and_names_the_field() {
         let p = PodBuilder::new("bad")
-            .annotation(ANNOTATION_GPU_MILLI, "500")
-            .annotation(ANNOTATION_GPU_COUNT, "2")
+            .annotation(ANNOTATION_GPU_MILLI, "half")
             .build_info();
         assert!(p.gpu.is_none(), "the pod itself still compiles");
+        assert!(p.gpu_error.is_some());
         let (_, st) = GpuShare::new().pre_filter(
             &mut CycleState::default(),
             &p,
@@ -815,6 +833,40 @@ mod tests {
         assert!(
             m.starts_with("pod default/bad: metadata.annotations[alibabacloud.com/gpu-milli]"),
             "{m}"
+        );
+    }
+
+    /// A share of several GPUs is read (and counted when another scheduler
+    /// bound it) but not placed; a node whose GPUs cannot be counted takes
+    /// no GPU pod, saying why.
+    #[test]
+    fn shares_of_several_gpus_and_uncountable_nodes_are_refused() {
+        let p = PodBuilder::new("multi")
+            .request("nvidia.com/gpu", "2")
+            .request(flotilla_shared::gpu::dialect::HAMI_GPUCORES, "30")
+            .build_info();
+        let (_, st) = GpuShare::new().pre_filter(
+            &mut CycleState::default(),
+            &p,
+            &flotilla_shared::testing::FakeLister::default(),
+        );
+        assert_eq!(st.code, Code::UnschedulableAndUnresolvable);
+        assert!(
+            st.message()
+                .starts_with("pod default/multi: a share of 300 milli-GPU on each of 2 GPUs"),
+            "{}",
+            st.message()
+        );
+        let slots = NodeInfo::new(Arc::new(
+            NodeBuilder::new("hami")
+                .cpu("8")
+                .resource("nvidia.com/gpu", "80")
+                .build_spec(),
+        ));
+        let st = GpuShare::new().filter(&CycleState::default(), &gpu_pod("g", 500, 1), &slots);
+        assert_eq!(
+            (st.code, st.reasons[0].as_ref()),
+            (Code::UnschedulableAndUnresolvable, REASON_GPUS_UNREADABLE)
         );
     }
 

@@ -9,6 +9,7 @@ mod extender_config;
 mod extenders;
 mod fit_error;
 mod fit_strategies;
+mod gpu_preemption;
 mod hot_path;
 mod image_locality;
 mod inter_pod_affinity;

@@ -122,7 +122,13 @@ pub fn pod_request(
             return Ok(None);
         }
         let models = models_of(annotation(GPU_CARD_MODEL), '|');
-        return request(count, milli, models, &field, ANNOTATION_GPU_COUNT);
+        return Ok(Some(request(count, milli, models)));
+    }
+    if requests.scalar(NVIDIA_GPU) > 0 && requests.scalar(VOLCANO_VGPU_NUMBER) > 0 {
+        return Err(format!(
+            "resources {NVIDIA_GPU} and {VOLCANO_VGPU_NUMBER}: GPUs asked for in two dialects \
+             at once; ask in one"
+        ));
     }
     for (number, percentage, cores, memory) in [
         (
@@ -169,38 +175,24 @@ pub fn pod_request(
         }
         let milli = u64::try_from(percent).unwrap_or(0) * 10;
         let models = models_of(annotation(HAMI_USE_GPUTYPE), ',');
-        return request(
-            count,
-            milli,
-            models,
-            &format!("resources {share_of}"),
-            number,
-        )
-        .map(|r| r.map(|r| GpuRequest { memory_mib, ..r }));
+        return Ok(Some(GpuRequest {
+            memory_mib,
+            ..request(count, milli, models)
+        }));
     }
     Ok(None)
 }
 
-/// `count` GPUs of `milli` each, refusing a share of several GPUs.
-fn request(
-    count: u64,
-    milli: u64,
-    models: Option<Arc<[Arc<str>]>>,
-    share_field: &str,
-    count_field: &str,
-) -> Result<Option<GpuRequest>, String> {
-    if count > 1 && milli < u64::from(MILLI_PER_GPU) {
-        return Err(format!(
-            "{share_field}: a share of {milli} milli-GPU with {count_field} {count}: a share \
-             (less than a whole GPU) must be of one GPU"
-        ));
-    }
-    Ok(Some(GpuRequest {
+/// `count` GPUs of `milli` each. A share of several GPUs
+/// ([`GpuRequest::spans_devices`]) is read (a pod HAMi placed so is counted
+/// on its devices) but not placed: GpuShare's PreFilter refuses it.
+fn request(count: u64, milli: u64, models: Option<Arc<[Arc<str>]>>) -> GpuRequest {
+    GpuRequest {
         count: u32::try_from(count).unwrap_or(u32::MAX),
         milli: u32::try_from(milli).unwrap_or(MILLI_PER_GPU),
         memory_mib: None,
         models,
-    }))
+    }
 }
 
 /// The models of a `sep`-separated list, trimmed, empty entries and
@@ -287,13 +279,19 @@ pub fn node_gpus(node: &Node, allocatable: &Resources) -> Result<Option<NodeGpuS
         }
         None => (NVIDIA_GPU, allocatable.scalar(NVIDIA_GPU)),
     };
+    let list = if field == NVIDIA_GPU {
+        "allocatable"
+    } else {
+        "capacity"
+    };
     if count <= 0 {
         return Ok(None);
     }
     if count > MAX_DEVICES as i64 {
         return Err(format!(
-            "status.capacity[{field}]: {count} GPUs; Flotilla's per-device accounting takes at \
-             most {MAX_DEVICES} per node"
+            "status.{list}[{field}]: {count} GPUs; Flotilla's per-device accounting takes at \
+             most {MAX_DEVICES} per node (under HAMi, whose slots these may be, give the node \
+             {RESOURCE_GPU_COUNT} with its number of cards)"
         ));
     }
     let labels = node.metadata.labels.as_ref();
@@ -360,16 +358,28 @@ mod tests {
         assert_eq!(r.models.as_ref().map(|m| m.len()), Some(2));
     }
 
+    /// A share of several GPUs is read (another scheduler may have placed
+    /// it: it is counted on its devices); GpuShare refuses to place it.
     #[test]
-    fn a_share_of_several_gpus_is_refused_naming_the_field() {
+    fn a_share_of_several_gpus_is_read() {
         let a = ann(&[(ANNOTATION_GPU_MILLI, "500"), (ANNOTATION_GPU_COUNT, "2")]);
-        let e = pod_request(Some(&a), &Resources::default()).unwrap_err();
+        let r = pod_request(Some(&a), &Resources::default())
+            .unwrap()
+            .unwrap();
+        assert_eq!((r.count, r.milli, r.spans_devices()), (2, 500, true));
+        let r = pod_request(None, &res(&[(NVIDIA_GPU, 2), (HAMI_GPUCORES, 30)]))
+            .unwrap()
+            .unwrap();
+        assert_eq!((r.count, r.milli, r.spans_devices()), (2, 300, true));
+    }
+
+    #[test]
+    fn two_dialects_at_once_are_refused() {
+        let e = pod_request(None, &res(&[(NVIDIA_GPU, 1), (VOLCANO_VGPU_NUMBER, 1)])).unwrap_err();
         assert!(
-            e.starts_with("metadata.annotations[alibabacloud.com/gpu-milli]"),
+            e.starts_with("resources nvidia.com/gpu and volcano.sh/vgpu-number"),
             "{e}"
         );
-        let e = pod_request(None, &res(&[(NVIDIA_GPU, 2), (HAMI_GPUCORES, 30)])).unwrap_err();
-        assert!(e.starts_with("resources nvidia.com/gpucores"), "{e}");
     }
 
     #[test]
@@ -462,9 +472,11 @@ mod tests {
         .unwrap()
         .unwrap();
         assert_eq!((r.count, r.milli, r.memory_mib), (2, 1000, Some(30000)));
-        // Memory alone on several GPUs is a share of several: refused.
-        let e = pod_request(None, &res(&[(NVIDIA_GPU, 2), (HAMI_GPUMEM, 4096)])).unwrap_err();
-        assert!(e.starts_with("resources nvidia.com/gpumem:"), "{e}");
+        // Memory alone on several GPUs is a share of several.
+        let r = pod_request(None, &res(&[(NVIDIA_GPU, 2), (HAMI_GPUMEM, 4096)]))
+            .unwrap()
+            .unwrap();
+        assert!(r.spans_devices());
     }
 
     #[test]

@@ -23,6 +23,8 @@ use std::sync::Arc;
 
 pub mod dialect;
 #[cfg(test)]
+mod edge_tests;
+#[cfg(test)]
 mod fixtures;
 pub mod frag;
 pub mod policy;
@@ -82,10 +84,20 @@ impl GpuRequest {
         u64::from(self.count) * u64::from(self.milli)
     }
 
-    /// Whether this is a share of one GPU (`milli < 1000`).
+    /// Whether this is a share (`milli < 1000`), of one GPU unless
+    /// [`GpuRequest::spans_devices`].
     #[must_use]
     pub fn is_share(&self) -> bool {
         self.milli < MILLI_PER_GPU
+    }
+
+    /// Whether this is a share of each of several GPUs (HAMi's
+    /// `nvidia.com/gpu: 2` with `gpucores: 30`). Such a pod placed by
+    /// another scheduler is counted on its devices; GpuShare does not
+    /// place one.
+    #[must_use]
+    pub fn spans_devices(&self) -> bool {
+        self.count > 1 && self.is_share()
     }
 
     /// The share of each device this request takes on `gpus`: `milli`, or
@@ -253,8 +265,9 @@ pub fn holds(gpus: &NodeGpus, req: &GpuRequest, devices: DeviceSet) -> bool {
 
 /// The devices `req` takes on `gpus` by the default rule: for a share, the
 /// device with the *least* free share that still holds it (ties: lowest
-/// index); for whole GPUs, the `count` lowest-indexed wholly free devices.
-/// `None` when it does not [`fits`].
+/// index), the `count` least free for a share of several; for whole GPUs,
+/// the `count` lowest-indexed wholly free devices. `None` when it does not
+/// [`fits`].
 #[must_use]
 pub fn choose_best_fit(gpus: &NodeGpus, req: &GpuRequest) -> Option<DeviceSet> {
     if !fits(gpus, req) {
@@ -262,7 +275,7 @@ pub fn choose_best_fit(gpus: &NodeGpus, req: &GpuRequest) -> Option<DeviceSet> {
     }
     let milli = req.milli_on(gpus)?;
     let mut set = DeviceSet::default();
-    if req.is_share() {
+    if req.is_share() && req.count == 1 {
         let (i, _) = gpus
             .free
             .iter()
@@ -270,6 +283,18 @@ pub fn choose_best_fit(gpus: &NodeGpus, req: &GpuRequest) -> Option<DeviceSet> {
             .filter(|(_, f)| **f >= milli)
             .min_by_key(|(i, f)| (**f, *i))?;
         set.insert(i);
+    } else if req.is_share() {
+        let mut fitting: Vec<(u32, usize)> = gpus
+            .free
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| **f >= milli)
+            .map(|(i, f)| (*f, i))
+            .collect();
+        fitting.sort_unstable();
+        for (_, i) in fitting.into_iter().take(req.count as usize) {
+            set.insert(i);
+        }
     } else {
         for (i, _) in gpus
             .free
@@ -313,6 +338,21 @@ mod tests {
             choose_best_fit(&n, &GpuRequest::whole(2)),
             Some(DeviceSet(0b101))
         );
+    }
+
+    /// A share of several GPUs (placed by another scheduler, counted
+    /// here): each of `count` devices holds it, the least free first.
+    #[test]
+    fn a_share_of_several_gpus_takes_the_tightest_devices() {
+        let req = GpuRequest {
+            count: 2,
+            ..GpuRequest::share(300)
+        };
+        assert!(req.spans_devices() && !GpuRequest::share(300).spans_devices());
+        let n = node(&[1000, 400, 200, 300, 400]);
+        assert!(fits(&n, &req));
+        assert_eq!(choose_best_fit(&n, &req), Some(DeviceSet(0b01010)));
+        assert!(!fits(&node(&[1000, 200]), &req));
     }
 
     #[test]

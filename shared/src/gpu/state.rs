@@ -24,6 +24,10 @@ struct Hold {
     uid: Arc<str>,
     devices: DeviceSet,
     milli: u32,
+    /// A pod bound without naming its devices, counted where the default
+    /// rule put it: its request, so it can be put elsewhere when a pod
+    /// naming those devices arrives.
+    unnamed: Option<GpuRequest>,
 }
 
 /// A node's devices and the pods holding them.
@@ -69,23 +73,65 @@ impl GpuState {
     }
 
     /// Counts the pod `uid` holding `gpu` here and returns the devices
-    /// held: those it names when they exist on the node, else the default
-    /// rule's choice ([`choose_best_fit`]), else (it fits nowhere: placed
-    /// by someone else beyond the devices) the devices with the most free,
-    /// so its share is counted somewhere. Nothing when it already holds.
+    /// held: those it names when they exist on the node and are as many as
+    /// it asks for, else the default rule's choice ([`choose_best_fit`]),
+    /// else (it fits nowhere: placed by someone else beyond the devices)
+    /// the devices with the most free, so its share is counted somewhere.
+    /// Nothing when it already holds.
+    ///
+    /// A pod naming devices that pods without named devices were counted
+    /// on, beyond what those devices have, moves those pods: they are
+    /// counted again after it, so the result does not depend on the order
+    /// the pods were seen in (the arbiter and every worker agree).
     pub fn add(&mut self, uid: &Arc<str>, gpu: &PodGpu) -> DeviceSet {
         if let Some(held) = self.held_by(uid) {
             return held;
         }
         let n = self.used.len();
-        // A share this node cannot size (memory it does not report, or
-        // more than a device has): counted as whole devices.
-        let milli = gpu.request.milli_on(&self.gpus).unwrap_or(MILLI_PER_GPU);
-        let devices = gpu
+        let named = gpu
             .devices
-            .filter(|d| !d.is_empty() && d.iter().all(|i| i < n))
-            .or_else(|| choose_best_fit(&self.gpus, &without_models(&gpu.request)))
-            .unwrap_or_else(|| self.most_free(gpu.request.count as usize));
+            .filter(|d| d.len() == gpu.request.count as usize && d.iter().all(|i| i < n));
+        let Some(named) = named else {
+            return self.hold(uid, &gpu.request, None);
+        };
+        let milli = self.milli_of(&gpu.request);
+        let overflows = named.iter().any(|i| self.used[i] + milli > MILLI_PER_GPU);
+        let mut moved = Vec::new();
+        if overflows {
+            let mut i = 0;
+            while i < self.holds.len() {
+                let h = &self.holds[i];
+                if h.unnamed.is_some() && h.devices.0 & named.0 != 0 {
+                    let h = self.holds.swap_remove(i);
+                    self.release(&h);
+                    moved.push(h);
+                } else {
+                    i += 1;
+                }
+            }
+        }
+        let held = self.hold(uid, &gpu.request, Some(named));
+        for h in moved {
+            if let Some(req) = &h.unnamed {
+                self.hold(&h.uid, req, None);
+            }
+        }
+        held
+    }
+
+    /// The share `req` takes of each device here. A share this node cannot
+    /// size (memory it does not report, or more than a device has):
+    /// counted as whole devices.
+    fn milli_of(&self, req: &GpuRequest) -> u32 {
+        req.milli_on(&self.gpus).unwrap_or(MILLI_PER_GPU)
+    }
+
+    /// Counts `uid` on `named`, or (`None`) where the default rule puts it.
+    fn hold(&mut self, uid: &Arc<str>, req: &GpuRequest, named: Option<DeviceSet>) -> DeviceSet {
+        let milli = self.milli_of(req);
+        let devices = named
+            .or_else(|| choose_best_fit(&self.gpus, &without_models(req)))
+            .unwrap_or_else(|| self.most_free(req.count as usize));
         for i in devices.iter() {
             self.used[i] += milli;
             self.gpus.free[i] = MILLI_PER_GPU.saturating_sub(self.used[i]);
@@ -94,8 +140,17 @@ impl GpuState {
             uid: uid.clone(),
             devices,
             milli,
+            unnamed: named.is_none().then(|| req.clone()),
         });
         devices
+    }
+
+    /// Gives back what `h` held (it is no longer in `holds`).
+    fn release(&mut self, h: &Hold) {
+        for d in h.devices.iter() {
+            self.used[d] = self.used[d].saturating_sub(h.milli);
+            self.gpus.free[d] = MILLI_PER_GPU.saturating_sub(self.used[d]);
+        }
     }
 
     /// Gives back what the pod `uid` held; false when it held nothing.
@@ -104,10 +159,7 @@ impl GpuState {
             return false;
         };
         let h = self.holds.swap_remove(i);
-        for d in h.devices.iter() {
-            self.used[d] = self.used[d].saturating_sub(h.milli);
-            self.gpus.free[d] = MILLI_PER_GPU.saturating_sub(self.used[d]);
-        }
+        self.release(&h);
         true
     }
 
