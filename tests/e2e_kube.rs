@@ -423,30 +423,7 @@ async fn scenario(kubeconfig: &Path) {
     let coordinators = format!("https://127.0.0.1:{port_a},https://127.0.0.1:{port_b}");
     // Workers run the same configuration (the profile named like the pods'
     // schedulerName).
-    for (name, class) in [("worker-online", "online"), ("worker-batch", "batch")] {
-        procs.spawn(
-            name,
-            &[
-                "worker".into(),
-                "--coordinator".into(),
-                coordinators.clone(),
-                "--tls-ca".into(),
-                tls_file("ca.crt"),
-                "--tls-cert".into(),
-                tls_file(&format!("worker-{class}.crt")),
-                "--tls-key".into(),
-                tls_file(&format!("worker-{class}.key")),
-                "--class".into(),
-                class.into(),
-                "--config".into(),
-                config_file.clone(),
-                "--name".into(),
-                name.into(),
-                "--connect-timeout".into(),
-                "120".into(),
-            ],
-        );
-    }
+    spawn_workers(&mut procs, &tls, &coordinators, &config_file);
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(
         !listening(port_b),
@@ -1181,13 +1158,26 @@ fn spawn_coordinator_and_workers(procs: &mut Procs, kubeconfig: &Path, config_fi
             config_file.into(),
         ],
     );
+    spawn_workers(
+        procs,
+        &tls,
+        &format!("https://127.0.0.1:{port}"),
+        config_file,
+    );
+}
+
+/// The two workers, `online` and `batch`, of `coordinators` (comma-separated
+/// addresses) over mutual TLS with the certificates in `tls`, running
+/// `config_file`.
+fn spawn_workers(procs: &mut Procs, tls: &Path, coordinators: &str, config_file: &str) {
+    let tls_file = |name: &str| tls.join(name).display().to_string();
     for (name, class) in [("worker-online", "online"), ("worker-batch", "batch")] {
         procs.spawn(
             name,
             &[
                 "worker".into(),
                 "--coordinator".into(),
-                format!("https://127.0.0.1:{port}"),
+                coordinators.into(),
                 "--tls-ca".into(),
                 tls_file("ca.crt"),
                 "--tls-cert".into(),
@@ -1873,7 +1863,7 @@ async fn gpu_scenario(kubeconfig: &Path) {
         let (pods, procs, pp) = (pods.clone(), &procs, &pp);
         async move {
             let name = p.metadata.name.clone().expect("name");
-            pods.create(&pp, &p).await.expect("creating a pod");
+            pods.create(pp, &p).await.expect("creating a pod");
             eventually(procs, OUTCOME, &format!("{name} bound"), || {
                 let (pods, name) = (pods.clone(), name.clone());
                 async move {

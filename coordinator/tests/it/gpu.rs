@@ -8,7 +8,7 @@ use flotilla_proto::v1 as pb;
 use flotilla_proto::v1::WorkloadClass::{Batch, Online};
 use flotilla_proto::v1::watch_event::Event;
 use flotilla_scheduler::plugins::gpu_share::REASON_NO_SHARE;
-use flotilla_shared::gpu::dialect::{ANNOTATION_GPU_INDEX, ANNOTATION_GPU_MILLI, GPU_CARD_MODEL};
+use flotilla_shared::gpu::dialect::{ANNOTATION_GPU_INDEX, ANNOTATION_GPU_MILLI};
 use flotilla_shared::testing::{NodeBuilder, PodBuilder};
 
 use flotilla_coordinator::cluster::EmbeddedCluster;
@@ -29,8 +29,7 @@ fn cluster(gpus: u32) -> EmbeddedCluster {
             .cpu("8")
             .memory("32Gi")
             .pods(110)
-            .resource("nvidia.com/gpu", &gpus.to_string())
-            .label(GPU_CARD_MODEL, "T4")
+            .gpus(gpus, "T4")
             .build(),
     )
     .expect("node");

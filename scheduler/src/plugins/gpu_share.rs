@@ -716,8 +716,7 @@ mod tests {
     fn gpu_node(name: &str, model: &str, count: usize) -> NodeInfo {
         NodeInfo::new(Arc::new(
             NodeBuilder::new(name)
-                .resource("nvidia.com/gpu", &count.to_string())
-                .label(GPU_CARD_MODEL, model)
+                .gpus(u32::try_from(count).unwrap(), model)
                 .build_spec(),
         ))
     }

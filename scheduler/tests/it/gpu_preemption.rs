@@ -4,7 +4,7 @@
 use flotilla_scheduler::Profile;
 use flotilla_scheduler::Registry;
 use flotilla_scheduler::simulate::{Outcome, simulate};
-use flotilla_shared::gpu::dialect::{ANNOTATION_GPU_INDEX, ANNOTATION_GPU_MILLI, GPU_CARD_MODEL};
+use flotilla_shared::gpu::dialect::{ANNOTATION_GPU_INDEX, ANNOTATION_GPU_MILLI};
 use flotilla_shared::objects::ClusterObjects;
 use flotilla_shared::testing::{NodeBuilder, PodBuilder};
 
@@ -16,8 +16,7 @@ fn objects(gpus: u32, pods: Vec<k8s_openapi::api::core::v1::Pod>) -> ClusterObje
                 .cpu("8")
                 .memory("32Gi")
                 .pods(110)
-                .resource("nvidia.com/gpu", &gpus.to_string())
-                .label(GPU_CARD_MODEL, "T4")
+                .gpus(gpus, "T4")
                 .build(),
         ],
         pods,

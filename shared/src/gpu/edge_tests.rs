@@ -18,8 +18,7 @@ fn gpu_node(count: usize) -> NodeInfo {
     NodeInfo::new(Arc::new(
         NodeBuilder::new("n")
             .cpu("8")
-            .resource("nvidia.com/gpu", &count.to_string())
-            .label(GPU_CARD_MODEL, "T4")
+            .gpus(u32::try_from(count).unwrap(), "T4")
             .build_spec(),
     ))
 }

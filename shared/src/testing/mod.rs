@@ -71,6 +71,14 @@ impl NodeBuilder {
         self
     }
 
+    /// `count` GPUs of `model` (`nvidia.com/gpu` allocatable, label
+    /// `alibabacloud.com/gpu-card-model`), as GpuShare reads them.
+    #[must_use]
+    pub fn gpus(self, count: u32, model: &str) -> Self {
+        self.resource(crate::gpu::dialect::NVIDIA_GPU, &count.to_string())
+            .label(crate::gpu::dialect::GPU_CARD_MODEL, model)
+    }
+
     /// cpu quantity (`"4"`, `"3500m"`).
     #[must_use]
     pub fn cpu(self, q: &str) -> Self {
