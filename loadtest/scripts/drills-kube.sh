@@ -143,8 +143,11 @@ EOF
 }
 
 # create_pods NS DRILL FROM TO DIR: pods FROM..TO-1, 4 kubectl in parallel.
+# A create the fault cut (kubectl gave up on a frozen server) is sent
+# again until the pod exists, so every drill schedules all PODS pods; the
+# retries are counted in $dir/create-retries.
 create_pods() {
-  local ns=$1 drill=$2 from=$3 to=$4 dir=$5 i part pids=()
+  local ns=$1 drill=$2 from=$3 to=$4 dir=$5 i part pids=() parts=() try
   rm -f "$dir"/pods-*.yaml
   for i in $(seq "$from" $((to - 1))); do
     pod_yaml "$ns" "p-$i" "$drill" >>"$dir/pods-$((i % 4)).yaml"
@@ -152,8 +155,41 @@ create_pods() {
   for part in "$dir"/pods-*.yaml; do
     kc_create -f "$part" >/dev/null 2>>"$dir/kubectl.log" &
     pids+=($!)
+    parts+=("$part")
   done
-  for i in "${pids[@]}"; do wait "$i" || echo "kubectl create failed (see kubectl.log)" >>"$dir/kubectl.log"; done
+  for i in "${!pids[@]}"; do
+    wait "${pids[$i]}" && continue
+    part=${parts[$i]}
+    for try in 1 2 3 4 5; do
+      echo "kubectl create of $part failed; sent again (try $try)" >>"$dir/kubectl.log"
+      echo "$part" >>"$dir/create-retries"
+      # Pods that exist answer AlreadyExists: only the others are created.
+      local errors
+      errors=$(kc_create -f "$part" 2>&1 >/dev/null | grep -v AlreadyExists || true)
+      [ -z "$errors" ] && break
+      echo "$errors" >>"$dir/kubectl.log"
+      sleep 2
+    done
+  done
+}
+
+# pending_report NS DIR: the pods of NS not bound, each with its
+# PodScheduled condition and the last lines Flotilla logged of it.
+pending_report() {
+  [ -s "$2/kubectl.log" ] && tail -5 "$2/kubectl.log" | cut -c1-300 | sed 's/^/  kubectl: /'
+  kc get pods -n "$1" -o json >"$2/pods-pending.json" 2>/dev/null || return 0
+  python3 - "$2/pods-pending.json" <<'PY' | while read -r pod why; do
+import json, sys
+for p in json.load(open(sys.argv[1]))["items"]:
+    if p["spec"].get("nodeName"):
+        continue
+    cond = [c for c in p.get("status", {}).get("conditions", []) if c["type"] == "PodScheduled"]
+    why = f"{cond[0].get('reason')}: {cond[0].get('message')}" if cond else "no PodScheduled condition"
+    print(p["metadata"]["name"], why)
+PY
+    echo "  pending $pod ($why); Flotilla's last lines of it:"
+    grep -hE "/$pod([^0-9-]|\$)" "$2"/coordinator-*.log "$2"/w*.log 2>/dev/null | tail -8 | cut -c1-400 | sed 's/^/    /'
+  done
 }
 
 # wait_bound NS COUNT SECONDS: until COUNT pods of NS are bound.
@@ -277,7 +313,12 @@ run_drill() {
       problems+=("the woken leader exited without saying why (see coordinator-a.log)")
     fi
   fi
-  [ "$n" = "$PODS" ] 2>/dev/null || problems+=("${n:-?}/$PODS bound after 180 s")
+  if ! [ "$n" = "$PODS" ] 2>/dev/null; then
+    local exist
+    exist=$(kc get pods -n "$ns" --no-headers 2>/dev/null | wc -l)
+    problems+=("${n:-?}/$PODS bound after 180 s, $exist pods exist (kubectl.log: $(grep -c . "$dir/kubectl.log" 2>/dev/null || echo 0) lines)")
+    pending_report "$ns" "$dir"
+  fi
   # The API server's objects: nodes over-committed, pods on forbidden
   # nodes, pods bound more than once (a node that changed).
   kc get pods -n "$ns" -o json >"$dir/pods.json"
@@ -324,6 +365,7 @@ PY
   kc delete nodes -l "flotilla.io/drill=$drill" --wait=false >/dev/null 2>&1 || true
   if [ ${#problems[@]} -eq 0 ]; then
     verdict="ok $PODS pods bound once, 0 over-committed, 0 on forbidden nodes; Scheduled Events ${events:-?}/$PODS"
+    [ -s "$dir/create-retries" ] && verdict="$verdict; pod creates sent again: $(sort -u "$dir/create-retries" | wc -l) files"
   else
     verdict="FAIL $(IFS=';'; echo "${problems[*]}")"
     FAILED=1
