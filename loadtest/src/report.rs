@@ -723,6 +723,7 @@ pub fn build(i: &Inputs<'_>) -> Report {
         let gpus = n.gpus_free();
         let free = gpu::frag::NodeFree {
             cpu_milli: n.node.spec.allocatable.milli_cpu - n.requested.milli_cpu,
+            memory: gpu::frag::NodeFree::ANY_MEMORY,
             gpus: &gpus,
         };
         frag += gpu::frag::node_fragment(&free, &target);

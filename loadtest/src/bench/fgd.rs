@@ -1094,6 +1094,7 @@ pub fn paper_profile(
                     .and_then(|g| g.models.as_ref())
                     .map(|m| m.iter().map(|x| x.to_string()).collect::<Vec<_>>())
                     .unwrap_or_default(),
+                "memory": shape.memory,
                 "weight": weight,
             })
         })
@@ -1138,9 +1139,19 @@ pub fn paper_profile(
 /// # Errors
 /// [`FgdError::BadPod`] for a pod the scheduler cannot read.
 pub fn trace_target(pods: &[Pod]) -> Result<TargetWorkload, FgdError> {
+    trace_target_for(Policy::Fgd, pods)
+}
+
+/// [`trace_target`] with the shapes as `policy` counts them
+/// ([`gpu_share::shape_for`]: `Flotilla`'s carry the memory request, so
+/// its target has the (CPU, GPU, models, memory) shapes covering 95 %).
+///
+/// # Errors
+/// As [`trace_target`].
+pub fn trace_target_for(policy: Policy, pods: &[Pod]) -> Result<TargetWorkload, FgdError> {
     let shapes = pods
         .iter()
-        .map(|p| compile(p).map(|info| gpu_share::shape_of(&info)))
+        .map(|p| compile(p).map(|info| gpu_share::shape_for(policy, &info)))
         .collect::<Result<Vec<_>, _>>()?;
     Ok(TargetWorkload::learn(shapes, DEFAULT_COVERAGE))
 }
@@ -1249,9 +1260,9 @@ pub fn run_policies(
     if gpus == 0 {
         return Err(FgdError::NoGpus);
     }
-    let target = trace_target(pods)?;
     let mut out = Vec::new();
     for &policy in policies {
+        let target = trace_target_for(policy, pods)?;
         let curves = seeds
             .par_iter()
             .map(|&seed| {

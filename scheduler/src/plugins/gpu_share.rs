@@ -20,7 +20,8 @@
 //!   ([`GpuShareArgs::scoring_strategy`], default `FGD`): FGD
 //!   (fragmentation gradient descent) or the FGD paper's baselines
 //!   `BestFit`, `GpuPacking`, `GpuClustering`, `DotProd`, `Random`, or
-//!   Flotilla's own `Flotilla` (FGD's gradient, ties by least leftover)
+//!   Flotilla's own `Flotilla` (FGD's gradient with memory in the fit
+//!   test of the fragment measure, ties by least leftover)
 //!   ([`flotilla_shared::gpu::policy`]); the policy also chooses the
 //!   devices at Reserve (FGD and Flotilla the device their score found, `Random` a random
 //!   fitting one, the others the tightest). PreScore is `Skip` for a pod
@@ -39,10 +40,12 @@
 //!       shapes:              # or given: then nothing is learned
 //!       - {cpuMilli: 3152, gpuMilli: 810, gpuCount: 1, weight: 12.84}
 //!       - {cpuMilli: 12500, weight: 4.49}          # CPU-only
+//!       - {cpuMilli: 11300, gpuMilli: 1000, memory: 51539607552, weight: 10.5}  # memory (bytes): Flotilla's measure only
 //!     randomSeed: 42         # Random's draws (default: from the OS)
 //! ```
 //! The target workload, learned: every pod the profile scores is counted
-//! once (by uid) by its shape (CPU request, GPU count, share, models), and
+//! once (by uid) by its shape (CPU request, GPU count, share, models; for
+//! `Flotilla` also the memory request), and
 //! the most common shapes covering `coverage` of them, renormalised, are
 //! FGD's target (the paper's rule, from the pods seen rather than a trace
 //! read in advance); it is recomputed as pods are seen.
@@ -159,6 +162,10 @@ pub struct ShapeArgs {
     /// Allowed GPU models (empty: any).
     #[serde(default)]
     pub models: Vec<String>,
+    /// Memory request, bytes (0: memory is not part of the shape, the
+    /// paper's measure; Flotilla's policy counts it when given).
+    #[serde(default)]
+    pub memory: i64,
     /// Relative weight (> 0).
     pub weight: f64,
 }
@@ -172,8 +179,11 @@ impl ShapeArgs {
         if self.cpu_milli < 0 {
             return Err(format!("cpuMilli: {} must not be negative", self.cpu_milli));
         }
+        if self.memory < 0 {
+            return Err(format!("memory: {} must not be negative", self.memory));
+        }
         if self.gpu_milli == 0 {
-            return Ok(TaskShape::cpu_only(self.cpu_milli));
+            return Ok(TaskShape::cpu_only(self.cpu_milli).with_memory(self.memory));
         }
         if self.gpu_milli > MILLI_PER_GPU {
             return Err(format!(
@@ -200,7 +210,8 @@ impl ShapeArgs {
                 memory_mib: None,
                 models: (!models.is_empty()).then(|| Arc::from(models)),
             },
-        ))
+        )
+        .with_memory(self.memory))
     }
 }
 
@@ -257,6 +268,7 @@ impl Learning {
 #[derive(Debug)]
 struct FgdEntry {
     cpu_milli: i64,
+    memory: i64,
     free: Vec<u32>,
     /// The node's GPU model (a model constraint in the target or the pod
     /// depends on it).
@@ -435,7 +447,7 @@ impl GpuShare {
         match self.policy {
             Policy::Fgd | Policy::Flotilla => {
                 let (target, version) = self.current_target();
-                self.fgd_cached(node, &shape_of(pod), &target, version)
+                self.fgd_cached(node, &shape_for(self.policy, pod), &target, version)
                     .map(|(_, d)| d)
                     .or_else(|| gpu::choose_best_fit(gpus, req))
             }
@@ -461,6 +473,7 @@ impl GpuShare {
             .unwrap_or_else(PoisonError::into_inner);
         let entry = cache.entry(name.clone()).or_insert_with(|| FgdEntry {
             cpu_milli: i64::MIN,
+            memory: i64::MIN,
             free: Vec::new(),
             model: Arc::from(""),
             version: u64::MAX,
@@ -468,12 +481,14 @@ impl GpuShare {
             results: Vec::new(),
         });
         if entry.cpu_milli != free.cpu_milli
+            || entry.memory != free.memory
             || entry.free != free.gpus.free
             || entry.model != free.gpus.model
             || entry.version != version
             || entry.results.len() >= MAX_CACHED_SHAPES
         {
             entry.cpu_milli = free.cpu_milli;
+            entry.memory = free.memory;
             entry.free.clone_from(&free.gpus.free);
             entry.model = free.gpus.model.clone();
             entry.version = version;
@@ -500,6 +515,19 @@ pub fn shape_of(pod: &PodInfo) -> TaskShape {
     TaskShape {
         cpu_milli: pod.requests.milli_cpu,
         gpu: pod.gpu.as_deref().map(|g| g.request.clone()),
+        memory: 0,
+    }
+}
+
+/// The pod's shape as `policy` counts it: [`shape_of`], with the memory
+/// request for [`Policy::Flotilla`] (whose fragment measure counts memory).
+#[must_use]
+pub fn shape_for(policy: Policy, pod: &PodInfo) -> TaskShape {
+    let shape = shape_of(pod);
+    if policy == Policy::Flotilla {
+        shape.with_memory(pod.requests.memory.max(0))
+    } else {
+        shape
     }
 }
 
@@ -507,6 +535,7 @@ pub fn shape_of(pod: &PodInfo) -> TaskShape {
 fn node_free(node: &NodeInfo) -> NodeFree<'_> {
     NodeFree {
         cpu_milli: node.spec.allocatable.milli_cpu - node.requested.milli_cpu,
+        memory: node.spec.allocatable.memory - node.requested.memory,
         gpus: node.gpu.as_deref().map_or(&*NO_GPUS, |g| g.gpus()),
     }
 }
@@ -627,7 +656,7 @@ impl PreScorePlugin for GpuShare {
         {
             return Status::skip();
         }
-        let shape = shape_of(pod);
+        let shape = shape_for(self.policy, pod);
         if let Target::Learned(l) = &self.target {
             l.lock()
                 .unwrap_or_else(PoisonError::into_inner)
@@ -789,6 +818,40 @@ mod tests {
         }
         let free = node.gpu.as_deref().unwrap().gpus().free.clone();
         assert_eq!(free.iter().map(|&f| 1000 - f).sum::<u32>(), 750, "{free:?}");
+    }
+
+    #[test]
+    fn only_flotilla_counts_the_memory_of_a_shape() {
+        let p = PodBuilder::new("m")
+            .memory("2Gi")
+            .annotation(ANNOTATION_GPU_MILLI, "500")
+            .build_info();
+        assert_eq!(shape_of(&p).memory, 0);
+        assert_eq!(shape_for(Policy::Fgd, &p), shape_of(&p));
+        assert_eq!(shape_for(Policy::Flotilla, &p).memory, 2 << 30);
+        let args = GpuShareArgs {
+            scoring_strategy: ScoringStrategy {
+                kind: "Flotilla".into(),
+            },
+            target_workload: TargetWorkloadArgs {
+                coverage: 0.95,
+                shapes: vec![ShapeArgs {
+                    cpu_milli: 1000,
+                    gpu_milli: 500,
+                    gpu_count: None,
+                    models: Vec::new(),
+                    memory: 1 << 30,
+                    weight: 1.0,
+                }],
+            },
+            random_seed: None,
+        };
+        let pl = GpuShare::with_args(args.clone()).unwrap();
+        assert_eq!(pl.target_workload().shapes()[0].0.memory, 1 << 30);
+        let mut bad = args;
+        bad.target_workload.shapes[0].memory = -1;
+        let e = GpuShare::with_args(bad).unwrap_err();
+        assert!(e.starts_with("targetWorkload.shapes[0].memory"), "{e}");
     }
 
     #[test]

@@ -28,17 +28,22 @@ use super::{GpuRequest, NodeGpus, fits};
 /// experiments run with a 95 % popularity threshold and step 1).
 pub const DEFAULT_COVERAGE: f64 = 0.95;
 
-/// What a task asks for, as far as fragmentation goes: CPU and GPU.
+/// What a task asks for, as far as fragmentation goes: CPU, GPU and,
+/// optionally, memory.
 ///
-/// Memory is deliberately absent: neither the paper's measure nor the
-/// simulator's shape key (`PodResource`) has it; memory is checked only by
-/// the ordinary resource fit.
+/// The paper's measure has no memory (nor does the simulator's shape key,
+/// `PodResource`): FGD's shapes leave [`TaskShape::memory`] at 0, which
+/// means "not part of the measure". Flotilla's policy sets it, so that a
+/// shape whose memory the node no longer has counts as not fitting.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct TaskShape {
     /// CPU request in millicores.
     pub cpu_milli: i64,
     /// GPU request; `None` for a CPU-only task.
     pub gpu: Option<GpuRequest>,
+    /// Memory request in bytes; 0: memory is not part of the measure (the
+    /// paper's shapes).
+    pub memory: i64,
 }
 
 impl TaskShape {
@@ -48,6 +53,7 @@ impl TaskShape {
         TaskShape {
             cpu_milli,
             gpu: None,
+            memory: 0,
         }
     }
 
@@ -57,7 +63,16 @@ impl TaskShape {
         TaskShape {
             cpu_milli,
             gpu: Some(gpu),
+            memory: 0,
         }
+    }
+
+    /// The same task asking for `memory` bytes too (0: memory not part of
+    /// the measure).
+    #[must_use]
+    pub fn with_memory(mut self, memory: i64) -> Self {
+        self.memory = memory;
+        self
     }
 
     /// The GPU request if it really asks for GPU (`count ≥ 1`, `milli ≥ 1`);
@@ -72,14 +87,14 @@ impl TaskShape {
 
     /// The simulator's ordering key for equal counts: (CPU, per-GPU milli,
     /// GPU count, model string joined with `|`), CPU-only as (CPU, 0, 0, "").
-    fn order_key(&self) -> (i64, u32, u32, String) {
+    fn order_key(&self) -> (i64, u32, u32, String, i64) {
         match self.gpu_request() {
-            None => (self.cpu_milli, 0, 0, String::new()),
+            None => (self.cpu_milli, 0, 0, String::new(), self.memory),
             Some(r) => {
                 let models = r.models.as_ref().map_or_else(String::new, |m| {
                     m.iter().map(|s| &**s).collect::<Vec<_>>().join("|")
                 });
-                (self.cpu_milli, r.milli, r.count, models)
+                (self.cpu_milli, r.milli, r.count, models, self.memory)
             }
         }
     }
@@ -203,23 +218,41 @@ impl TargetWorkload {
     }
 }
 
-/// What a node has free: CPU and its GPU devices.
+/// What a node has free: CPU, memory and its GPU devices.
 #[derive(Debug, Clone, Copy)]
 pub struct NodeFree<'a> {
     /// Free CPU in millicores (allocatable − requested; may be negative on
     /// an over-committed node, which then fits no task that asks for CPU).
     pub cpu_milli: i64,
+    /// Free memory in bytes (allocatable − requested); only tasks with a
+    /// [`TaskShape::memory`] look at it ([`NodeFree::ANY_MEMORY`] when
+    /// unknown).
+    pub memory: i64,
     /// The node's devices and their free milli-GPU.
     pub gpus: &'a NodeGpus,
 }
 
+impl NodeFree<'_> {
+    /// Free memory of a node whose memory is not known or not counted.
+    pub const ANY_MEMORY: i64 = i64::MAX;
+}
+
+/// Whether a task asking for `need` bytes (0: memory not counted) fits in
+/// `free` bytes.
+#[inline]
+fn memory_ok(need: i64, free: i64) -> bool {
+    need == 0 || need <= free
+}
+
 /// Whether `task` fits `node` on CPU and GPU: `cpu_milli ≤` the node's free
-/// CPU and, for a GPU task, [`fits`] (model, one device for a share, `count`
-/// idle devices for whole GPUs). Memory and every other Kubernetes filter
-/// are the caller's.
+/// CPU, its [`TaskShape::memory`] (when set) `≤` the node's free memory and,
+/// for a GPU task, [`fits`] (model, one device for a share, `count` idle
+/// devices for whole GPUs). Every other Kubernetes filter is the caller's.
 #[must_use]
 pub fn task_fits(node: &NodeFree, task: &TaskShape) -> bool {
-    task.cpu_milli <= node.cpu_milli && task.gpu_request().is_none_or(|r| fits(node.gpus, r))
+    task.cpu_milli <= node.cpu_milli
+        && memory_ok(task.memory, node.memory)
+        && task.gpu_request().is_none_or(|r| fits(node.gpus, r))
 }
 
 /// How a node stands against one task shape: the simulator's buckets
@@ -263,7 +296,7 @@ impl FragClass {
 /// The class of `node` for task `m` (see [`FragClass`]).
 #[must_use]
 pub fn classify(node: &NodeFree, m: &TaskShape) -> FragClass {
-    classify_parts(node.cpu_milli, node.gpus, &node.gpus.free, m).0
+    classify_parts(node.cpu_milli, node.memory, node.gpus, &node.gpus.free, m).0
 }
 
 /// F_n(m): the free milli-GPU of `node` that task `m` cannot use (§1.1 of
@@ -276,7 +309,7 @@ pub fn classify(node: &NodeFree, m: &TaskShape) -> FragClass {
 #[must_use]
 pub fn task_fragment(node: &NodeFree, m: &TaskShape) -> f64 {
     let free = &node.gpus.free;
-    let (class, frag) = classify_parts(node.cpu_milli, node.gpus, free, m);
+    let (class, frag) = classify_parts(node.cpu_milli, node.memory, node.gpus, free, m);
     match class {
         FragClass::Satisfied => frag as f64,
         _ => total_free(free) as f64,
@@ -291,18 +324,30 @@ pub fn task_fragment(node: &NodeFree, m: &TaskShape) -> f64 {
 /// ties fall as upstream.
 #[must_use]
 pub fn node_fragment(node: &NodeFree, target: &TargetWorkload) -> f64 {
-    fragment_of(node.cpu_milli, node.gpus, &node.gpus.free, target)
+    fragment_of(
+        node.cpu_milli,
+        node.memory,
+        node.gpus,
+        &node.gpus.free,
+        target,
+    )
 }
 
-/// F_n(M) of a node given as parts (free CPU, its devices' model and
-/// memory from `kind`, free milli per device from `free`, which may be a
-/// hypothetical state of `kind`'s devices); the hot path of
+/// F_n(M) of a node given as parts (free CPU, free memory, its devices'
+/// model and memory from `kind`, free milli per device from `free`, which
+/// may be a hypothetical state of `kind`'s devices); the hot path of
 /// [`node_fragment`] and of FGD's hypothetical nodes.
-pub(crate) fn fragment_of(cpu: i64, kind: &NodeGpus, free: &[u32], target: &TargetWorkload) -> f64 {
+pub(crate) fn fragment_of(
+    cpu: i64,
+    mem: i64,
+    kind: &NodeGpus,
+    free: &[u32],
+    target: &TargetWorkload,
+) -> f64 {
     let total = total_free(free) as f64;
     let mut buckets = [0.0f64; 7];
     for (m, p) in &target.shapes {
-        let (class, frag) = classify_parts(cpu, kind, free, m);
+        let (class, frag) = classify_parts(cpu, mem, kind, free, m);
         match class {
             // The usable part goes to q3, which is not a fragment; only the
             // too-small devices count, in the q2 bucket as upstream.
@@ -322,8 +367,16 @@ pub(crate) fn fragment_of(cpu: i64, kind: &NodeGpus, free: &[u32], target: &Targ
 /// The class of a node (as parts) for `m`, and for a fitting GPU task the
 /// free milli of its devices with less than `m`'s per-GPU share (0
 /// otherwise).
-fn classify_parts(cpu: i64, kind: &NodeGpus, free: &[u32], m: &TaskShape) -> (FragClass, u64) {
-    let cpu_ok = m.cpu_milli <= cpu;
+fn classify_parts(
+    cpu: i64,
+    mem: i64,
+    kind: &NodeGpus,
+    free: &[u32],
+    m: &TaskShape,
+) -> (FragClass, u64) {
+    // A shape's memory, when it has one, is a resource like its CPU: short
+    // of it, the shape is "lacking CPU" (the simulator has no memory class).
+    let cpu_ok = m.cpu_milli <= cpu && memory_ok(m.memory, mem);
     let Some(req) = m.gpu_request() else {
         let class = if cpu_ok {
             FragClass::CpuOnlyFits
@@ -373,6 +426,7 @@ mod tests {
         let g = gpus(&[1000, 300, 1000, 0]);
         let n = NodeFree {
             cpu_milli: 16000,
+            memory: NodeFree::ANY_MEMORY,
             gpus: &g,
         };
         // CPU-only: all 2300 free milli are a fragment.
@@ -404,6 +458,44 @@ mod tests {
         assert_eq!(task_fragment(&n, &t4), 2300.0);
     }
 
+    #[test]
+    fn memory_counts_only_for_shapes_that_carry_it() {
+        let g = gpus(&[1000, 300]);
+        let gib = 1i64 << 30;
+        let n = NodeFree {
+            cpu_milli: 16000,
+            memory: 8 * gib,
+            gpus: &g,
+        };
+        // No memory in the shape (the paper's measure): memory is ignored.
+        assert_eq!(classify(&n, &share(4000, 500)), FragClass::Satisfied);
+        assert_eq!(task_fragment(&n, &share(4000, 500)), 300.0);
+        assert!(task_fits(&n, &share(4000, 500)));
+        // 8 GiB fits, 16 GiB does not: the shape lacks "CPU" and all free
+        // GPU is a fragment, as when CPU is short.
+        let fits8 = share(4000, 500).with_memory(8 * gib);
+        let short = share(4000, 500).with_memory(16 * gib);
+        assert_eq!(classify(&n, &fits8), FragClass::Satisfied);
+        assert_eq!(classify(&n, &short), FragClass::LackCpu);
+        assert_eq!(task_fragment(&n, &short), 1300.0);
+        assert!(task_fits(&n, &fits8));
+        assert!(!task_fits(&n, &short));
+        let cpu_only = TaskShape::cpu_only(1000).with_memory(16 * gib);
+        assert_eq!(classify(&n, &cpu_only), FragClass::CpuOnlyLacksCpu);
+        assert_eq!(
+            classify(&n, &whole(20000, 2).with_memory(16 * gib)),
+            FragClass::LackBoth
+        );
+        // A node whose memory is not known fits any memory.
+        let any = NodeFree {
+            memory: NodeFree::ANY_MEMORY,
+            ..n
+        };
+        assert_eq!(classify(&any, &short), FragClass::Satisfied);
+        // The memory is part of the shape's identity.
+        assert_ne!(short, share(4000, 500));
+    }
+
     /// §1.7: node n1 (16000 m, [1000, 300, 1000, 0]):
     /// A fits, too small 300 + 0 → 0.5·300 = 150;
     /// B fits (devices 0, 2), too small 300 → 0.3·300 = 90;
@@ -416,12 +508,14 @@ mod tests {
         let g1 = gpus(&[1000, 300, 1000, 0]);
         let n1 = NodeFree {
             cpu_milli: 16000,
+            memory: NodeFree::ANY_MEMORY,
             gpus: &g1,
         };
         assert!(approx(node_fragment(&n1, &t), 700.0));
         let g2 = gpus(&[500, 1000]);
         let n2 = NodeFree {
             cpu_milli: 16000,
+            memory: NodeFree::ANY_MEMORY,
             gpus: &g2,
         };
         assert!(approx(node_fragment(&n2, &t), 450.0));
@@ -430,6 +524,7 @@ mod tests {
         let g1x = gpus(&[500, 300, 1000, 0]);
         let n1x = NodeFree {
             cpu_milli: 12000,
+            memory: NodeFree::ANY_MEMORY,
             gpus: &g1x,
         };
         assert!(approx(node_fragment(&n1x, &t), 750.0));
@@ -440,6 +535,7 @@ mod tests {
         let g = gpus(&[1000, 1000]);
         let n = NodeFree {
             cpu_milli: 0,
+            memory: NodeFree::ANY_MEMORY,
             gpus: &g,
         };
         assert_eq!(node_fragment(&n, &TargetWorkload::default()), 0.0);

@@ -153,6 +153,7 @@ fn for_each_placement(
     free[..src.len()].copy_from_slice(src);
     let free = &mut free[..src.len()];
     let cpu = node.cpu_milli - pod.cpu_milli;
+    let mem = node.memory.saturating_sub(pod.memory);
     let kind = node.gpus;
     match pod.gpu_request() {
         Some(req) if req.is_share() => {
@@ -162,7 +163,7 @@ fn for_each_placement(
                     continue;
                 }
                 free[i] = f - milli;
-                let delta = fragment_of(cpu, kind, free, target) - base;
+                let delta = fragment_of(cpu, mem, kind, free, target) - base;
                 free[i] = f;
                 visit(delta, DeviceSet::one(i));
             }
@@ -178,10 +179,10 @@ fn for_each_placement(
                     devices.insert(i);
                 }
             }
-            visit(fragment_of(cpu, kind, free, target) - base, devices);
+            visit(fragment_of(cpu, mem, kind, free, target) - base, devices);
         }
         None => visit(
-            fragment_of(cpu, kind, free, target) - base,
+            fragment_of(cpu, mem, kind, free, target) - base,
             DeviceSet::default(),
         ),
     }
@@ -210,6 +211,11 @@ pub struct FlotillaParams {
     pub secondary: u8,
     /// Device ties (equal Δ) to the lowest index rather than the least free.
     pub device_lowest_index: bool,
+    /// Model pressure: for a GPU pod that allows any model, Δ is raised by
+    /// this × [`model_pressure`] of the node × 1000 milli, so that such pods
+    /// keep off the GPU models that model-restricted pods need (0: off;
+    /// nothing changes when the target has no restricted shape).
+    pub model_pressure: f64,
 }
 
 impl Default for FlotillaParams {
@@ -218,11 +224,27 @@ impl Default for FlotillaParams {
             bucket: 1.0,
             leftover_weight: 0.0,
             relative: 0.0,
-            sigmoid_scale: 1000.0,
+            sigmoid_scale: 500.0,
             secondary: 0,
             device_lowest_index: false,
+            model_pressure: 40.0,
         }
     }
+}
+
+/// The share of `target` (Σ p_i) held by shapes restricted to GPU models
+/// that include `model`: how much the target's model-restricted pods need
+/// nodes of that model. 0 when no shape is restricted.
+#[must_use]
+pub fn model_pressure(target: &TargetWorkload, model: &str) -> f64 {
+    target
+        .shapes()
+        .iter()
+        .filter_map(|(m, p)| {
+            let r = m.gpu_request()?;
+            (r.models.is_some() && r.allows_model(model)).then_some(*p)
+        })
+        .sum()
 }
 
 /// Resolution of the secondary criterion in [`flotilla`]'s raw score.
@@ -246,11 +268,21 @@ pub fn leftover(node: &NodeFree, pod: &TaskShape) -> f64 {
 /// Flotilla's raw node score for `pod` and the devices it takes (`base` is
 /// F_n(M) of the node, see [`fgd_with_base`]).
 ///
-/// FGD's gradient with a better tie rule: on a node, the placement with
+/// FGD's gradient with memory and a better tie rule. The target's shapes
+/// and `pod` may carry a memory request ([`TaskShape::memory`]; the bench
+/// and the plugin give Flotilla's shapes their memory): then a shape whose
+/// memory the node no longer has counts as not fitting in F, like one short
+/// of CPU, and the pod's own memory is taken from n'. On the openb nodes
+/// GPU is stranded mostly by memory and CPU, not by device shares
+/// (`docs/benchmarks.md` item 27). A GPU pod that allows any model also
+/// pays, in Δ, for taking a model the target's model-restricted shapes
+/// need ([`FlotillaParams::model_pressure`]). On a node, the placement with
 /// the lowest float Δ = F(n') − F(n) wins (ties to the device with the
 /// least free, then the lowest index; FGD compares truncated scores).
-/// Nodes are ranked by FGD's integer score ⌊100 · σ(−Δ / 1000)⌋ (with the
-/// defaults; `params.sigmoid_scale` 0 ranks by linear Δ buckets of
+/// Nodes are ranked by ⌊100 · σ(−Δ / 500)⌋ (with the defaults: FGD's
+/// integer score at half its scale, so that large gains and losses of F
+/// saturate sooner and more placements tie; `params.sigmoid_scale` 0 ranks
+/// by linear Δ buckets of
 /// `params.bucket` milli-GPU instead), then, among equal scores, by the
 /// least BestFit [`leftover`] (FGD leaves those ties to the node name).
 /// The raw score is a fine-grained integer (higher is better) that
@@ -280,6 +312,11 @@ pub fn flotilla(
         }
     })?;
     let (mut delta, _, devices) = best?;
+    if params.model_pressure > 0.0 && pod.gpu_request().is_some_and(|r| r.models.is_none()) {
+        delta += params.model_pressure
+            * model_pressure(target, &node.gpus.model)
+            * f64::from(MILLI_PER_GPU);
+    }
     if params.relative > 0.0 {
         delta /= node.gpus.free_milli() as f64 + params.relative;
         delta *= MILLI_PER_GPU as f64;
@@ -814,7 +851,11 @@ mod tests {
     use crate::gpu::fixtures::{approx, example_target, gpus, share, whole};
 
     fn node(cpu_milli: i64, g: &NodeGpus) -> NodeFree<'_> {
-        NodeFree { cpu_milli, gpus: g }
+        NodeFree {
+            cpu_milli,
+            memory: NodeFree::ANY_MEMORY,
+            gpus: g,
+        }
     }
 
     // ---- FGD ----
@@ -1016,6 +1057,94 @@ mod tests {
             leftover(&node(16000, &g2), &c),
             0.5 * 15000.0 / 128_000.0 + 0.5 * 1500.0 / 8000.0
         ));
+    }
+
+    /// Two nodes alike on CPU and devices ([1000, 1000], 16 cores), one
+    /// with 64 GiB free, one with 40 GiB. The target is one shape, 4 cores +
+    /// 1 GPU + 24 GiB. A pod of 4 cores + 1 GPU + 24 GiB leaves 40 GiB on the
+    /// first (another shape still fits: Δ = 0) and 16 GiB on the second (the
+    /// last GPU is stranded on memory: Δ = +1000). With memory in the
+    /// shapes Flotilla tells them apart; FGD's measure (no memory) cannot.
+    #[test]
+    fn flotilla_counts_memory_in_the_fragment() {
+        let gib = 1i64 << 30;
+        let g = gpus(&[1000, 1000]);
+        let roomy = NodeFree {
+            cpu_milli: 16000,
+            memory: 64 * gib,
+            gpus: &g,
+        };
+        let tight = NodeFree {
+            memory: 40 * gib,
+            ..roomy
+        };
+        let shape = whole(4000, 1).with_memory(24 * gib);
+        let target = TargetWorkload::from_weights(vec![(shape.clone(), 1.0)]);
+        let p = FlotillaParams::default();
+        let (a, _) = flotilla(&roomy, &shape, &target, node_fragment(&roomy, &target), &p).unwrap();
+        let (b, _) = flotilla(&tight, &shape, &target, node_fragment(&tight, &target), &p).unwrap();
+        assert!(a > b, "{a} {b}");
+        let (da, _) = fgd_delta(&roomy, &shape, &target).unwrap();
+        let (db, _) = fgd_delta(&tight, &shape, &target).unwrap();
+        assert!(approx(da, 0.0) && approx(db, 1000.0), "{da} {db}");
+        // Without memory in the shapes both nodes are the same to FGD.
+        let plain = TargetWorkload::from_weights(vec![(whole(4000, 1), 1.0)]);
+        assert_eq!(
+            fgd(&roomy, &whole(4000, 1), &plain),
+            fgd(&tight, &whole(4000, 1), &plain)
+        );
+        // A pod whose memory the node does not have does not fit.
+        let big = whole(4000, 1).with_memory(48 * gib);
+        assert!(flotilla(&tight, &big, &target, 0.0, &p).is_none());
+    }
+
+    /// A T4 node and a G2 node, alike otherwise; the target has a share
+    /// restricted to T4 (weight 0.2) and an unrestricted one. An
+    /// unrestricted pod goes to the G2 node (the T4 one costs
+    /// 40 × 0.2 × 1000 in Δ); the T4-restricted pod is not affected; with
+    /// the pressure off the two nodes are equal.
+    #[test]
+    fn flotilla_keeps_unrestricted_pods_off_the_models_restricted_ones_need() {
+        let t4 = NodeGpus {
+            model: Arc::from("T4"),
+            memory_mib: None,
+            free: vec![1000, 1000],
+        };
+        let g2 = NodeGpus {
+            model: Arc::from("G2"),
+            memory_mib: None,
+            free: vec![1000, 1000],
+        };
+        let mut pinned = GpuRequest::share(500);
+        pinned.models = Some(Arc::from(vec![Arc::from("T4")]));
+        let pinned = TaskShape::with_gpu(4000, pinned);
+        let target =
+            TargetWorkload::from_weights(vec![(share(4000, 500), 0.8), (pinned.clone(), 0.2)]);
+        assert!(approx(model_pressure(&target, "T4"), 0.2));
+        assert!(approx(model_pressure(&target, "G2"), 0.0));
+        let p = FlotillaParams::default();
+        let score = |g: &NodeGpus, pod: &TaskShape, p: &FlotillaParams| {
+            let n = node(16000, g);
+            flotilla(&n, pod, &target, node_fragment(&n, &target), p)
+                .unwrap()
+                .0
+        };
+        let any = share(4000, 500);
+        assert!(score(&g2, &any, &p) > score(&t4, &any, &p));
+        let off = FlotillaParams {
+            model_pressure: 0.0,
+            ..p
+        };
+        // The pressure costs only on the model the restricted shape needs.
+        assert!(score(&t4, &any, &off) > score(&t4, &any, &p));
+        assert_eq!(score(&g2, &any, &off), score(&g2, &any, &p));
+        // The restricted pod fits only T4 and is not charged there.
+        let n = node(16000, &t4);
+        let base = node_fragment(&n, &target);
+        assert_eq!(
+            flotilla(&n, &pinned, &target, base, &p),
+            flotilla(&n, &pinned, &target, base, &off)
+        );
     }
 
     #[test]
