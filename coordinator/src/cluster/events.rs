@@ -13,14 +13,17 @@
 //! reason) within a window and paces writes with a global token bucket
 //! ([`EventLimiter`]), so a retry storm cannot flood the API server; while
 //! the server does not answer it backs off and tries each event again (up
-//! to [`MAX_TRIES_PER_EVENT`]), and [`EventRecorder::flush`] writes what is
-//! queued before a graceful stop.
+//! to [`MAX_TRIES_PER_EVENT`]; every try the same Event, named and timed
+//! when it happened, so a try that landed unanswered is not written twice),
+//! and [`EventRecorder::flush`] writes what is queued before a graceful
+//! stop.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use k8s_openapi::jiff::Timestamp;
 use tokio::sync::{Semaphore, mpsc};
 use tracing::{debug, warn};
 
@@ -66,6 +69,11 @@ pub struct SchedulingEvent {
     pub action: &'static str,
     /// Human-readable text (at most [`NOTE_LENGTH_LIMIT`] bytes).
     pub note: String,
+    /// When it happened: the Event's `eventTime` and the suffix of its
+    /// name, as upstream's recorder sets them once, so every try of the
+    /// same Event writes the same object (a try after one that landed
+    /// unanswered gets `AlreadyExists`, not a second Event).
+    pub at: Timestamp,
 }
 
 impl SchedulingEvent {
@@ -82,6 +90,7 @@ impl SchedulingEvent {
             type_: EventType::Normal,
             reason: "Scheduled",
             action: "Binding",
+            at: Timestamp::now(),
         }
     }
 
@@ -96,6 +105,7 @@ impl SchedulingEvent {
             reason: "Preempted",
             action: "Preempting",
             note: truncate_note(&format!("Preempted by pod {preemptor_uid} on node {node}")),
+            at: Timestamp::now(),
         }
     }
 
@@ -109,6 +119,7 @@ impl SchedulingEvent {
             reason: "FailedScheduling",
             action: "Scheduling",
             note: truncate_note(message),
+            at: Timestamp::now(),
         }
     }
 }

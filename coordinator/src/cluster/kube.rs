@@ -1444,25 +1444,22 @@ fn regarding(pod: &PodRef) -> ObjectReference {
     }
 }
 
-/// `<pod>.<unix nanoseconds in hex>`, as upstream's recorders name Events.
-fn event_name(pod: &PodRef, now: Timestamp) -> String {
-    format!("{}.{:x}", pod.name, now.as_nanosecond())
+/// `<pod>.<unix nanoseconds in hex>` of the time `ev` happened, as
+/// upstream's recorders name Events: the same for every try of it.
+fn event_name(ev: &SchedulingEvent) -> String {
+    format!("{}.{:x}", ev.pod.name, ev.at.as_nanosecond())
 }
 
 /// The `events.k8s.io/v1` Event for `ev`.
 #[must_use]
-pub fn events_v1_event(
-    ev: &SchedulingEvent,
-    reporting_instance: &str,
-    now: Timestamp,
-) -> EventsV1Event {
+pub fn events_v1_event(ev: &SchedulingEvent, reporting_instance: &str) -> EventsV1Event {
     EventsV1Event {
         metadata: ObjectMeta {
-            name: Some(event_name(&ev.pod, now)),
+            name: Some(event_name(ev)),
             namespace: Some(ev.pod.namespace.clone()),
             ..ObjectMeta::default()
         },
-        event_time: Some(MicroTime(now)),
+        event_time: Some(MicroTime(ev.at)),
         reporting_controller: Some(REPORTING_CONTROLLER.into()),
         reporting_instance: Some(reporting_instance.to_owned()),
         action: Some(ev.action.into()),
@@ -1476,10 +1473,10 @@ pub fn events_v1_event(
 
 /// The core `v1` Event for `ev` (servers without `events.k8s.io/v1`).
 #[must_use]
-pub fn core_v1_event(ev: &SchedulingEvent, now: Timestamp) -> CoreEvent {
+pub fn core_v1_event(ev: &SchedulingEvent) -> CoreEvent {
     CoreEvent {
         metadata: ObjectMeta {
-            name: Some(event_name(&ev.pod, now)),
+            name: Some(event_name(ev)),
             namespace: Some(ev.pod.namespace.clone()),
             ..ObjectMeta::default()
         },
@@ -1491,8 +1488,8 @@ pub fn core_v1_event(ev: &SchedulingEvent, now: Timestamp) -> CoreEvent {
             component: Some(REPORTING_CONTROLLER.into()),
             host: None,
         }),
-        first_timestamp: Some(Time(now)),
-        last_timestamp: Some(Time(now)),
+        first_timestamp: Some(Time(ev.at)),
+        last_timestamp: Some(Time(ev.at)),
         count: Some(1),
         ..CoreEvent::default()
     }
@@ -1502,24 +1499,27 @@ pub fn core_v1_event(ev: &SchedulingEvent, now: Timestamp) -> CoreEvent {
 impl EventWriter for KubeEventWriter {
     async fn write(&self, ev: &SchedulingEvent) -> Result<(), ClusterError> {
         self.fence.check()?;
-        let now = Timestamp::now();
         let pp = PostParams::default();
         let ns = &ev.pod.namespace;
         let res = if self.events_v1 {
             let api: Api<EventsV1Event> = Api::namespaced(self.client.clone(), ns);
-            let e = events_v1_event(ev, &self.reporting_instance, now);
+            let e = events_v1_event(ev, &self.reporting_instance);
             tokio::time::timeout(self.timeout, api.create(&pp, &e))
                 .await
                 .map(|r| r.map(|_| ()))
         } else {
             let api: Api<CoreEvent> = Api::namespaced(self.client.clone(), ns);
-            let e = core_v1_event(ev, now);
+            let e = core_v1_event(ev);
             tokio::time::timeout(self.timeout, api.create(&pp, &e))
                 .await
                 .map(|r| r.map(|_| ()))
         };
         match res {
             Ok(Ok(())) => Ok(()),
+            // An earlier try of this Event landed though its answer was
+            // lost (its name is fixed): written, as upstream's recorder
+            // takes it.
+            Ok(Err(::kube::Error::Api(s))) if s.code == 409 => Ok(()),
             Ok(Err(e)) => Err(write_error("recording an event for", &ev.pod, &e)),
             Err(_) => Err(ClusterError::Unavailable(format!(
                 "recording an event for {}: no answer within {:?}",

@@ -505,6 +505,44 @@ async fn events_fall_back_to_core_v1() {
     assert_eq!(body["count"], 1);
 }
 
+/// A try whose answer is lost may still land: the try after it writes the
+/// same Event (name and eventTime fixed when it happened), and the
+/// server's AlreadyExists counts as written, so one Event, not two.
+#[tokio::test]
+async fn an_event_tried_again_is_the_same_event_and_already_exists_counts_as_written() {
+    let (c, handle) = mock_cluster(true, WriteFence::new());
+    let server = tokio::spawn(async move {
+        let mut handle = pin!(handle);
+        let mut bodies = Vec::new();
+        for (code, reason) in [(503, "ServiceUnavailable"), (409, "AlreadyExists")] {
+            let (req, send) = handle.next_request().await.expect("a request");
+            let bytes = http_body_util::BodyExt::collect(req.into_body())
+                .await
+                .expect("body")
+                .to_bytes();
+            bodies.push(serde_json::from_slice::<Value>(&bytes).expect("JSON"));
+            send.send_response(respond(code, &status(code, reason, "try")));
+        }
+        bodies
+    });
+    c.record_event(SchedulingEvent::scheduled(&pod_ref(), "n1"));
+    let bodies = tokio::time::timeout(Duration::from_secs(10), server)
+        .await
+        .expect("tried twice within 10 s")
+        .expect("served");
+    assert_eq!(bodies[0]["metadata"]["name"], bodies[1]["metadata"]["name"]);
+    assert_eq!(bodies[0]["eventTime"], bodies[1]["eventTime"]);
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while c.event_counts().written == 0 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the AlreadyExists answer counts as written");
+    let counts = c.event_counts();
+    assert_eq!((counts.written, counts.failed), (1, 0), "{counts:?}");
+}
+
 #[test]
 fn reporting_instance_is_cut_to_128_characters() {
     assert_eq!(reporting_instance("h"), "flotilla.io/scheduler-h");
