@@ -1133,21 +1133,12 @@ pub fn paper_profile(
 }
 
 /// The trace's target workload as the authors compute it (§1.5): the shapes
-/// of every pod of the original list (before the stream is tuned), the
-/// most common covering 95 %, CPU-only pods included.
+/// of every pod of the original list (before the stream is tuned), as
+/// `policy` counts them ([`gpu_share::shape_for`]: `Flotilla`'s carry the
+/// memory request), the most common covering 95 %, CPU-only pods included.
 ///
 /// # Errors
 /// [`FgdError::BadPod`] for a pod the scheduler cannot read.
-pub fn trace_target(pods: &[Pod]) -> Result<TargetWorkload, FgdError> {
-    trace_target_for(Policy::Fgd, pods)
-}
-
-/// [`trace_target`] with the shapes as `policy` counts them
-/// ([`gpu_share::shape_for`]: `Flotilla`'s carry the memory request, so
-/// its target has the (CPU, GPU, models, memory) shapes covering 95 %).
-///
-/// # Errors
-/// As [`trace_target`].
 pub fn trace_target_for(policy: Policy, pods: &[Pod]) -> Result<TargetWorkload, FgdError> {
     let shapes = pods
         .iter()
@@ -1247,7 +1238,7 @@ pub fn with_paper_pod_slots(mut nodes: Vec<Node>) -> Vec<Node> {
 /// own empty cluster). `pods` is the original trace list.
 ///
 /// # Errors
-/// As [`run`], [`trace_target`], [`paper_profile`], [`SchedulerPlacer::new`].
+/// As [`run`], [`trace_target_for`], [`paper_profile`], [`SchedulerPlacer::new`].
 pub fn run_policies(
     nodes: &[Node],
     pods: &[Pod],
