@@ -1518,8 +1518,10 @@ impl EventWriter for KubeEventWriter {
             Ok(Ok(())) => Ok(()),
             // An earlier try of this Event landed though its answer was
             // lost (its name is fixed): written, as upstream's recorder
-            // takes it.
-            Ok(Err(::kube::Error::Api(s))) if s.code == 409 => Ok(()),
+            // takes it. Only AlreadyExists (upstream's `IsAlreadyExists`
+            // reads the reason): another 409 (a webhook's Conflict, a
+            // proxy's page) is no proof that the Event exists.
+            Ok(Err(::kube::Error::Api(s))) if s.is_already_exists() => Ok(()),
             Ok(Err(e)) => Err(write_error("recording an event for", &ev.pod, &e)),
             Err(_) => Err(ClusterError::Unavailable(format!(
                 "recording an event for {}: no answer within {:?}",

@@ -543,6 +543,29 @@ async fn an_event_tried_again_is_the_same_event_and_already_exists_counts_as_wri
     assert_eq!((counts.written, counts.failed), (1, 0), "{counts:?}");
 }
 
+/// A 409 that is not AlreadyExists (an admission webhook's Conflict) says
+/// nothing of an earlier try: not counted as written, tried again.
+#[tokio::test]
+async fn a_conflict_on_an_event_is_not_taken_as_written() {
+    let (c, handle) = mock_cluster(true, WriteFence::new());
+    let server = serve_one(
+        handle,
+        409,
+        status(409, "Conflict", "denied by webhook"),
+        |_, _| {},
+    );
+    c.record_event(SchedulingEvent::scheduled(&pod_ref(), "n1"));
+    server.await.expect("served");
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while c.event_counts().retried == 0 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("tried again");
+    assert_eq!(c.event_counts().written, 0);
+}
+
 #[test]
 fn reporting_instance_is_cut_to_128_characters() {
     assert_eq!(reporting_instance("h"), "flotilla.io/scheduler-h");
