@@ -439,6 +439,18 @@ async fn mark_unschedulable_patches_the_status_by_condition_type() {
     server.await.expect("served");
 }
 
+/// Waits (at most 5 s) until the cluster's event counts satisfy `done`;
+/// panics with `what` otherwise.
+async fn wait_for_events(c: &KubeCluster, done: impl Fn(&EventCounts) -> bool, what: &str) {
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while !done(&c.event_counts()) {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect(what);
+}
+
 async fn written_event(events_v1: bool, ev: SchedulingEvent) -> (http::request::Parts, Value) {
     let (c, handle) = mock_cluster(events_v1, WriteFence::new());
     let (tx, rx) = tokio::sync::oneshot::channel();
@@ -452,13 +464,7 @@ async fn written_event(events_v1: bool, ev: SchedulingEvent) -> (http::request::
         .expect("request seen");
     server.await.expect("served");
     // The writer counts it once the response is in.
-    tokio::time::timeout(Duration::from_secs(5), async {
-        while c.event_counts().written == 0 {
-            tokio::task::yield_now().await;
-        }
-    })
-    .await
-    .expect("counted");
+    wait_for_events(&c, |n| n.written > 0, "counted").await;
     got
 }
 
@@ -532,13 +538,12 @@ async fn an_event_tried_again_is_the_same_event_and_already_exists_counts_as_wri
         .expect("served");
     assert_eq!(bodies[0]["metadata"]["name"], bodies[1]["metadata"]["name"]);
     assert_eq!(bodies[0]["eventTime"], bodies[1]["eventTime"]);
-    tokio::time::timeout(Duration::from_secs(5), async {
-        while c.event_counts().written == 0 {
-            tokio::task::yield_now().await;
-        }
-    })
-    .await
-    .expect("the AlreadyExists answer counts as written");
+    wait_for_events(
+        &c,
+        |n| n.written > 0,
+        "the AlreadyExists answer counts as written",
+    )
+    .await;
     let counts = c.event_counts();
     assert_eq!((counts.written, counts.failed), (1, 0), "{counts:?}");
 }
@@ -556,13 +561,7 @@ async fn a_conflict_on_an_event_is_not_taken_as_written() {
     );
     c.record_event(SchedulingEvent::scheduled(&pod_ref(), "n1"));
     server.await.expect("served");
-    tokio::time::timeout(Duration::from_secs(5), async {
-        while c.event_counts().retried == 0 {
-            tokio::task::yield_now().await;
-        }
-    })
-    .await
-    .expect("tried again");
+    wait_for_events(&c, |n| n.retried > 0, "tried again").await;
     assert_eq!(c.event_counts().written, 0);
 }
 
